@@ -1,0 +1,36 @@
+# niclab: `make demo` runs the default scenario, `make test` runs the tests.
+# Both install what is missing first (host packages, the virtualenv, the guest
+# image), and do nothing more on a second run.
+
+PYTHON  ?= $(shell command -v /usr/bin/python3 || command -v python3)
+VENV    ?= .venv
+SCENARIO ?= scenarios/two-node.yaml
+STAMP   := $(VENV)/.niclab-installed
+BIN     := $(VENV)/bin
+
+.PHONY: demo test setup host venv image clean
+
+demo: setup
+	$(BIN)/niclab run $(SCENARIO)
+
+test: setup
+	$(BIN)/pytest -ra $(PYTEST_ARGS)
+
+setup: host venv image
+
+host:
+	scripts/setup-host
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+image: venv
+	$(BIN)/niclab image build
+
+clean:
+	rm -rf $(VENV) runs

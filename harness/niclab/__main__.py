@@ -1,0 +1,3 @@
+from niclab.cli import main
+
+raise SystemExit(main())

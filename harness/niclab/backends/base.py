@@ -1,0 +1,95 @@
+"""The backend protocol: start nodes, hand out command channels, stop.
+
+A backend knows how to bring up the nodes of a Topology and how to run
+commands in them; it knows nothing of benchmarks. Everything above it (netconf,
+benchmarks, provenance) talks only to `Node` handles.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, ContextManager, Protocol, Sequence
+
+from niclab.errors import NiclabError
+from niclab.topology import Port, Topology
+
+Progress = Callable[[str], None]
+Command = str | Sequence[str]
+
+
+class GuestCommandError(NiclabError):
+    """A command in a guest failed or timed out."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    node: str
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def check(self) -> "CommandResult":
+        if self.returncode != 0:
+            shown = self.argv[-1] if self.argv[:2] == ("/bin/sh", "-c") else shlex.join(self.argv)
+            detail = (self.stderr.strip() or self.stdout.strip())[-800:]
+            raise GuestCommandError(f"{self.node}: `{shown}` exited {self.returncode}: {detail}")
+        return self
+
+
+def as_argv(command: Command) -> tuple[str, ...]:
+    """A string runs through the guest's /bin/sh; a sequence is executed as it is."""
+    return ("/bin/sh", "-c", command) if isinstance(command, str) else tuple(command)
+
+
+class GuestProcess(Protocol):
+    """A command started in the background in a guest (a benchmark server)."""
+
+    def poll(self) -> CommandResult | None: ...
+
+    def wait(self, timeout: float) -> CommandResult: ...
+
+    def stop(self) -> CommandResult: ...
+
+
+class Node(Protocol):
+    name: str
+
+    def run(self, command: Command, timeout: float = 60.0, check: bool = True) -> CommandResult: ...
+
+    def spawn(self, command: Command) -> GuestProcess: ...
+
+    def put(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+
+    def get(self, path: str) -> bytes: ...
+
+
+@dataclass
+class Rig:
+    """Running nodes, how to find each port in its guest, and facts about the realization."""
+
+    topology: Topology
+    nodes: dict[str, Node]
+    macs: dict[tuple[str, int, int], str]  # Port.key -> MAC address the guest sees
+    facts: dict = field(default_factory=dict)
+
+    def node(self, name: str) -> Node:
+        return self.nodes[name]
+
+    def mac(self, port: Port) -> str:
+        return self.macs[port.key]
+
+
+class Backend(Protocol):
+    name: str
+
+    def realize(self, topology: Topology, workdir: Path, progress: Progress) -> ContextManager[Rig]:
+        """Start every node; on exit stop them all, whatever happened inside."""
+        ...

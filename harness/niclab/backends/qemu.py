@@ -1,0 +1,170 @@
+"""The emulated backend: one QEMU per node, NIC models from the catalog, cables as sockets.
+
+- Accelerator: KVM if a probe guest boots under it here, else TCG (niclab.accel).
+- A cable is a pair of connected UDP sockets on 127.0.0.1 that the harness
+  creates and hands to the two QEMUs as file descriptors (-netdev dgram with
+  local.type=fd): the kernel picks the ports, so runs never collide, and no
+  host interface or root is needed.
+- Each node gets a QMP socket and a qemu-ga socket in the work directory;
+  QEMU runs there, so socket paths stay short.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from niclab import nics
+from niclab.accel import choose_accel, qemu_binary
+from niclab.backends.base import Progress, Rig
+from niclab.backends.qemu_cmd import NicPlan, VmPlan, mac_address, qemu_argv
+from niclab.errors import NiclabError
+from niclab.guest import AgentError, AgentNode, GuestAgent
+from niclab.image import Image, ensure_image
+from niclab.procs import Child, Supervisor
+from niclab.topology import NodeSpec, Topology
+
+DEFAULT_BOOT_TIMEOUT_S = 240.0  # TCG on a busy 2-core host; $NICLAB_BOOT_TIMEOUT overrides
+
+
+class BootError(NiclabError):
+    """A guest never came up."""
+
+
+def udp_cable() -> tuple[socket.socket, socket.socket]:
+    """Two UDP sockets on 127.0.0.1 connected to each other: the two ends of a cable."""
+    ends = []
+    for _ in range(2):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("127.0.0.1", 0))
+        ends.append(sock)
+    ends[0].connect(ends[1].getsockname())
+    ends[1].connect(ends[0].getsockname())
+    return ends[0], ends[1]
+
+
+def qemu_version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    return out.splitlines()[0].strip() if out else "unknown"
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(nothing written)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+
+class QemuBackend:
+    name = "qemu"
+
+    def __init__(self, image: Image | None = None, accel: str | None = None,
+                 boot_timeout: float | None = None):
+        self._image = image
+        self._accel = accel
+        self.boot_timeout = boot_timeout or float(os.environ.get("NICLAB_BOOT_TIMEOUT", DEFAULT_BOOT_TIMEOUT_S))
+
+    def _wire(self, topology: Topology, stack: ExitStack) -> dict[tuple[str, int, int], socket.socket]:
+        ends: dict[tuple[str, int, int], socket.socket] = {}
+        for wire in topology.wires:
+            if len(wire.ports) != 2:
+                raise NiclabError(f"link {wire.link}: segments of {len(wire.ports)} nodes are not "
+                                  "supported by the qemu backend yet (two ends per cable)")
+            left, right = udp_cable()
+            for port, sock in zip(wire.ports, (left, right)):
+                stack.callback(sock.close)
+                ends[port.key] = sock
+        return ends
+
+    def _plan(self, spec: NodeSpec, image: Image, accel: str,
+              ends: dict[tuple[str, int, int], socket.socket]) -> VmPlan:
+        nic_plans = tuple(
+            NicPlan(port, nics.get(port.model), mac_address(spec.index, port.link, port.lane),
+                    f"dgram,local.type=fd,local.str={ends[port.key].fileno()}")
+            for port in spec.ports
+        )
+        return VmPlan(
+            node=spec, accel=accel, kernel=str(image.kernel), initrd=str(image.initrd),
+            cmdline=image.cmdline, nics=nic_plans,
+            serial_log=f"{spec.name}.serial.log", qmp_socket=f"{spec.name}.qmp",
+            agent_socket=f"{spec.name}.qga",
+        )
+
+    @contextmanager
+    def realize(self, topology: Topology, workdir: Path, progress: Progress) -> Iterator[Rig]:
+        image = self._image or ensure_image(progress=progress)
+        choice = choose_accel()
+        accel = self._accel or choice.accel
+        binary = qemu_binary()
+        workdir.mkdir(parents=True, exist_ok=True)
+        with Supervisor(workdir) as supervisor, ExitStack() as stack:
+            ends = self._wire(topology, stack)
+            plans = {spec.name: self._plan(spec, image, accel, ends) for spec in topology.nodes}
+            started = time.monotonic()
+            children: dict[str, Child] = {}
+            for name, plan in plans.items():
+                fds = [ends[nic.port.key].fileno() for nic in plan.nics]
+                children[name] = supervisor.start(
+                    f"qemu-{name}", qemu_argv(binary, plan), cwd=workdir,
+                    log=workdir / f"{name}.qemu.log", pass_fds=fds,
+                )
+            stack.close()  # the QEMUs hold the cable sockets now
+            progress(f"booting {len(plans)} guests ({accel}: {choice.reason if not self._accel else 'chosen'}; "
+                     f"image {image.id})")
+            agents = self._connect_agents(children, workdir, started)
+            try:
+                ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
+                progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
+                yield Rig(
+                    topology=topology,
+                    nodes={name: AgentNode(name, agent) for name, (agent, _) in agents.items()},
+                    macs={nic.port.key: nic.mac for plan in plans.values() for nic in plan.nics},
+                    facts={
+                        "backend": self.name, "accel": accel, "accel_reason": choice.reason,
+                        "qemu": qemu_version(binary), "image": image.id,
+                        "kernel": image.manifest.get("kernel_version"),
+                        "agent_ready_s": ready,
+                    },
+                )
+            finally:
+                for agent, _ in agents.values():
+                    agent.close()
+
+    def _connect_agents(self, children: dict[str, Child], workdir: Path,
+                        started: float) -> dict[str, tuple[GuestAgent, float]]:
+        deadline = started + self.boot_timeout
+        results: dict[str, tuple[GuestAgent, float]] = {}
+        failures: dict[str, str] = {}
+
+        def connect(name: str) -> None:
+            agent = GuestAgent(name, workdir / f"{name}.qga")
+            try:
+                results[name] = (agent, agent.connect(deadline, children[name].exit_reason))
+            except AgentError as exc:
+                agent.close()
+                failures[name] = str(exc)
+
+        threads = [threading.Thread(target=connect, args=(name,), daemon=True) for name in children]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failures:
+            for agent, _ in results.values():
+                agent.close()
+            details = []
+            for name, why in failures.items():
+                details.append(
+                    f"{why} (waited {time.monotonic() - started:.0f} s of {self.boot_timeout:.0f})\n"
+                    f"--- the end of {workdir / (name + '.serial.log')}:\n{tail(workdir / f'{name}.serial.log')}\n"
+                    f"--- the end of {workdir / (name + '.qemu.log')}:\n{tail(workdir / f'{name}.qemu.log', 10)}"
+                )
+            raise BootError("guest(s) did not come up: " + "\n".join(details))
+        return results

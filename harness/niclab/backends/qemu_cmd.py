@@ -1,0 +1,75 @@
+"""The QEMU command line for one node, as a pure function of a plan (unit-tested)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from niclab.nics import NicModel
+from niclab.topology import NodeSpec, Port
+
+FIRST_NIC_SLOT = 0x10  # PCI slots 0x10.. hold the NICs, in port order
+AGENT_PORT_NAME = "org.qemu.guest_agent.0"
+
+
+def mac_address(node_index: int, link: int, lane: int) -> str:
+    """A locally administered MAC, unique per port: 02:4e:4c (NL) : node : link : lane."""
+    for value in (node_index, link, lane):
+        if not 0 <= value <= 0xFF:
+            raise ValueError(f"MAC field {value} out of range 0..255")
+    return f"02:4e:4c:{node_index:02x}:{link:02x}:{lane:02x}"
+
+
+@dataclass(frozen=True)
+class NicPlan:
+    port: Port
+    model: NicModel
+    mac: str
+    netdev: str  # the -netdev value without the id, e.g. "dgram,local.type=fd,local.str=7"
+
+    @property
+    def netdev_id(self) -> str:
+        return f"net{self.port.link}l{self.port.lane}"
+
+
+@dataclass(frozen=True)
+class VmPlan:
+    node: NodeSpec
+    accel: str
+    kernel: str
+    initrd: str
+    cmdline: str
+    nics: tuple[NicPlan, ...]
+    # Paths relative to QEMU's working directory (keeps unix socket paths short).
+    serial_log: str
+    qmp_socket: str
+    agent_socket: str
+
+
+def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
+    node = plan.node
+    argv = [
+        binary,
+        "-name", f"{node.name},process=niclab-{node.name}",
+        "-machine", f"pc,accel={plan.accel}",
+        "-cpu", "host" if plan.accel == "kvm" else "max",
+        "-smp", str(node.cpus),
+        "-m", f"{node.memory_mib}M",
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-msg", "timestamp=on",
+        "-kernel", plan.kernel,
+        "-initrd", plan.initrd,
+        "-append", f"{plan.cmdline} niclab.node={node.name}",
+        "-chardev", f"file,id=serial0,path={plan.serial_log}",
+        "-serial", "chardev:serial0",
+        "-qmp", f"unix:{plan.qmp_socket},server=on,wait=off",
+        "-chardev", f"socket,id=qga0,path={plan.agent_socket},server=on,wait=off",
+        "-device", "virtio-serial-pci,id=vser0",
+        "-device", f"virtserialport,bus=vser0.0,chardev=qga0,name={AGENT_PORT_NAME}",
+    ]
+    for slot, nic in enumerate(plan.nics, start=FIRST_NIC_SLOT):
+        argv += [
+            "-netdev", f"{nic.netdev},id={nic.netdev_id}",
+            "-device", f"{nic.model.qemu_device},netdev={nic.netdev_id},mac={nic.mac},"
+                       f"bus=pci.0,addr={slot:#x}",
+        ]
+    return argv

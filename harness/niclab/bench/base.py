@@ -1,0 +1,98 @@
+"""The benchmark protocol: options, the two ends it runs between, measurements.
+
+A benchmark starts its server on one node and its client on the other
+through `Node` handles, parses what they print, and stops the server. It
+knows nothing of QEMU or libvirt.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from niclab.backends.base import GuestCommandError, Node
+
+
+class BenchOptions(BaseModel):
+    """Options every benchmark takes; each benchmark extends this model."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: str | None = Field(None, alias="from", description="client node (default: the link's first end)")
+    to: str | None = Field(None, description="server node (default: the link's second end)")
+    link: int = Field(0, ge=0, description="which link of the scenario to measure across")
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    client: Node
+    server: Node
+    client_address: str
+    server_address: str
+    link: int
+
+
+@dataclass(frozen=True)
+class Measurement:
+    benchmark: str
+    test: str | None
+    metric: str
+    value: float
+    unit: str
+    extra: dict = field(default_factory=dict)
+    headline: bool = True  # shown in the summary table (all go to results.jsonl)
+
+    @property
+    def label(self) -> str:
+        return f"{self.benchmark} {self.test}" if self.test else self.benchmark
+
+    @property
+    def name(self) -> str:
+        """The dotted name expectations use: netperf.TCP_STREAM.throughput_mbps."""
+        return ".".join(p for p in (self.benchmark, self.test, self.metric) if p)
+
+
+@dataclass
+class BenchContext:
+    ends: Endpoints
+    save_raw: Callable[[str, str], Path]  # (file name, text) -> where it was written
+    progress: Callable[[str], None]
+
+
+class Benchmark(Protocol):
+    name: ClassVar[str]
+    Options: ClassVar[type[BenchOptions]]
+
+    def describe(self, options: BenchOptions) -> str:
+        """A short label for progress lines and raw file names (netperf TCP_STREAM)."""
+        ...
+
+    def estimate_seconds(self, options: BenchOptions) -> float: ...
+
+    def run(self, ctx: BenchContext, options: BenchOptions) -> list[Measurement]: ...
+
+
+class BenchmarkError(GuestCommandError):
+    """A benchmark ran but did not produce a usable result."""
+
+
+def wait_listening(node: Node, port: int, proto: str = "tcp", timeout: float = 20.0) -> None:
+    """Return once something listens on `port` in the guest (read from /proc/net)."""
+    state = "0A" if proto == "tcp" else "07"
+    script = (
+        f"end=$(( $(date +%s) + {int(timeout)} )); "
+        f"while [ $(date +%s) -le $end ]; do "
+        f"awk -v p=:{port:04X} '$2 ~ p\"$\" && $4 == \"{state}\" {{f=1}} END {{exit !f}}' "
+        f"/proc/net/{proto} /proc/net/{proto}6 2>/dev/null && exit 0; sleep 0.05; done; exit 1"
+    )
+    result = node.run(script, timeout=timeout + 10, check=False)
+    if not result.ok:
+        raise BenchmarkError(f"{node.name}: nothing listens on {proto} port {port} after {timeout:.0f} s")
+
+
+def quote(argv: list[str]) -> str:
+    return shlex.join(argv)

@@ -1,0 +1,214 @@
+"""The `niclab` command. Exit codes: 0 ok, 1 failed, 2 usage error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from niclab import __version__
+from niclab.errors import NiclabError, UsageError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+STARTED = time.monotonic()  # as early as the command can know it
+
+
+class Progress:
+    """Progress lines on stderr, stamped with the time since the command started."""
+
+    def __init__(self, quiet: bool = False):
+        self.started = STARTED
+        self.quiet = quiet
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            print(f"[{time.monotonic() - self.started:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def _on_sigterm(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# -- verbs ----------------------------------------------------------------
+
+
+def cmd_run(args) -> int:
+    from niclab.backends import get_backend
+    from niclab.facts import host_facts
+    from niclab.results import RunDir, RunInfo, new_run_dir, utc_now
+    from niclab.runner import Runner
+    from niclab.scenario import load_scenario
+    from niclab.table import cell_table
+
+    progress = Progress(args.quiet)
+    scenario_file = load_scenario(Path(args.scenario))
+    cells = scenario_file.select(args.cell)
+    backend = get_backend(args.backend)
+    run_dir = RunDir(new_run_dir(Path(args.out), scenario_file.name))
+    info = RunInfo(scenario=scenario_file.name, scenario_file=str(Path(args.scenario).resolve()),
+                   scenario_text=Path(args.scenario).read_text(), cells=[c.id for c in cells],
+                   backend=backend.name, host=host_facts())
+    run_dir.write_info(info)
+    progress(f"run directory {run_dir.path}")
+    runner = Runner(backend, run_dir, scenario_file.name, progress, started=STARTED)
+    outcomes = []
+    try:
+        for n, cell in enumerate(cells, start=1):
+            progress(f"cell {n}/{len(cells)}: {cell.id}")
+            outcomes.append(runner.run_cell(cell))
+    except KeyboardInterrupt:
+        info.status, info.finished_at = "interrupted", utc_now()
+        info.message = "interrupted; every guest was stopped"
+        run_dir.write_info(info)
+        print(f"niclab: interrupted; the guests were stopped; partial results in {run_dir.results}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    failed = [o for o in outcomes if not o.ok]
+    info.status, info.finished_at = ("failed" if failed else "ok"), utc_now()
+    info.message = "; ".join(e for o in failed for e in o.errors)[:2000]
+    run_dir.write_info(info)
+    for outcome in outcomes:
+        accel = outcome.facts.get("rig", {}).get("accel", "?")
+        print(cell_table(scenario_file.name, outcome, accel))
+        print()
+    print(f"results: {run_dir.results}")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def cmd_image_build(args) -> int:
+    from niclab.image.store import build_image
+
+    image = build_image(force=args.force, progress=Progress())
+    print(image.directory)
+    return EXIT_OK
+
+
+def cmd_image_info(args) -> int:
+    from niclab.image.store import find_image, recipe
+
+    image = find_image()
+    if image is None:
+        wanted = recipe()
+        print(f"image {wanted.name}-{wanted.input_hash()} is not built; run `niclab image build`",
+              file=sys.stderr)
+        return EXIT_FAILED
+    m = image.manifest
+    if args.json:
+        print(json.dumps(m, indent=2))
+        return EXIT_OK
+    print(f"image      {image.id}\ndirectory  {image.directory}\nbuilt      {m['built_at']} "
+          f"in {m['build_seconds']} s\nsuite      {m['suite']}\nkernel     {m['kernel_version']}\n"
+          f"initramfs  {m['initrd_bytes'] / 2**20:.1f} MiB\nmodules    {', '.join(m['modules'])}")
+    tools = ("linux-image-amd64", "netperf", "netpipe-tcp", "iperf3", "lmbench", "iproute2", "ethtool",
+             "qemu-guest-agent", "busybox-static", "firmware-misc-nonfree")
+    print("packages   " + "\n           ".join(f"{p} {m['packages'].get(p, '?')}" for p in tools))
+    print(f"           ({len(m['packages'])} packages in all: niclab image info --json)")
+    return EXIT_OK
+
+
+def cmd_down(args) -> int:
+    from niclab.procs import down
+
+    ended = down(include_running=args.all)
+    for leftover in ended:
+        print(f"stopped {leftover.name} (pid {leftover.pid}) of {leftover.pid_dir.parent}")
+    if not ended:
+        print("nothing to stop")
+    return EXIT_OK
+
+
+def cmd_nics(args) -> int:
+    from niclab import nics
+
+    print(f"{'model':<34}{'driver':<12}{'max MTU':>8}  {'PCI ID':<11}card")
+    for model in nics.CATALOG:
+        print(f"{model.name:<34}{model.driver:<12}{model.max_mtu:>8}  {model.pci_id:<11}{model.card}")
+    return EXIT_OK
+
+
+def cmd_validate(args) -> int:
+    from niclab.scenario import ScenarioError, load_scenario
+
+    status = EXIT_OK
+    for name in args.files:
+        try:
+            scenario_file = load_scenario(Path(name))
+        except ScenarioError as exc:
+            print(exc, file=sys.stderr)
+            status = EXIT_FAILED
+            continue
+        except UsageError as exc:
+            print(f"niclab: {exc}", file=sys.stderr)
+            status = EXIT_FAILED
+            continue
+        print(f"{name}: ok ({len(scenario_file.cells)} cell{'s' if len(scenario_file.cells) != 1 else ''})")
+    return status
+
+
+# -- parser ---------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="niclab", description="Reproducible benchmarks of network cards and drivers.")
+    parser.add_argument("--version", action="version", version=f"niclab {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    run = verbs.add_parser("run", help="run a scenario's benchmarks",
+                           description="Boot the scenario's nodes, configure the links, run the benchmarks "
+                                       "and write a run directory.")
+    run.add_argument("scenario", metavar="SCENARIO", help="scenario file (YAML)")
+    run.add_argument("--out", default="runs", metavar="DIR", help="where run directories go (default: runs)")
+    run.add_argument("--cell", action="append", metavar="ID",
+                     help="run only this matrix cell (e.g. nic=e1000); repeat for several")
+    run.add_argument("--backend", default="qemu", help="how nodes are realized (default: qemu)")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    run.set_defaults(func=cmd_run)
+
+    image = verbs.add_parser("image", help="build or describe the guest image",
+                             description="The guest image is built from Debian packages and cached per "
+                                         "recipe hash.")
+    image_verbs = image.add_subparsers(dest="image_verb", metavar="ACTION", required=True)
+    build = image_verbs.add_parser("build", help="build the image (if its recipe changed, or with --force)",
+                                   description="Build the guest image for the current recipe.")
+    build.add_argument("--force", action="store_true", help="build even if the cache has it")
+    build.set_defaults(func=cmd_image_build)
+    info = image_verbs.add_parser("info", help="show the image's versions",
+                                  description="Show the built image: kernel, packages and their versions.")
+    info.add_argument("--json", action="store_true", help="the whole manifest as JSON")
+    info.set_defaults(func=cmd_image_info)
+
+    down = verbs.add_parser("down", help="stop what a killed run left behind",
+                            description="Stop the QEMU processes recorded by harnesses that are no longer "
+                                        "running (by recorded PID and start time).")
+    down.add_argument("--all", action="store_true", help="also stop those of runs still in progress")
+    down.set_defaults(func=cmd_down)
+
+    nics = verbs.add_parser("nics", help="list the emulated NIC models",
+                            description="The NIC models a scenario can name, their drivers and limits.")
+    nics.set_defaults(func=cmd_nics)
+
+    validate = verbs.add_parser("validate", help="check scenario files without booting anything",
+                                description="Check scenario files; exit 1 if any has a problem.")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"niclab: {exc}" if "\n" not in str(exc) else str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except NiclabError as exc:
+        print(f"niclab: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("niclab: interrupted", file=sys.stderr)
+        return EXIT_FAILED

@@ -1,0 +1,46 @@
+"""A reproducible cpio "newc" writer (the initramfs format), with no root needed.
+
+Every entry is owned by root with mtime 0, so the same tree gives the same
+bytes, and device nodes such as /dev/console are just headers.
+"""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import dataclass
+from typing import BinaryIO
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str  # path inside the archive, no leading slash
+    mode: int  # full st_mode: type bits and permissions
+    data: bytes = b""  # file content, or the target of a symlink
+    rdev: tuple[int, int] = (0, 0)  # major, minor for device nodes
+
+
+def _pad(n: int) -> bytes:
+    return b"\0" * ((4 - n % 4) % 4)
+
+
+class CpioWriter:
+    def __init__(self, out: BinaryIO):
+        self._out = out
+        self._ino = 0
+
+    def add(self, entry: Entry) -> None:
+        self._ino += 1
+        name = entry.name.encode() + b"\0"
+        fields = (
+            self._ino, entry.mode, 0, 0,
+            2 if stat.S_ISDIR(entry.mode) else 1,
+            0, len(entry.data), 0, 0, entry.rdev[0], entry.rdev[1], len(name), 0,
+        )
+        header = b"070701" + b"".join(b"%08X" % f for f in fields)
+        self._out.write(header + name + _pad(len(header) + len(name)))
+        self._out.write(entry.data + _pad(len(entry.data)))
+
+    def close(self) -> None:
+        name = b"TRAILER!!!\0"
+        header = b"070701" + b"".join(b"%08X" % f for f in (0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, len(name), 0))
+        self._out.write(header + name + _pad(len(header) + len(name)))

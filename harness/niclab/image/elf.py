@@ -1,0 +1,71 @@
+"""Read what an ELF executable needs to run: its interpreter and DT_NEEDED libraries.
+
+This lets the image build collect shared libraries from the guest root without
+running any of its programs on the host.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+PT_LOAD, PT_DYNAMIC, PT_INTERP = 1, 2, 3
+DT_NEEDED, DT_STRTAB, DT_RPATH, DT_RUNPATH = 1, 5, 15, 29
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    interpreter: str | None
+    needed: tuple[str, ...]
+    runpath: tuple[str, ...]
+
+
+def is_elf(data: bytes) -> bool:
+    return data[:4] == b"\x7fELF"
+
+
+def read_dynamic(data: bytes) -> Dynamic:
+    """Parse a little-endian ELF64 file (x86_64 is all niclab's guests use)."""
+    if not is_elf(data) or data[4] != 2 or data[5] != 1:
+        raise ValueError("not a little-endian ELF64 file")
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    loads: list[tuple[int, int, int]] = []  # vaddr, offset, filesz
+    dynamic = interp = None
+    for i in range(phnum):
+        p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from(
+            "<IIQQQQ", data, phoff + i * phentsize
+        )
+        if p_type == PT_LOAD:
+            loads.append((p_vaddr, p_offset, p_filesz))
+        elif p_type == PT_DYNAMIC:
+            dynamic = (p_offset, p_filesz)
+        elif p_type == PT_INTERP:
+            interp = data[p_offset:p_offset + p_filesz].rstrip(b"\0").decode()
+    if dynamic is None:
+        return Dynamic(interp, (), ())
+
+    def file_offset(vaddr: int) -> int:
+        for start, offset, size in loads:
+            if start <= vaddr < start + size:
+                return vaddr - start + offset
+        raise ValueError(f"address {vaddr:#x} is in no loaded segment")
+
+    entries = []
+    offset, size = dynamic
+    for pos in range(offset, offset + size, 16):
+        tag, value = struct.unpack_from("<qQ", data, pos)
+        if tag == 0:
+            break
+        entries.append((tag, value))
+    strtab = file_offset(next(v for t, v in entries if t == DT_STRTAB))
+
+    def string(index: int) -> str:
+        start = strtab + index
+        return data[start:data.index(b"\0", start)].decode()
+
+    needed = tuple(string(v) for t, v in entries if t == DT_NEEDED)
+    runpath = tuple(
+        part for t, v in entries if t in (DT_RPATH, DT_RUNPATH) for part in string(v).split(":") if part
+    )
+    return Dynamic(interp, needed, runpath)

@@ -1,0 +1,66 @@
+"""An image recipe: images/<name>/recipe.toml plus the files beside it."""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from niclab.errors import NiclabError
+
+#: The build code is an input too: any change to it builds the image anew.
+BUILDER_SOURCES = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    directory: Path
+    suite: str
+    components: tuple[str, ...]
+    packages: tuple[str, ...]
+    binaries: tuple[str, ...]
+    files: tuple[str, ...]
+    modules: tuple[str, ...]
+    cmdline: str
+
+    @property
+    def rootfs_overlay(self) -> Path:
+        return self.directory / "rootfs"
+
+    def input_hash(self) -> str:
+        """A hash of every input: the recipe, the files beside it, the builder's code."""
+        digest = hashlib.sha256()
+        for label, base in (("recipe", self.directory), ("builder", BUILDER_SOURCES)):
+            paths = base.rglob("*") if label == "recipe" else base.glob("*.py")
+            for path in sorted(p for p in paths if p.is_file()):
+                rel = path.relative_to(base).as_posix()
+                mode = "x" if path.stat().st_mode & 0o111 else "-"
+                digest.update(f"{label}:{rel} {mode}\n".encode())
+                digest.update(path.read_bytes())
+        return digest.hexdigest()[:16]
+
+
+def load_recipe(directory: Path) -> Recipe:
+    path = directory / "recipe.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise NiclabError(f"{path}: no such recipe") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise NiclabError(f"{path}: {exc}") from None
+    try:
+        return Recipe(
+            name=directory.name,
+            directory=directory,
+            suite=data["suite"],
+            components=tuple(data["components"]),
+            packages=tuple(data["packages"]),
+            binaries=tuple(data["binaries"]),
+            files=tuple(data.get("files", ())),
+            modules=tuple(data["modules"]),
+            cmdline=data["cmdline"],
+        )
+    except KeyError as exc:
+        raise NiclabError(f"{path}: missing key {exc.args[0]!r}") from None

@@ -1,0 +1,62 @@
+"""Fetch the guest's Debian packages into a root tarball with mmdebstrap.
+
+Nothing is installed on the host: mmdebstrap uses its own apt configuration
+with the recipe's suite and components, pointed at the host's Debian mirror.
+As root it builds in a directory; as a user it uses a user namespace.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from niclab.errors import NiclabError
+from niclab.image.mirror import debian_mirror
+from niclab.image.recipe import Recipe
+
+
+def mmdebstrap_command(recipe: Recipe, mirror: str, out: Path) -> list[str]:
+    return [
+        "mmdebstrap",
+        "--variant=essential",
+        f"--components={','.join(recipe.components)}",
+        f"--include={','.join(recipe.packages)}",
+        "--dpkgopt=path-exclude=/usr/share/doc/*",
+        "--dpkgopt=path-exclude=/usr/share/man/*",
+        "--dpkgopt=path-exclude=/usr/share/locale/*",
+        recipe.suite,
+        str(out),
+        mirror,
+    ]
+
+
+def fetch_root(recipe: Recipe, out: Path, log: Path, progress: Callable[[str], None]) -> None:
+    """Write the guest root as a tar at `out`; mmdebstrap's output goes to `log`."""
+    if shutil.which("mmdebstrap") is None:
+        raise NiclabError("mmdebstrap is not installed: run `make setup` (or apt-get install mmdebstrap)")
+    mirror = debian_mirror(recipe.suite)
+    command = mmdebstrap_command(recipe, mirror, out)
+    progress(f"fetching {len(recipe.packages)} Debian packages and their dependencies ({recipe.suite}) "
+             f"with mmdebstrap; log: {log}")
+    started = time.monotonic()
+    with log.open("w") as sink:
+        sink.write("$ " + " ".join(command) + "\n")
+        sink.flush()
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            while proc.poll() is None:
+                time.sleep(1)
+                elapsed = time.monotonic() - started
+                if int(elapsed) % 15 == 0:
+                    progress(f"  still fetching ({elapsed:.0f} s)")
+        except BaseException:
+            proc.terminate()
+            proc.wait()
+            raise
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise NiclabError(f"mmdebstrap failed (exit {proc.returncode}); the end of {log}:\n{tail}")
+    progress(f"  fetched in {time.monotonic() - started:.0f} s")

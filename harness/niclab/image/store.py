@@ -1,0 +1,152 @@
+"""The image cache: build an image once per recipe hash, find it, describe it.
+
+Layout: <cache>/images/<recipe>-<hash>/{vmlinuz, initrd.img, manifest.json}.
+A build happens in a temporary directory next to it and is renamed into place,
+so a half-built image is never found; a lock keeps two builds from racing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from niclab.errors import NiclabError
+from niclab.image.assemble import assemble
+from niclab.image.cpio import CpioWriter
+from niclab.image.manifest import installed_packages
+from niclab.image.recipe import Recipe, load_recipe
+from niclab.image.rootfs import fetch_root
+from niclab.image.tartree import TarTree
+from niclab.paths import cache_dir, images_dir
+
+DEFAULT_RECIPE = "micro"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    input_hash: str
+    directory: Path
+    cmdline: str
+    manifest: dict
+
+    @property
+    def kernel(self) -> Path:
+        return self.directory / "vmlinuz"
+
+    @property
+    def initrd(self) -> Path:
+        return self.directory / "initrd.img"
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}-{self.input_hash}"
+
+
+def _store() -> Path:
+    return cache_dir() / "images"
+
+
+def _load(directory: Path) -> Image | None:
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not ((directory / "vmlinuz").is_file() and (directory / "initrd.img").is_file()):
+        return None
+    return Image(manifest["recipe"], manifest["input_hash"], directory, manifest["cmdline"], manifest)
+
+
+def recipe(name: str = DEFAULT_RECIPE) -> Recipe:
+    return load_recipe(images_dir() / name)
+
+
+def find_image(name: str = DEFAULT_RECIPE) -> Image | None:
+    """The built image for the current recipe, or the one $NICLAB_IMAGE points at."""
+    if override := os.environ.get("NICLAB_IMAGE"):
+        image = _load(Path(override))
+        if image is None:
+            raise NiclabError(f"NICLAB_IMAGE={override} is not a built niclab image "
+                              "(it needs vmlinuz, initrd.img and manifest.json)")
+        return image
+    wanted = recipe(name)
+    return _load(_store() / f"{name}-{wanted.input_hash()}")
+
+
+@contextmanager
+def _build_lock() -> Iterator[None]:
+    _store().mkdir(parents=True, exist_ok=True)
+    with open(_store() / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: bool = False) -> Image:
+    wanted = recipe(name)
+    target = _store() / f"{name}-{wanted.input_hash()}"
+    with _build_lock():
+        if not force and (existing := _load(target)) is not None:
+            return existing
+        started = time.monotonic()
+        progress(f"building image {target.name} (recipe {wanted.directory})")
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=_store()))
+        try:
+            root_tar = work / "root.tar"
+            fetch_root(wanted, root_tar, work / "mmdebstrap.log", progress)
+            progress("assembling the initramfs")
+            with TarTree(root_tar) as root:
+                entries, facts = assemble(root, wanted)
+                kernel = root.read(f"/boot/vmlinuz-{facts['kernel_version']}")
+                packages = installed_packages(root.read("/var/lib/dpkg/status").decode())
+            (work / "vmlinuz").write_bytes(kernel)
+            with open(work / "initrd.img", "wb") as raw, gzip.GzipFile(
+                fileobj=raw, mode="wb", compresslevel=6, mtime=0
+            ) as packed:
+                writer = CpioWriter(packed)
+                for entry in entries:
+                    writer.add(entry)
+                writer.close()
+            manifest = {
+                "recipe": name,
+                "input_hash": wanted.input_hash(),
+                "suite": wanted.suite,
+                "cmdline": wanted.cmdline,
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "build_seconds": round(time.monotonic() - started, 1),
+                "kernel_version": facts["kernel_version"],
+                "modules": facts["modules"],
+                "binaries": facts["binaries"],
+                "initrd_bytes": (work / "initrd.img").stat().st_size,
+                "packages": packages,
+            }
+            (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            root_tar.unlink()
+            if target.exists():
+                shutil.rmtree(target)
+            work.rename(target)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        image = _load(target)
+        assert image is not None
+        progress(f"image {image.id} ready in {manifest['build_seconds']:.0f} s "
+                 f"(initramfs {manifest['initrd_bytes'] / 2**20:.1f} MiB, kernel {manifest['kernel_version']})")
+        return image
+
+
+def ensure_image(name: str = DEFAULT_RECIPE, progress: Progress = print) -> Image:
+    """The image for the current recipe, built first if it is not in the cache."""
+    return find_image(name) or build_image(name, progress)

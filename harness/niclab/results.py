@@ -1,0 +1,100 @@
+"""Run directories and the results they hold.
+
+    runs/2026-11-22T10-00-00-two-node/
+      run.json          what ran, on what, when, and how it ended
+      results.jsonl     one JSON object per line, appended as measured:
+                        {"type": "cell", ...provenance} then {"type": "measurement", ...}
+      cells/<cell id>/  QEMU's work directory: serial logs, QEMU logs, pids
+      raw/<cell id>/    each tool's own output
+
+A crash loses nothing already measured: every record is flushed to disk as
+soon as it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from niclab import __version__
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def new_run_dir(base: Path, scenario: str) -> Path:
+    stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime())
+    base.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1000):
+        path = base / (f"{stamp}-{scenario}" if attempt == 0 else f"{stamp}-{scenario}-{attempt}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"cannot create a run directory under {base}")
+
+
+@dataclass
+class RunInfo:
+    scenario: str
+    scenario_file: str
+    scenario_text: str
+    cells: list[str]
+    backend: str
+    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    niclab_version: str = __version__
+    started_at: str = field(default_factory=utc_now)
+    finished_at: str | None = None
+    status: str = "running"  # running, ok, failed, interrupted
+    message: str = ""
+    host: dict = field(default_factory=dict)
+
+
+class RunDir:
+    def __init__(self, path: Path):
+        self.path = path
+        self.results = path / "results.jsonl"
+
+    def cell_dir(self, cell: str) -> Path:
+        return self.path / "cells" / cell
+
+    def raw_dir(self, cell: str) -> Path:
+        return self.path / "raw" / cell
+
+    def write_info(self, info: RunInfo) -> None:
+        tmp = self.path / "run.json.tmp"
+        tmp.write_text(json.dumps(asdict(info), indent=2) + "\n")
+        tmp.replace(self.path / "run.json")
+
+    def append(self, record: dict[str, Any]) -> None:
+        with self.results.open("a") as sink:
+            sink.write(json.dumps(record, sort_keys=False) + "\n")
+            sink.flush()
+            os.fsync(sink.fileno())
+
+    def save_raw(self, cell: str, name: str, text: str) -> Path:
+        directory = self.raw_dir(cell)
+        directory.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 10000):
+            path = directory / f"{name}-{n}.txt"
+            if not path.exists():
+                path.write_text(text)
+                return path
+        raise RuntimeError(f"too many raw files named {name} in {directory}")
+
+
+def read_records(path: Path) -> list[dict]:
+    records = []
+    with path.open() as source:
+        for line in source:
+            line = line.strip()
+            if line:
+                records.append(json.loads(line))
+    return records

@@ -1,0 +1,49 @@
+"""Integration tests boot real QEMU guests from the micro image (built first if missing)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from niclab.image import Image, ensure_image
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def image() -> Image:
+    return ensure_image(progress=lambda m: print(f"[image] {m}", file=sys.stderr))
+
+
+def qemus_under(directory: Path) -> list[int]:
+    """PIDs of QEMU processes whose working directory is inside `directory`."""
+    found = []
+    root = str(directory.resolve())
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if cmdline and b"qemu-system" in cmdline[0] and (cwd == root or cwd.startswith(root + "/")):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_no_qemu(directory: Path, seconds: float = 15) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := qemus_under(directory)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def niclab(*args: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "niclab", *args], env={**os.environ, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)

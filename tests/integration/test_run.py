@@ -1,0 +1,133 @@
+"""`niclab run` end to end on two emulated e1000 nodes, and its cleanup when things go wrong."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from niclab.accel import choose_accel
+from niclab.results import read_records
+
+from .conftest import niclab, qemus_under, wait_no_qemu
+
+
+def only_run_dir(out: Path) -> Path:
+    runs = list(out.iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_two_node_scenario_measures_and_cleans_up(image, repo, tmp_path):
+    proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    run = only_run_dir(tmp_path)
+    records = read_records(run / "results.jsonl")
+    by_name = {r["name"]: r for r in records if r["type"] == "measurement"}
+    stream = by_name["netperf.TCP_STREAM.throughput_mbps"]
+    rr = by_name["netperf.TCP_RR.transaction_rate"]
+    # Plausible under TCG here: hundreds of Mbit/s and thousands of transactions/s.
+    assert 50 < stream["value"] < 20000 and stream["unit"] == "Mbit/s"
+    assert 200 < rr["value"] < 200000 and rr["unit"] == "/s"
+    assert stream["nics"]["a"]["driver"] == "e1000" and stream["nics"]["b"]["pci_id"] == "8086:100e"
+    cell = next(r for r in records if r["type"] == "cell")
+    assert cell["rig"]["accel"] in ("kvm", "tcg") and cell["rig"]["image"] == image.id
+    assert cell["nodes"]["a"]["kernel"] == image.manifest["kernel_version"]
+    # The table and the path a user sees.
+    assert "scenario two-node · cell nic=e1000 · accel=" in out
+    assert "netperf TCP_STREAM" in out and "throughput_mbps" in out and "transaction_rate" in out
+    assert f"results: {run / 'results.jsonl'}" in out
+    # Provenance beside the numbers: run.json, raw tool output, serial logs.
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "ok" and info["cells"] == ["nic=e1000"]
+    assert "THROUGHPUT=" in next((run / "raw" / "nic=e1000").glob("netperf-TCP_STREAM-*.txt")).read_text()
+    assert "niclab: node a: drivers loaded" in (run / "cells" / "nic=e1000" / "a.serial.log").read_text()
+    assert wait_no_qemu(tmp_path, seconds=2) == []
+
+
+def broken_image(image, tmp_path: Path, cmdline: str) -> Path:
+    """The real kernel and initramfs with a kernel command line that never starts the agent."""
+    directory = tmp_path / "image"
+    directory.mkdir()
+    for name in ("vmlinuz", "initrd.img"):
+        (directory / name).symlink_to(getattr(image, "kernel" if name == "vmlinuz" else "initrd"))
+    (directory / "manifest.json").write_text(json.dumps({**image.manifest, "cmdline": cmdline}))
+    return directory
+
+
+def test_guest_that_panics_is_reported_with_its_serial_log(image, repo, tmp_path):
+    bad = broken_image(image, tmp_path, "console=ttyS0 panic=-1 rdinit=/no/such/init")
+    proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path / "runs"),
+                  env={"NICLAB_IMAGE": str(bad)})
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    assert "did not come up" in err and "exited" in err
+    assert "Kernel panic" in err or "No working init" in err or "rdinit" in err  # the serial tail
+    assert "Traceback" not in err
+    run = only_run_dir(tmp_path / "runs")
+    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+    errors = [r for r in read_records(run / "results.jsonl") if r["type"] == "error"]
+    assert errors and errors[0]["stage"] == "cell"
+    assert wait_no_qemu(tmp_path, seconds=2) == []
+
+
+def test_guest_that_never_answers_times_out_and_is_stopped(image, repo, tmp_path):
+    # `cat` as init waits on the console forever: the kernel runs, the agent never starts.
+    bad = broken_image(image, tmp_path, "console=ttyS0 panic=-1 rdinit=/usr/bin/cat")
+    started = time.monotonic()
+    proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path / "runs"),
+                  env={"NICLAB_IMAGE": str(bad), "NICLAB_BOOT_TIMEOUT": "15"})
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    assert "the guest agent did not answer in time" in err and "waited 15 s of 15" in err
+    assert time.monotonic() - started < 120
+    assert wait_no_qemu(tmp_path, seconds=2) == []
+
+
+def wait_for_line(proc, text: str, seconds: float) -> list[str]:
+    lines, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if text in line:
+            return lines
+    pytest.fail(f"never saw {text!r}; stderr so far:\n{''.join(lines)}")
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_interrupted_run_stops_every_guest(image, repo, tmp_path, how):
+    proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path))
+    wait_for_line(proc, "guests answering", 180)
+    assert len(qemus_under(tmp_path)) == 2
+    proc.send_signal(getattr(signal, how))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "interrupted; the guests were stopped" in err
+    assert "Traceback" not in err
+    assert wait_no_qemu(tmp_path, seconds=2) == []
+    run = only_run_dir(tmp_path)
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_killed_harness_leaves_no_guest(image, repo, tmp_path):
+    # A cache of its own, so `niclab down` below sees only this harness's records.
+    cache = tmp_path / "cache"
+    env = {"NICLAB_IMAGE": str(image.directory), "NICLAB_CACHE": str(cache),
+           "NICLAB_ACCEL": choose_accel().accel}
+    proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path / "runs"), env=env)
+    wait_for_line(proc, "guests answering", 180)
+    proc.kill()  # SIGKILL: no cleanup code runs in the harness
+    proc.communicate(timeout=30)
+    assert wait_no_qemu(tmp_path, seconds=10) == [], "QEMU outlived the killed harness"
+    # `niclab down` clears the dead harness's records and finds nothing left to stop.
+    down = niclab("down", env=env)
+    out, err = down.communicate(timeout=60)
+    assert down.returncode == 0, err
+    assert "nothing to stop" in out or "stopped" in out
+    assert not list((cache / "live").glob("*.json"))

@@ -1,0 +1,51 @@
+import subprocess
+import sys
+
+import pytest
+
+from niclab.cli import build_parser, main
+
+VERBS = [["run"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"]]
+
+
+@pytest.mark.parametrize("verb", VERBS, ids=lambda v: " ".join(v))
+def test_every_verb_has_help(verb, capsys):
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args([*verb, "--help"])
+    assert caught.value.code == 0
+    assert "usage: niclab" in capsys.readouterr().out
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["frobnicate"])
+    assert caught.value.code == 2
+    with pytest.raises(SystemExit) as caught:
+        main(["run"])
+    assert caught.value.code == 2
+
+
+def test_missing_scenario_is_a_usage_error(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.yaml"), "--out", str(tmp_path)]) == 2
+    assert "no such scenario file" in capsys.readouterr().err
+
+
+def test_validate_exit_codes(tmp_path, repo, capsys):
+    assert main(["validate", str(repo / "scenarios" / "two-node.yaml")]) == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1001\n")
+    assert main(["validate", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}:5:10: links[0].nic: unknown NIC model 'e1001'" in err
+    assert "Traceback" not in err
+
+
+def test_nics_lists_the_catalog(capsys):
+    assert main(["nics"]) == 0
+    out = capsys.readouterr().out
+    assert "e1000" in out and "8139cp" in out and "Intel PRO/1000 MT Desktop (82540EM)" in out
+
+
+def test_console_script_runs():
+    result = subprocess.run([sys.executable, "-m", "niclab", "--version"], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.startswith("niclab ")

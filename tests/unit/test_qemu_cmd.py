@@ -1,0 +1,68 @@
+import pytest
+
+from niclab import nics
+from niclab.backends.qemu_cmd import NicPlan, VmPlan, mac_address, qemu_argv
+from niclab.topology import NodeSpec, Port
+
+
+def plan(accel="tcg", models=("e1000",)):
+    ports = tuple(Port("a", i, 0, m, f"link{i}") for i, m in enumerate(models))
+    node = NodeSpec("a", 0, 2, 512, ports)
+    return VmPlan(
+        node=node, accel=accel, kernel="/img/vmlinuz", initrd="/img/initrd.img", cmdline="console=ttyS0",
+        nics=tuple(NicPlan(p, nics.get(p.model), mac_address(0, p.link, 0),
+                           f"dgram,local.type=fd,local.str={10 + p.link}") for p in ports),
+        serial_log="a.serial.log", qmp_socket="a.qmp", agent_socket="a.qga",
+    )
+
+
+def option_values(argv, flag):
+    return [argv[i + 1] for i, word in enumerate(argv) if word == flag]
+
+
+def test_machine_cpu_memory_and_boot():
+    argv = qemu_argv("/usr/bin/qemu-system-x86_64", plan())
+    assert argv[0] == "/usr/bin/qemu-system-x86_64"
+    assert option_values(argv, "-machine") == ["pc,accel=tcg"]
+    assert option_values(argv, "-cpu") == ["max"]
+    assert option_values(argv, "-smp") == ["2"]
+    assert option_values(argv, "-m") == ["512M"]
+    assert option_values(argv, "-append") == ["console=ttyS0 niclab.node=a"]
+    assert "-nodefaults" in argv and "-no-reboot" in argv
+
+
+def test_kvm_uses_the_host_cpu():
+    argv = qemu_argv("qemu", plan(accel="kvm"))
+    assert option_values(argv, "-machine") == ["pc,accel=kvm"]
+    assert option_values(argv, "-cpu") == ["host"]
+
+
+def test_control_sockets_and_agent_port():
+    argv = qemu_argv("qemu", plan())
+    assert option_values(argv, "-qmp") == ["unix:a.qmp,server=on,wait=off"]
+    assert "socket,id=qga0,path=a.qga,server=on,wait=off" in option_values(argv, "-chardev")
+    assert "virtserialport,bus=vser0.0,chardev=qga0,name=org.qemu.guest_agent.0" in option_values(argv, "-device")
+
+
+def test_one_device_and_netdev_per_port_in_slot_order():
+    argv = qemu_argv("qemu", plan(models=("e1000", "rtl8139", "virtio")))
+    netdevs = option_values(argv, "-netdev")
+    assert netdevs == [
+        "dgram,local.type=fd,local.str=10,id=net0l0",
+        "dgram,local.type=fd,local.str=11,id=net1l0",
+        "dgram,local.type=fd,local.str=12,id=net2l0",
+    ]
+    devices = [d for d in option_values(argv, "-device") if "netdev=" in d]
+    assert devices == [
+        "e1000,netdev=net0l0,mac=02:4e:4c:00:00:00,bus=pci.0,addr=0x10",
+        "rtl8139,netdev=net1l0,mac=02:4e:4c:00:01:00,bus=pci.0,addr=0x11",
+        "virtio-net-pci,netdev=net2l0,mac=02:4e:4c:00:02:00,bus=pci.0,addr=0x12",
+    ]
+
+
+def test_mac_is_locally_administered_and_unique_per_port():
+    macs = {mac_address(n, link, lane) for n in range(3) for link in range(3) for lane in range(3)}
+    assert len(macs) == 27
+    assert all(int(mac.split(":")[0], 16) & 0x02 for mac in macs)
+    with pytest.raises(ValueError):
+        mac_address(256, 0, 0)
