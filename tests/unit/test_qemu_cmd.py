@@ -54,9 +54,9 @@ def test_one_device_and_netdev_per_port_in_slot_order():
     ]
     devices = [d for d in option_values(argv, "-device") if "netdev=" in d]
     assert devices == [
-        "e1000,netdev=net0l0,mac=02:4e:4c:00:00:00,bus=pci.0,addr=0x10",
-        "rtl8139,netdev=net1l0,mac=02:4e:4c:00:01:00,bus=pci.0,addr=0x11",
-        "virtio-net-pci,netdev=net2l0,mac=02:4e:4c:00:02:00,bus=pci.0,addr=0x12",
+        "e1000,netdev=net0l0,mac=02:4e:4c:00:00:00,bus=pci.0,addr=0x3",
+        "rtl8139,netdev=net1l0,mac=02:4e:4c:00:01:00,bus=pci.0,addr=0x4",
+        "virtio-net-pci,netdev=net2l0,mac=02:4e:4c:00:02:00,bus=pci.0,addr=0x5",
     ]
 
 
@@ -66,3 +66,10 @@ def test_mac_is_locally_administered_and_unique_per_port():
     assert all(int(mac.split(":")[0], 16) & 0x02 for mac in macs)
     with pytest.raises(ValueError):
         mac_address(256, 0, 0)
+
+
+def test_agent_port_has_its_own_slot_and_nics_are_limited_to_free_slots():
+    argv = qemu_argv("qemu", plan())
+    assert "virtio-serial-pci,id=vser0,bus=pci.0,addr=0x2" in option_values(argv, "-device")
+    with pytest.raises(ValueError, match="PCI slots for 29"):
+        qemu_argv("qemu", plan(models=("e1000",) * 30))

@@ -111,8 +111,12 @@ class QemuBackend:
             children: dict[str, Child] = {}
             for name, plan in plans.items():
                 fds = [ends[nic.port.key].fileno() for nic in plan.nics]
+                try:
+                    argv = qemu_argv(binary, plan)
+                except ValueError as exc:
+                    raise NiclabError(str(exc)) from None
                 children[name] = supervisor.start(
-                    f"qemu-{name}", qemu_argv(binary, plan), cwd=workdir,
+                    f"qemu-{name}", argv, cwd=workdir,
                     log=workdir / f"{name}.qemu.log", pass_fds=fds,
                 )
             stack.close()  # the QEMUs hold the cable sockets now

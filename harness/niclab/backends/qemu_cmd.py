@@ -7,7 +7,11 @@ from dataclasses import dataclass
 from niclab.nics import NicModel
 from niclab.topology import NodeSpec, Port
 
-FIRST_NIC_SLOT = 0x10  # PCI slots 0x10.. hold the NICs, in port order
+# PCI slots on the pc machine's bus 0: 0 host bridge, 1 PIIX (ISA, IDE, ACPI);
+# with -nodefaults there is no VGA, so 2 holds virtio-serial and 3..31 the NICs.
+AGENT_SLOT = 0x02
+FIRST_NIC_SLOT = 0x03
+MAX_NICS = 0x1F - FIRST_NIC_SLOT + 1
 AGENT_PORT_NAME = "org.qemu.guest_agent.0"
 
 
@@ -47,6 +51,8 @@ class VmPlan:
 
 def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
     node = plan.node
+    if len(plan.nics) > MAX_NICS:
+        raise ValueError(f"node {node.name} has {len(plan.nics)} NICs; a pc machine has PCI slots for {MAX_NICS}")
     argv = [
         binary,
         "-name", f"{node.name},process=niclab-{node.name}",
@@ -63,7 +69,7 @@ def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
         "-serial", "chardev:serial0",
         "-qmp", f"unix:{plan.qmp_socket},server=on,wait=off",
         "-chardev", f"socket,id=qga0,path={plan.agent_socket},server=on,wait=off",
-        "-device", "virtio-serial-pci,id=vser0",
+        "-device", f"virtio-serial-pci,id=vser0,bus=pci.0,addr={AGENT_SLOT:#x}",
         "-device", f"virtserialport,bus=vser0.0,chardev=qga0,name={AGENT_PORT_NAME}",
     ]
     for slot, nic in enumerate(plan.nics, start=FIRST_NIC_SLOT):
