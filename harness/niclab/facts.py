@@ -11,16 +11,25 @@ import shlex
 
 from niclab.backends.base import Node
 
+# The PCI function behind an interface: its `device`, or, for virtio_net, the
+# first ancestor on the PCI bus (`device` is then the virtio device).
+PCI_DIR = (
+    'pci_dir() { d=$(readlink -f "/sys/class/net/$1/device"); '
+    'while [ "$d" != /sys ] && [ "$(cd -P "$d/subsystem" 2>/dev/null && pwd)" != /sys/bus/pci ]; '
+    'do d=${d%/*}; done; echo "$d"; }'
+)
+
+
 def node_script(ifnames: list[str]) -> str:
-    lines = ['echo "kernel=$(uname -r)"']
+    lines = [PCI_DIR, 'echo "kernel=$(uname -r)"']
     for name in ifnames:
         q = shlex.quote(name)
         lines += [
             f"echo '[{name}]'",
             f"ethtool -i {q} 2>/dev/null | awk '{{k = $0; sub(/:.*/, \"\", k); v = $0; sub(/^[^:]*: */, \"\", v); "
             "if (k ~ /^(driver|version|firmware-version|bus-info)$/) print k \"=\" v}'",
-            f"for f in vendor device subsystem_vendor subsystem_device; do "
-            f"echo \"$f=$(cat /sys/class/net/{q}/device/$f 2>/dev/null)\"; done",
+            f"pci=$(pci_dir {q}); for f in vendor device subsystem_vendor subsystem_device; do "
+            f"echo \"$f=$(cat $pci/$f 2>/dev/null)\"; done",
             f"echo \"mac=$(cat /sys/class/net/{q}/address)\"",
             f"echo \"mtu=$(cat /sys/class/net/{q}/mtu)\"",
         ]

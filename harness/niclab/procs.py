@@ -86,10 +86,13 @@ class Supervisor:
         self._live_entry.unlink(missing_ok=True)
 
     def start(self, name: str, argv: list[str], *, cwd: Path, log: Path,
-              pass_fds: Iterable[int] = ()) -> Child:
+              pass_fds: Iterable[int] = (), stdin_pipe: bool = False) -> Child:
+        """Start a child. With stdin_pipe its stdin is a pipe only this process holds open:
+        a program that exits on end of input (vde_switch) then lives exactly as long as we do."""
         with log.open("ab") as sink:
             popen = subprocess.Popen(
-                argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                argv, cwd=cwd, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                stdout=sink, stderr=subprocess.STDOUT,
                 pass_fds=tuple(pass_fds), preexec_fn=_die_with_parent, start_new_session=True,
             )
         record = self.pid_dir / f"{name}.json"
@@ -99,16 +102,6 @@ class Supervisor:
         child = Child(name, popen, record)
         self.children.append(child)
         return child
-
-    def stop(self, child: Child, grace: float = 3.0) -> None:
-        if child.popen.poll() is None:
-            child.popen.terminate()
-            try:
-                child.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                child.popen.kill()
-                child.popen.wait()
-        child.record.unlink(missing_ok=True)
 
     def stop_all(self) -> None:
         for child in self.children:
@@ -121,6 +114,8 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 child.popen.kill()
                 child.popen.wait()
+            if child.popen.stdin is not None:
+                child.popen.stdin.close()
             child.record.unlink(missing_ok=True)
         self.children.clear()
 

@@ -19,8 +19,8 @@ def value_with_unit(metric: str, value: float, unit: str) -> str:
 
 
 def cell_table(scenario: str, outcome: CellOutcome, accel: str) -> str:
-    rows = [(m.label, m.metric, value_with_unit(m.metric, m.value, m.unit))
-            for m in outcome.measurements if m.headline]
+    rows = [(label, m.metric, value_with_unit(m.metric, m.value, m.unit))
+            for label, m in outcome.measurements if m.headline]
     lines = [f"scenario {scenario} · cell {outcome.cell.id} · accel={accel}"]
     width_a = max([len("benchmark"), *(len(r[0]) for r in rows)]) + 2
     width_b = max([len("metric"), *(len(r[1]) for r in rows)]) + 2

@@ -1,29 +1,47 @@
 from niclab import netconf
+from niclab.netconf import verify
 from niclab.scenario import parse
 
-TWO_CABLES = """\
+TOPOLOGY = """\
 name: t
 nodes: [a, b, c]
 links:
   - between: [a, b]
     nic: e1000
+    netem: {a: {delay: 10ms, loss: 1%}, b: {delay: 5ms}}
+    offloads: {tso: off, gro: on}
   - between: [b, c]
     nic: {b: virtio, c: rtl8139}
     count: 2
     mtu: 4000
+  - between: [a, b]
+    nic: e1000
+    count: 3
+    bond: balance-rr
+  - between: [a, b, c]
+    nic: e1000
 """
 
 
-def test_every_cable_is_its_own_slash_24_in_the_benchmark_range():
-    scenario = parse(TWO_CABLES, "t.yaml").cells[0].scenario
-    net = netconf.plan(scenario)
-    got = [(i.node, i.name, i.address, i.mtu) for i in net.ifaces]
+def plan():
+    return netconf.plan(parse(TOPOLOGY, "t.yaml").cells[0].scenario)
+
+
+def test_every_cable_bond_and_segment_is_its_own_slash_24():
+    got = [(i.node, i.name, i.address, i.mtu, len(i.ports)) for i in plan().ifaces]
     assert got == [
-        ("a", "link0", "198.18.0.1", 1500), ("b", "link0", "198.18.0.2", 1500),
-        ("b", "link1p0", "198.18.1.1", 4000), ("c", "link1p0", "198.18.1.2", 4000),
-        ("b", "link1p1", "198.18.2.1", 4000), ("c", "link1p1", "198.18.2.2", 4000),
+        ("a", "link0", "198.18.0.1", 1500, 1), ("b", "link0", "198.18.0.2", 1500, 1),
+        ("b", "link1p0", "198.18.1.1", 4000, 1), ("c", "link1p0", "198.18.1.2", 4000, 1),
+        ("b", "link1p1", "198.18.2.1", 4000, 1), ("c", "link1p1", "198.18.2.2", 4000, 1),
+        ("a", "bond2", "198.18.3.1", 1500, 3), ("b", "bond2", "198.18.3.2", 1500, 3),
+        ("a", "link3", "198.18.4.1", 1500, 1), ("b", "link3", "198.18.4.2", 1500, 1),
+        ("c", "link3", "198.18.4.3", 1500, 1),
     ]
-    assert net.find("c", 1, 1).port.model == "rtl8139"
+    net = plan()
+    assert net.find("c", 1, 1).ports[0].model == "rtl8139"
+    assert net.find("a", 2).bond.mode == "balance-rr"
+    assert [p.ifname for p in net.find("a", 2).ports] == ["link2p0", "link2p1", "link2p2"]
+    assert len(net.segments()[(3, 0)]) == 3
 
 
 def test_subnets_stay_inside_198_18_0_0_slash_15():
@@ -31,12 +49,59 @@ def test_subnets_stay_inside_198_18_0_0_slash_15():
     assert str(netconf.subnet(511)) == "198.19.255.0/24"
 
 
-def test_node_script_renames_by_mac_and_waits_for_carrier():
-    scenario = parse(TWO_CABLES, "t.yaml").cells[0].scenario
-    net = netconf.plan(scenario)
-    script = netconf.node_script(net.on("a"), {"link0": "02:4e:4c:00:00:00"})
+def test_node_script_names_ports_by_mac_and_sets_everything():
+    net = plan()
+    ifaces = net.on("a")
+    macs = {p.key: f"02:4e:4c:00:{p.link:02x}:{p.lane:02x}" for i in ifaces for p in i.ports}
+    script = netconf.node_script(ifaces, macs)
     assert "dev=$(by_mac 02:4e:4c:00:00:00)" in script
     assert 'ip link set dev "$dev" name link0' in script
-    assert "ip addr add 198.18.0.1/24 dev link0" in script
     assert "ip link set dev link0 mtu 1500" in script
+    assert "ethtool -K link0 tso off gro on" in script
+    assert "tc qdisc del dev link0 root >/dev/null 2>&1 || true\ntc qdisc add dev link0 root netem delay 10ms loss 1%" in script
+    assert "ip link add bond2 type bond mode balance-rr miimon 100" in script
+    assert "ip link set dev link2p1 master bond2" in script
+    assert "ip addr add 198.18.3.1/24 dev bond2" in script
     assert "/sys/class/net/$n/carrier" in script
+    # b's end of link 0 has its own netem: 5 ms, no loss.
+    b_script = netconf.node_script(net.on("b"), {p.key: "02:00:00:00:00:00" for i in net.on("b") for p in i.ports})
+    assert "tc qdisc add dev link0 root netem delay 5ms\n" in b_script
+
+
+STATE = """\
+[iface bond2]
+mtu=1500
+carrier=1
+qdisc=qdisc noqueue 0: root refcnt 2
+bond_mode=balance-rr
+bond_miimon=100
+bond_port.link2p0=up
+bond_port.link2p1=up
+bond_port.link2p2=down
+[port link2p0]
+mtu=1500
+carrier=1
+feature.tcp-segmentation-offload=off
+[iface link0]
+mtu=1400
+carrier=1
+qdisc=qdisc netem 8001: root refcnt 2 limit 1000 delay 10ms  loss 2%
+[port link0]
+mtu=1400
+carrier=1
+feature.tcp-segmentation-offload=on [fixed]
+feature.generic-receive-offload=on
+"""
+
+
+def test_read_back_reports_every_difference():
+    net = plan()
+    problems = verify.mismatches("a", [net.find("a", 0), net.find("a", 2)], verify.parse_state(STATE))
+    assert problems == [
+        "a/link0: MTU is 1400, asked 1500",
+        "a/link0: netem loss: asked 1%, installed 2%",
+        "a/link0 (e1000): offload tso: asked off, is on (fixed by the driver)",
+        "a/bond2: bond port link2p2 is down",
+        "a/link2p1: no carrier",
+        "a/link2p2: no carrier",
+    ]

@@ -54,14 +54,14 @@ def test_errors_name_line_column_path_and_hint():
 def test_mtu_above_the_model_maximum():
     lines = error_lines(GOOD.replace("[e1000, virtio]", "[rtl8139]").replace("[1500, 4000]", "[9000]"))
     assert lines == ["s.yaml:8:10: links[0].mtu: MTU 9000 is above the rtl8139 driver's maximum (4096); "
-                     "use an MTU up to 4096 or a model that takes jumbo frames"]
+                     "use an MTU up to 4096, a model that takes jumbo frames, or exclude the cell"]
 
 
 def test_bad_yaml_and_unknown_benchmark():
     assert error_lines("name: [x\n")[0].startswith("s.yaml:2:1: (top level): not valid YAML")
     lines = error_lines(GOOD.replace("netperf: {test: TCP_RR, seconds: 3}", "netpref: {}"))
-    assert lines == ["s.yaml:13:14: benchmarks[0].netpref: unknown benchmark 'netpref'; did you mean "
-                     "'netperf'? benchmarks are: netperf"]
+    assert lines == ["s.yaml:13:5: benchmarks[0].netpref: unknown benchmark 'netpref'; did you mean "
+                     "'netperf'? benchmarks are: netperf, iperf3, ping"]
 
 
 def test_select_unknown_cell_suggests():

@@ -1,14 +1,15 @@
 import pytest
 
-from niclab.yamlpos import Position, YamlError, format_path, load, position_of
+from niclab.yamlpos import Position, YamlError, format_path, load
 
 
 def test_positions_of_nested_values():
     data, positions = load("a:\n  b: [1, 2]\n  c: {d: x}\n")
     assert data == {"a": {"b": [1, 2], "c": {"d": "x"}}}
-    assert positions[("a", "b", 1)] == Position(2, 10)
-    assert positions[("a", "c", "d")] == Position(3, 10)
-    assert position_of(("a", "c", "missing"), positions) == Position(3, 6)
+    assert positions.of(("a", "b", 1)) == Position(2, 10)
+    assert positions.of(("a", "c", "d")) == Position(3, 10)
+    assert positions.of(("a", "c", "d"), at_key=True) == Position(3, 7)
+    assert positions.of(("a", "c", "missing")) == Position(3, 6)
 
 
 def test_duplicate_keys_are_errors():

@@ -5,6 +5,13 @@
   creates and hands to the two QEMUs as file descriptors (-netdev dgram with
   local.type=fd): the kernel picks the ports, so runs never collide, and no
   host interface or root is needed.
+- A segment of three or more ends is a `vde_switch` (Debian's vde2), one per
+  segment, its sockets in the work directory (-netdev vde). Why VDE: the
+  nodes are separate QEMU processes, and QEMU's own hub only joins devices
+  inside one process; its multicast socket backend would send to a
+  multicast group rather than only to 127.0.0.1; a switch written here would
+  put Python in the data path. vde_switch is a learning switch in C, runs
+  without root, and talks over unix sockets only.
 - Each node gets a QMP socket and a qemu-ga socket in the work directory;
   QEMU runs there, so socket paths stay short.
 """
@@ -12,6 +19,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -49,6 +57,23 @@ def udp_cable() -> tuple[socket.socket, socket.socket]:
     return ends[0], ends[1]
 
 
+def start_switch(supervisor: Supervisor, workdir: Path, name: str, timeout: float = 10.0) -> str:
+    """Start a vde_switch whose sockets live in workdir/name; returns that (relative) name."""
+    binary = shutil.which("vde_switch")
+    if binary is None:
+        raise NiclabError("vde_switch is not installed (Debian package vde2): run `make setup`; "
+                          "segments of three or more nodes need it")
+    child = supervisor.start(name, [binary, "--sock", name, "--numports", "64"], cwd=workdir,
+                             log=workdir / f"{name}.log", stdin_pipe=True)
+    deadline = time.monotonic() + timeout
+    while not (workdir / name / "ctl").exists():
+        if (gone := child.exit_reason()) is not None or time.monotonic() > deadline:
+            raise NiclabError(f"{name}: vde_switch did not start: {gone or 'no control socket'}; "
+                              f"see {workdir / (name + '.log')}")
+        time.sleep(0.02)
+    return name
+
+
 def qemu_version(binary: str) -> str:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
     return out.splitlines()[0].strip() if out else "unknown"
@@ -71,23 +96,24 @@ class QemuBackend:
         self._accel = accel
         self.boot_timeout = boot_timeout or float(os.environ.get("NICLAB_BOOT_TIMEOUT", DEFAULT_BOOT_TIMEOUT_S))
 
-    def _wire(self, topology: Topology, stack: ExitStack) -> dict[tuple[str, int, int], socket.socket]:
-        ends: dict[tuple[str, int, int], socket.socket] = {}
+    def _wire(self, topology: Topology, stack: ExitStack, supervisor: Supervisor,
+              workdir: Path) -> dict[tuple[str, int, int], str]:
+        """Make every cable and switch; returns each port's -netdev backend."""
+        netdevs: dict[tuple[str, int, int], str] = {}
         for wire in topology.wires:
-            if len(wire.ports) != 2:
-                raise NiclabError(f"link {wire.link}: segments of {len(wire.ports)} nodes are not "
-                                  "supported by the qemu backend yet (two ends per cable)")
-            left, right = udp_cable()
-            for port, sock in zip(wire.ports, (left, right)):
-                stack.callback(sock.close)
-                ends[port.key] = sock
-        return ends
+            if len(wire.ports) == 2:
+                for port, sock in zip(wire.ports, udp_cable()):
+                    stack.callback(sock.close)
+                    netdevs[port.key] = f"dgram,local.type=fd,local.str={sock.fileno()}"
+            else:
+                switch = start_switch(supervisor, workdir, f"switch{wire.link}l{wire.lane}")
+                for port in wire.ports:
+                    netdevs[port.key] = f"vde,sock={switch}"
+        return netdevs
 
-    def _plan(self, spec: NodeSpec, image: Image, accel: str,
-              ends: dict[tuple[str, int, int], socket.socket]) -> VmPlan:
+    def _plan(self, spec: NodeSpec, image: Image, accel: str, netdevs: dict[tuple[str, int, int], str]) -> VmPlan:
         nic_plans = tuple(
-            NicPlan(port, nics.get(port.model), mac_address(spec.index, port.link, port.lane),
-                    f"dgram,local.type=fd,local.str={ends[port.key].fileno()}")
+            NicPlan(port, nics.get(port.model), mac_address(spec.index, port.link, port.lane), netdevs[port.key])
             for port in spec.ports
         )
         return VmPlan(
@@ -105,12 +131,12 @@ class QemuBackend:
         binary = qemu_binary()
         workdir.mkdir(parents=True, exist_ok=True)
         with Supervisor(workdir) as supervisor, ExitStack() as stack:
-            ends = self._wire(topology, stack)
-            plans = {spec.name: self._plan(spec, image, accel, ends) for spec in topology.nodes}
+            netdevs = self._wire(topology, stack, supervisor, workdir)
+            plans = {spec.name: self._plan(spec, image, accel, netdevs) for spec in topology.nodes}
             started = time.monotonic()
             children: dict[str, Child] = {}
             for name, plan in plans.items():
-                fds = [ends[nic.port.key].fileno() for nic in plan.nics]
+                fds = [int(nic.netdev.rsplit("=", 1)[1]) for nic in plan.nics if "local.type=fd" in nic.netdev]
                 try:
                     argv = qemu_argv(binary, plan)
                 except ValueError as exc:

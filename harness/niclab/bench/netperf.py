@@ -16,14 +16,17 @@ from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measu
 PORT = 12865
 
 STREAM_SELECTORS = ("THROUGHPUT", "THROUGHPUT_UNITS", "ELAPSED_TIME", "PROTOCOL", "TRANSPORT_MSS")
+UDP_SELECTORS = ("THROUGHPUT", "THROUGHPUT_UNITS", "LOCAL_SEND_THROUGHPUT", "REMOTE_RECV_THROUGHPUT",
+                 "LOCAL_SEND_CALLS", "REMOTE_RECV_CALLS", "LOCAL_SEND_SIZE", "ELAPSED_TIME", "PROTOCOL")
 RR_SELECTORS = ("THROUGHPUT", "THROUGHPUT_UNITS", "ELAPSED_TIME", "PROTOCOL", "RT_LATENCY",
                 "MIN_LATENCY", "MEAN_LATENCY", "P50_LATENCY", "P90_LATENCY", "P99_LATENCY",
                 "MAX_LATENCY", "STDDEV_LATENCY")
 
 
 class NetperfOptions(BenchOptions):
-    test: Literal["TCP_STREAM", "TCP_RR"] = Field("TCP_STREAM", description="the netperf test")
+    test: Literal["TCP_STREAM", "TCP_RR", "UDP_STREAM"] = Field("TCP_STREAM", description="the netperf test")
     seconds: float = Field(10.0, gt=0, le=3600, description="test length (-l)")
+    message_size: int | None = Field(None, ge=1, le=65507, description="send size in bytes (-- -m)")
 
 
 def parse_keyvals(text: str) -> dict[str, str]:
@@ -53,6 +56,18 @@ def measurements(test: str, values: dict[str, str]) -> list[Measurement]:
         if units != "10^6bits/s":
             raise BenchmarkError(f"netperf reported throughput in {units!r}, expected 10^6bits/s")
         return [Measurement("netperf", test, "throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s", extra)]
+    if test == "UDP_STREAM":
+        sent, received = _number(values, "LOCAL_SEND_CALLS"), _number(values, "REMOTE_RECV_CALLS")
+        lost = max(0.0, sent - received)
+        return [
+            Measurement("netperf", test, "send_throughput_mbps", _number(values, "LOCAL_SEND_THROUGHPUT"),
+                        "Mbit/s", extra),
+            Measurement("netperf", test, "recv_throughput_mbps", _number(values, "REMOTE_RECV_THROUGHPUT"),
+                        "Mbit/s", extra),
+            Measurement("netperf", test, "loss_pct", 100.0 * lost / sent if sent else 0.0, "%",
+                        {"sent_datagrams": int(sent), "received_datagrams": int(received),
+                         "lost_datagrams": int(lost)}),
+        ]
     if test == "TCP_RR":
         if units != "Trans/s":
             raise BenchmarkError(f"netperf reported {units!r} for an RR test, expected Trans/s")
@@ -68,9 +83,10 @@ def measurements(test: str, values: dict[str, str]) -> list[Measurement]:
 
 
 def client_argv(options: NetperfOptions, server_address: str) -> list[str]:
-    selectors = STREAM_SELECTORS if options.test.endswith("STREAM") else RR_SELECTORS
+    selectors = {"TCP_STREAM": STREAM_SELECTORS, "UDP_STREAM": UDP_SELECTORS}.get(options.test, RR_SELECTORS)
+    test_options = ["-m", str(options.message_size)] if options.message_size else []
     return ["netperf", "-H", server_address, "-p", str(PORT), "-t", options.test,
-            "-l", f"{options.seconds:g}", "-P", "0", "--", "-k", ",".join(selectors)]
+            "-l", f"{options.seconds:g}", "-P", "0", "--", *test_options, "-k", ",".join(selectors)]
 
 
 def server_argv(server_address: str) -> list[str]:

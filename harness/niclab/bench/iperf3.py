@@ -1,0 +1,103 @@
+"""iperf3: TCP (streams, reverse) and UDP at a set bitrate (jitter, loss), from its JSON.
+
+Server `iperf3 -s -B ADDR -p PORT -1`; client `iperf3 -c ADDR -p PORT -t N -J
+[-P n] [-R] [-u -b RATE -l LEN]`. With -J a failed connection still exits 0:
+the JSON's `error` key is what says so.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, quote,
+                               wait_listening)
+
+PORT = 5201
+
+
+class Iperf3Options(BenchOptions):
+    protocol: Literal["tcp", "udp"] = "tcp"
+    seconds: float = Field(10.0, gt=0, le=3600, description="test length (-t)")
+    streams: int = Field(1, ge=1, le=128, description="parallel streams (-P)")
+    reverse: bool = Field(False, description="the server sends (-R)")
+    bitrate: str | None = Field(None, pattern=r"^\d+(\.\d+)?[KMG]?$",
+                                description="target rate (-b), e.g. 10M; UDP's default is 1M")
+    length: int | None = Field(None, ge=16, le=65507, description="datagram (UDP) or buffer (TCP) bytes (-l)")
+
+
+def parse(text: str, protocol: str) -> list[Measurement]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise BenchmarkError(f"iperf3 printed no JSON: {text.strip()[-300:]}") from None
+    if data.get("error"):
+        raise BenchmarkError(f"iperf3: {data['error']}")
+    end = data.get("end") or {}
+    test = protocol.upper()
+    cpu = end.get("cpu_utilization_percent") or {}
+    extra = {"cpu_host_pct": cpu.get("host_total"), "cpu_remote_pct": cpu.get("remote_total")}
+    try:
+        sent, received = end["sum_sent"], end["sum_received"]
+    except KeyError:
+        raise BenchmarkError("iperf3's JSON has no end.sum_sent/sum_received") from None
+    found = [Measurement("iperf3", test, "throughput_mbps", received["bits_per_second"] / 1e6, "Mbit/s", extra),
+             Measurement("iperf3", test, "sent_throughput_mbps", sent["bits_per_second"] / 1e6, "Mbit/s",
+                         headline=False)]
+    if protocol == "tcp":
+        found.append(Measurement("iperf3", test, "retransmits", float(sent.get("retransmits", 0)), "segments",
+                                 headline=False))
+        rtts = [s["sender"]["mean_rtt"] for s in end.get("streams", []) if s.get("sender", {}).get("mean_rtt")]
+        if rtts:
+            found.append(Measurement("iperf3", test, "rtt_mean_us", sum(rtts) / len(rtts), "us", headline=False))
+    else:
+        found += [
+            Measurement("iperf3", test, "loss_pct", float(received["lost_percent"]), "%",
+                        {"lost_packets": received["lost_packets"], "packets": received["packets"]}),
+            Measurement("iperf3", test, "jitter_ms", float(received["jitter_ms"]), "ms", headline=False),
+        ]
+    return found
+
+
+def client_argv(options: Iperf3Options, server_address: str) -> list[str]:
+    argv = ["iperf3", "-c", server_address, "-p", str(PORT), "-t", f"{options.seconds:g}", "-J"]
+    if options.streams > 1:
+        argv += ["-P", str(options.streams)]
+    if options.reverse:
+        argv.append("-R")
+    if options.protocol == "udp":
+        argv.append("-u")
+    if options.bitrate:
+        argv += ["-b", options.bitrate]
+    if options.length:
+        argv += ["-l", str(options.length)]
+    return argv
+
+
+class Iperf3:
+    name: ClassVar[str] = "iperf3"
+    Options: ClassVar[type[Iperf3Options]] = Iperf3Options
+
+    def describe(self, options: Iperf3Options) -> str:
+        return f"iperf3 {options.protocol.upper()}" + (" reverse" if options.reverse else "")
+
+    def estimate_seconds(self, options: Iperf3Options) -> float:
+        return options.seconds + 3
+
+    def run(self, ctx: BenchContext, options: Iperf3Options) -> list[Measurement]:
+        ends = ctx.ends
+        server = ends.server.spawn(quote(["iperf3", "-s", "-B", ends.server_address, "-p", str(PORT), "-1"]))
+        argv = client_argv(options, ends.server_address)
+        try:
+            wait_listening(ends.server, PORT)
+            result = ends.client.run(quote(argv), timeout=options.seconds * 3 + 60, check=False)
+        finally:
+            server.stop()
+        path = ctx.save_raw(f"iperf3-{options.protocol}",
+                            f"$ {quote(argv)}\n# exit {result.returncode}\n{result.stdout}{result.stderr}")
+        try:
+            return parse(result.stdout, options.protocol)
+        except BenchmarkError as exc:
+            raise BenchmarkError(f"{exc} (raw output: {path})") from None

@@ -1,0 +1,129 @@
+"""Configure the guests' test network, check it is what was asked, and that it passes traffic.
+
+Everything runs in the guests through each node's command channel (`ip`, `tc`,
+`ethtool`), so the same code serves emulated NICs and passed-through cards.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+import time
+
+from niclab.backends.base import GuestCommandError, Rig
+from niclab.errors import NiclabError
+from niclab.netconf import verify
+from niclab.netconf.plan import PREFIX, Iface, NetconfError, NetPlan, plan, subnet
+from niclab.netconf.script import CARRIER_TIMEOUT_S, node_script
+
+PING_TIMEOUT_S = 20
+RTT_RE = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)")
+
+__all__ = ["Iface", "NetPlan", "NetconfError", "PREFIX", "configure", "node_script", "plan", "subnet"]
+
+
+def ping_script(source: Iface, targets: list[Iface]) -> str:
+    """Wait until each target answers once, then measure the idle round trip with three more."""
+    lines = []
+    for target in targets:
+        via = f"-I {shlex.quote(source.name)} {target.address}"
+        lines.append(f"ok=''; for i in $(seq {PING_TIMEOUT_S}); do ping -n -q -c 1 -W 1 {via} >/dev/null && "
+                     f"{{ ok=1; break; }}; done; [ -n \"$ok\" ] || {{ echo 'unreachable {target.address}'; exit 1; }}; "
+                     f"echo 'target {target.address}'; ping -n -q -c 3 -i 0.2 -W 1 {via} | tail -n 1")
+    return "\n".join(lines) + "\n"
+
+
+def parallel(jobs: dict[str, callable]) -> dict[str, object]:
+    """Run one job per node at once; re-raise the first failure in the caller's thread."""
+    results: dict[str, object] = {}
+    errors: dict[str, BaseException] = {}
+
+    def run(key, job):
+        try:
+            results[key] = job()
+        except BaseException as exc:
+            errors[key] = exc
+
+    threads = [threading.Thread(target=run, args=item, daemon=True) for item in jobs.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        key, exc = next(iter(errors.items()))
+        if isinstance(exc, NiclabError):
+            raise exc
+        raise NetconfError(f"{key}: {exc}") from exc
+    return results
+
+
+def _reachability(rig: Rig, net: NetPlan) -> dict[str, float]:
+    """Ping across every cable (one way) and within every segment (every pair)."""
+    jobs: dict[str, list[tuple[Iface, list[Iface]]]] = {}
+    for group in net.segments().values():
+        sources = group[:1] if len(group) == 2 else group
+        for source in sources:
+            targets = [t for t in group if t is not source]
+            jobs.setdefault(source.node, []).append((source, targets))
+
+    def ping_from(node: str) -> dict[str, float]:
+        rtts = {}
+        for source, targets in jobs[node]:
+            result = rig.node(node).run(ping_script(source, targets), timeout=(PING_TIMEOUT_S + 5) * len(targets),
+                                        check=False)
+            current = None
+            for line in result.stdout.splitlines():
+                if line.startswith("unreachable "):
+                    target = next(t for t in targets if t.address == line.split()[1])
+                    raise NetconfError(
+                        f"link {source.link}: {source.node} ({source.address}) cannot reach {target.node} "
+                        f"({target.address}) over {source.name} ({source.ports[0].model}) within {PING_TIMEOUT_S} s")
+                if line.startswith("target "):
+                    current = next(t for t in targets if t.address == line.split()[1])
+                elif (match := RTT_RE.search(line)) and current is not None:
+                    rtts[f"{source.node}->{current.node} {source.name}"] = float(match[1])
+            if not result.ok and not rtts:
+                raise NetconfError(f"{node}: ping failed: {(result.stderr or result.stdout).strip()}")
+        return rtts
+
+    found = parallel({node: (lambda n=node: ping_from(n)) for node in jobs})
+    return {key: value for rtts in found.values() for key, value in rtts.items()}
+
+
+def configure(rig: Rig, net: NetPlan, progress) -> dict:
+    """Configure every node (in parallel), check the result, ping across every wire. Returns facts."""
+    started = time.monotonic()
+
+    def configure_node(node: str) -> dict:
+        ifaces = net.on(node)
+        if not ifaces:
+            return {}
+        macs = {port.key: rig.mac(port) for iface in ifaces for port in iface.ports}
+        result = rig.node(node).run(node_script(ifaces, macs), timeout=CARRIER_TIMEOUT_S + 60, check=False)
+        if not result.ok:
+            raise NetconfError(f"{node}: configuring {', '.join(i.name for i in ifaces)} failed: "
+                               f"{(result.stderr or result.stdout).strip()}")
+        state = verify.parse_state(rig.node(node).run(verify.state_script(ifaces), timeout=60).stdout)
+        problems = verify.mismatches(node, ifaces, state)
+        if problems:
+            raise NetconfError(f"{node}: the network is not what the scenario asks:\n  " + "\n  ".join(problems))
+        return verify.summary(state)
+
+    states = parallel({node: (lambda n=node: configure_node(n)) for node in rig.nodes})
+    configured = time.monotonic() - started
+    rtts = _reachability(rig, net)
+    progress(f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
+             f"idle RTT " + ", ".join(f"{k} {v:.2f} ms" for k, v in sorted(rtts.items())) + ")")
+    return {
+        "configure_s": round(configured, 2),
+        "idle_rtt_ms": rtts,
+        "interfaces": {f"{i.node}/{i.name}": {
+            "address": f"{i.address}/{PREFIX}", "mtu": i.mtu, "link": i.link, "lane": i.lane,
+            "ports": [p.ifname for p in i.ports], "model": i.ports[0].model,
+            **({"bond": i.bond.model_dump(exclude_none=True)} if i.bond else {}),
+            **({"netem": i.netem.describe()} if i.netem else {}),
+            **({"offloads": i.offloads} if i.offloads else {}),
+        } for i in net.ifaces},
+        "observed": states,
+    }

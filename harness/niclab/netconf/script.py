@@ -1,0 +1,83 @@
+"""The shell script that configures one node's interfaces in its guest.
+
+Ports are found by MAC and renamed, get their MTU and offloads; bonds are
+created and their ports enslaved; addresses go on the L3 interfaces (port or
+bond), netem on their egress; then the script waits for carrier everywhere.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from niclab import offloads
+from niclab.netconf.plan import PREFIX, Iface
+
+CARRIER_TIMEOUT_S = 20
+
+
+def _ports_script(iface: Iface, macs: dict[tuple[str, int, int], str]) -> list[str]:
+    lines = []
+    for port in iface.ports:
+        name = shlex.quote(port.ifname)
+        lines += [
+            f"dev=$(by_mac {macs[port.key]})",
+            f'[ "$dev" = {name} ] || {{ ip link set dev "$dev" down; ip link set dev "$dev" name {name}; }}',
+            f"ip link set dev {name} mtu {iface.mtu}",
+        ]
+        if iface.offloads:
+            # A feature the driver cannot change is reported by the read-back, not here.
+            lines.append(f"ethtool -K {name} {' '.join(offloads.ethtool_args(iface.offloads))} >/dev/null 2>&1 || true")
+    return lines
+
+
+def _bond_script(iface: Iface) -> list[str]:
+    bond, name = iface.bond, shlex.quote(iface.name)
+    options = f"mode {bond.mode} miimon {bond.miimon}"
+    if bond.xmit_hash_policy:
+        options += f" xmit_hash_policy {bond.xmit_hash_policy}"
+    lines = [f"ip link add {name} type bond {options}"]
+    for port in iface.ports:
+        lines += [f"ip link set dev {shlex.quote(port.ifname)} down",
+                  f"ip link set dev {shlex.quote(port.ifname)} master {name}"]
+    lines.append(f"ip link set dev {name} mtu {iface.mtu}")
+    return lines
+
+
+def _l3_script(iface: Iface) -> list[str]:
+    name = shlex.quote(iface.name)
+    lines = [f"ip addr flush dev {name}", f"ip addr add {iface.address}/{PREFIX} dev {name}"]
+    lines += [f"ip link set dev {shlex.quote(port.ifname)} up" for port in iface.ports]
+    lines.append(f"ip link set dev {name} up")
+    if iface.netem is not None:
+        # `replace` would keep settings of an earlier netem: start from nothing.
+        lines += [f"tc qdisc del dev {name} root >/dev/null 2>&1 || true",
+                  f"tc qdisc add dev {name} root netem {' '.join(iface.netem.tc_args())}"]
+    return lines
+
+
+def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> str:
+    lines = [
+        "set -e",
+        'by_mac() { for d in /sys/class/net/*; do [ "$(cat "$d/address")" = "$1" ] && { echo "${d##*/}"; return 0; }; '
+        'done; echo "no interface has MAC $1" >&2; return 3; }',
+    ]
+    for iface in ifaces:
+        lines += _ports_script(iface, macs)
+    for iface in ifaces:
+        if iface.bond is not None:
+            lines += _bond_script(iface)
+    for iface in ifaces:
+        lines += _l3_script(iface)
+    watched = " ".join(shlex.quote(n) for n in dict.fromkeys(
+        [p.ifname for i in ifaces for p in i.ports] + [i.name for i in ifaces]))
+    lines += [
+        f"for i in $(seq {CARRIER_TIMEOUT_S * 10}); do",
+        "  down=''",
+        f"  for n in {watched}; do [ \"$(cat /sys/class/net/$n/carrier 2>/dev/null)\" = 1 ] || down=\"$down $n\"; done",
+        '  [ -z "$down" ] && exit 0',
+        "  sleep 0.1",
+        "done",
+        'echo "no carrier on:$down" >&2',
+        "exit 4",
+    ]
+    return "\n".join(lines) + "\n"

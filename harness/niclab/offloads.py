@@ -1,0 +1,76 @@
+"""NIC offload settings (ethtool -K), and a read-back of `ethtool -k`.
+
+A scenario names features by ethtool's short names (tso, gro, …) or by the
+long names `ethtool -k` prints. Each is turned on or off in the guest, then
+read back: a feature the driver cannot change shows "[fixed]", and niclab
+reports it rather than measuring something other than what was asked.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+SHORT_NAMES = {
+    "rx": "rx-checksumming", "tx": "tx-checksumming", "sg": "scatter-gather",
+    "tso": "tcp-segmentation-offload", "ufo": "udp-fragmentation-offload",
+    "gso": "generic-segmentation-offload", "gro": "generic-receive-offload",
+    "lro": "large-receive-offload", "rxvlan": "rx-vlan-offload", "txvlan": "tx-vlan-offload",
+    "ntuple": "ntuple-filters", "rxhash": "receive-hashing",
+}
+LONG_NAMES = set(SHORT_NAMES.values()) | {
+    "tx-nocache-copy", "rx-gro-hw", "rx-gro-list", "rx-udp-gro-forwarding", "highdma", "rx-fcs", "rx-all",
+    "tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-checksum-ipv4", "tx-checksum-ip-generic",
+    "tx-checksum-ipv6", "tx-scatter-gather", "tx-udp-segmentation", "rx-vlan-filter",
+}
+
+
+def long_name(feature: str) -> str:
+    return SHORT_NAMES.get(feature, feature)
+
+
+def check_feature(feature: str) -> str | None:
+    """None if ethtool knows the feature, else a message with a suggestion."""
+    if feature in SHORT_NAMES or feature in LONG_NAMES:
+        return None
+    close = difflib.get_close_matches(feature, [*SHORT_NAMES, *LONG_NAMES], n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"unknown offload feature {feature!r}{hint} (ethtool -K names: {', '.join(SHORT_NAMES)})"
+
+
+def parse_switch(feature: str, value: Any) -> bool:
+    """YAML reads on/off as booleans; "on"/"off" strings are fine too."""
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("on", "off"):
+        return str(value).lower() == "on"
+    raise ValueError(f"offload {feature}: {value!r} is neither on nor off")
+
+
+def ethtool_args(settings: dict[str, bool]) -> list[str]:
+    return [word for feature, on in settings.items() for word in (feature, "on" if on else "off")]
+
+
+def parse_features(text: str) -> dict[str, tuple[bool, bool]]:
+    """`ethtool -k` output -> feature: (on, fixed)."""
+    found = {}
+    for line in text.splitlines():
+        name, sep, rest = line.strip().partition(":")
+        if not sep or not rest.strip():
+            continue
+        words = rest.split()
+        if words[0] in ("on", "off"):
+            found[name] = (words[0] == "on", "[fixed]" in rest)
+    return found
+
+
+def mismatches(wanted: dict[str, bool], features: dict[str, tuple[bool, bool]]) -> list[str]:
+    problems = []
+    for feature, on in wanted.items():
+        state = features.get(long_name(feature))
+        if state is None:
+            problems.append(f"{feature}: the driver does not report it")
+        elif state[0] != on:
+            why = "fixed by the driver" if state[1] else "the driver refused the change"
+            problems.append(f"{feature}: asked {'on' if on else 'off'}, is {'on' if state[0] else 'off'} ({why})")
+    return problems

@@ -1,0 +1,307 @@
+"""The concrete scenario (one matrix cell): nodes, links, benchmarks, as pydantic models."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, \
+    model_validator
+
+from niclab import bench, nics, offloads
+from niclab.netem import Netem
+from niclab.scenario.errors import Problem, Problems, did_you_mean, pydantic_problems
+from niclab.topology import NodeSpec, Port, Topology, Wire, port_ifname
+
+NAME_RE = r"^[a-z0-9][a-z0-9-]*$"
+BOND_MODES = ("balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _memory_mib(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = re.fullmatch(r"\s*(\d+)\s*([MG])i?B?\s*", str(value), re.IGNORECASE)
+    if not match:
+        raise ValueError(f"memory {value!r} needs a unit: 256M or 1G")
+    return int(match[1]) * (1024 if match[2].upper() == "G" else 1)
+
+
+class NodeOptions(_Strict):
+    cpus: int = Field(1, ge=1, le=16)
+    memory: int = Field(256, description="MiB; YAML may say 256M or 1G")
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> int:
+        mib = _memory_mib(value)
+        if not 64 <= mib <= 65536:
+            raise ValueError(f"memory {mib} MiB is outside 64M..64G")
+        return mib
+
+
+class Bond(_Strict):
+    mode: Literal["balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb",
+                  "balance-alb"] = "balance-rr"
+    miimon: int = Field(100, ge=0, le=10000, description="link check interval (ms)")
+    xmit_hash_policy: Literal["layer2", "layer2+3", "layer3+4", "encap2+3", "encap3+4"] | None = None
+
+
+def _per_end(value: dict, ends: list[str]) -> tuple[bool, dict, list[Problem]]:
+    """Split settings given per end ({a: {...}, b: {...}}) from settings for every end.
+
+    Settings per end are recognized by their values: all mappings (a netem or
+    offload value never is one).
+    """
+    if value and all(isinstance(v, dict) or v is None for v in value.values()):
+        problems = [Problem((key,), f"{key!r} is not an end of this link ({', '.join(ends)})", at_key=True)
+                    for key in value if key not in ends]
+        return True, {end: (value.get(end) or {}) for end in ends}, problems
+    return False, {end: value for end in ends}, []
+
+
+class Link(_Strict):
+    between: list[str] = Field(min_length=2, description="2 nodes: a cable; 3 or more: a switched segment")
+    nic: str | dict[str, str]
+    count: int = Field(1, ge=1, le=8, description="parallel cables (or segments)")
+    bond: Bond | None = None
+    mtu: int = Field(1500, ge=68, le=65535)
+    offloads: dict[str, dict[str, bool]] = Field(default_factory=dict, description="per end, after loading")
+    netem: dict[str, Netem] = Field(default_factory=dict, description="per end, after loading")
+
+    @field_validator("bond", mode="before")
+    @classmethod
+    def _bond(cls, value: Any) -> Any:
+        if value is None or value == "none":
+            return None
+        if isinstance(value, str):
+            if value not in BOND_MODES:
+                hint = did_you_mean(value, BOND_MODES)
+                raise Problems([Problem((), f"unknown bonding mode {value!r}",
+                                        f"{hint + ' ' if hint else ''}modes: {', '.join(BOND_MODES)}")])
+            return {"mode": value}
+        return value
+
+    @field_validator("offloads", mode="before")
+    @classmethod
+    def _offloads(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise Problems([Problem((), "offloads maps ethtool feature names to on or off, e.g. {tso: off}")])
+        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
+        result = {}
+        for end, features in settings.items():
+            base = (end,) if per_end else ()
+            result[end] = {}
+            for feature, switch in (features or {}).items():
+                if (message := offloads.check_feature(feature)) is not None:
+                    problems.append(Problem(base + (feature,), message, at_key=True))
+                    continue
+                try:
+                    result[end][feature] = offloads.parse_switch(feature, switch)
+                except ValueError as exc:
+                    problems.append(Problem(base + (feature,), str(exc)))
+        if problems:
+            raise Problems(_unique(problems))
+        return result
+
+    @field_validator("netem", mode="before")
+    @classmethod
+    def _netem(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise Problems([Problem((), "netem maps settings to values, e.g. {delay: 10ms, loss: 1%}")])
+        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
+        result = {}
+        for end, spec in settings.items():
+            try:
+                result[end] = Netem.model_validate(spec or {})
+            except ValidationError as exc:
+                problems += pydantic_problems(exc.errors(), (end,) if per_end else ())
+        if problems:
+            raise Problems(_unique(problems))
+        return {end: spec for end, spec in result.items() if not spec.is_empty()}
+
+    def model_for(self, node: str) -> str:
+        return self.nic if isinstance(self.nic, str) else self.nic[node]
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for problem in problems:
+        if (problem.path, problem.message) not in seen:
+            seen.add((problem.path, problem.message))
+            out.append(problem)
+    return out
+
+
+class BenchmarkSpec(BaseModel):
+    tool: str
+    options: bench.BenchOptions
+
+    @property
+    def plugin(self) -> bench.Benchmark:
+        return bench.get(self.tool)
+
+    def describe(self) -> str:
+        """netperf TCP_STREAM, plus where it runs when that is not the default (link 1, c->b)."""
+        where = []
+        if self.options.link:
+            where.append(f"link {self.options.link}")
+        if self.options.from_ or self.options.to:
+            where.append(f"{self.options.from_ or ''}->{self.options.to or ''}")
+        label = self.plugin.describe(self.options)
+        return f"{label} ({', '.join(where)})" if where else label
+
+
+def benchmark_spec(item: Any) -> BenchmarkSpec:
+    if isinstance(item, BenchmarkSpec):
+        return item
+    if isinstance(item, str):
+        item = {item: {}}
+    if not isinstance(item, dict) or len(item) != 1:
+        raise Problems([Problem((), "each benchmark is one tool name with its options, "
+                                    "e.g. {netperf: {test: TCP_RR}}")])
+    (tool, options), = item.items()
+    if tool not in bench.REGISTRY:
+        hint = did_you_mean(tool, bench.REGISTRY)
+        raise Problems([Problem((tool,), f"unknown benchmark {tool!r}",
+                                f"{hint + ' ' if hint else ''}benchmarks are: {', '.join(bench.REGISTRY)}",
+                                at_key=True)])
+    if options is not None and not isinstance(options, dict):
+        raise Problems([Problem((tool,), f"the options of {tool} are a mapping, e.g. {{seconds: 10}}")])
+    try:
+        parsed = bench.get(tool).Options.model_validate(options or {})
+    except ValidationError as exc:
+        raise Problems(pydantic_problems(exc.errors(), (tool,))) from None
+    return BenchmarkSpec(tool=tool, options=parsed)
+
+
+class Scenario(_Strict):
+    name: str = Field(pattern=NAME_RE)
+    description: str = ""
+    nodes: dict[str, NodeOptions]
+    links: list[Link] = Field(min_length=1)
+    benchmarks: list[BenchmarkSpec] = Field(default_factory=list)
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _nodes(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not all(isinstance(n, str) for n in value):
+                raise Problems([Problem((), "nodes is a list of names or a mapping of name to options")])
+            if len(set(value)) != len(value):
+                twice = next(n for n in value if value.count(n) > 1)
+                raise Problems([Problem((value.index(twice, value.index(twice) + 1),), f"node {twice!r} twice")])
+            return {name: {} for name in value}
+        if isinstance(value, dict):
+            return {name: ({} if options is None else options) for name, options in value.items()}
+        return value
+
+    @field_validator("benchmarks", mode="before")
+    @classmethod
+    def _benchmarks(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        specs, problems = [], []
+        for i, item in enumerate(value):
+            try:
+                specs.append(benchmark_spec(item))
+            except Problems as exc:
+                problems += [Problem((i, *p.path), p.message, p.hint, p.at_key) for p in exc.problems]
+        if problems:
+            raise Problems(problems)
+        return specs
+
+    @model_validator(mode="after")
+    def _semantics(self) -> "Scenario":
+        problems: list[Problem] = []
+        if len(self.nodes) < 2:
+            problems.append(Problem(("nodes",), "a scenario needs at least two nodes"))
+        for name in self.nodes:
+            if not re.match(NAME_RE, name) or len(name) > 20:
+                problems.append(Problem(("nodes", name), f"node name {name!r} must match [a-z0-9-]+ "
+                                                         "(at most 20 characters)", at_key=True))
+        for i, link in enumerate(self.links):
+            problems += [Problem(("links", i, *p.path), p.message, p.hint, p.at_key)
+                         for p in link_problems(link, self.nodes)]
+        for i, spec in enumerate(self.benchmarks):
+            problems += [Problem(("benchmarks", i, spec.tool, *p.path), p.message, p.hint, p.at_key)
+                         for p in benchmark_problems(spec, self)]
+        if problems:
+            raise Problems(problems)
+        return self
+
+    def topology(self) -> Topology:
+        ports: dict[str, list[Port]] = {name: [] for name in self.nodes}
+        wires = []
+        for i, link in enumerate(self.links):
+            for lane in range(link.count):
+                ends = tuple(Port(node, i, lane, nics.get(link.model_for(node)).name,
+                                  port_ifname(i, lane, link.count)) for node in link.between)
+                for port in ends:
+                    ports[port.node].append(port)
+                wires.append(Wire(i, lane, ends))
+        nodes = tuple(NodeSpec(name, index, options.cpus, options.memory, tuple(ports[name]))
+                      for index, (name, options) in enumerate(self.nodes.items()))
+        return Topology(nodes, tuple(wires))
+
+
+def link_problems(link: Link, nodes: dict[str, NodeOptions]) -> list[Problem]:
+    problems = []
+    for j, node in enumerate(link.between):
+        if node not in nodes:
+            problems.append(Problem(("between", j), f"unknown node {node!r}",
+                                    did_you_mean(node, nodes) or f"nodes are: {', '.join(nodes)}"))
+    if len(set(link.between)) != len(link.between):
+        problems.append(Problem(("between",), "a node appears twice in the same link"))
+    if link.bond is not None and link.count < 2:
+        problems.append(Problem(("bond",), f"bonding needs at least two ports per end; this link has count {link.count}",
+                                "set count: 2 or more, or remove bond"))
+    per_end = {} if isinstance(link.nic, str) else link.nic
+    for node in per_end:
+        if node not in link.between:
+            problems.append(Problem(("nic", node), f"{node!r} is not an end of this link "
+                                                   f"({', '.join(link.between)})", at_key=True))
+    missing = [node for node in link.between if per_end and node not in per_end]
+    if missing:
+        problems.append(Problem(("nic",), f"no NIC model for end {', '.join(map(repr, missing))}"))
+    models = [(("nic",), link.nic)] if isinstance(link.nic, str) else \
+        [(("nic", node), model) for node, model in per_end.items()]
+    for path, model in models:
+        found = nics.lookup(model)
+        if found is None:
+            hint = did_you_mean(model, nics.names())
+            problems.append(Problem(path, f"unknown NIC model {model!r}",
+                                    f"{hint + ' ' if hint else ''}run 'niclab nics' for the list"))
+        elif link.mtu > found.max_mtu:
+            problems.append(Problem(("mtu",), f"MTU {link.mtu} is above the {found.name} driver's maximum "
+                                              f"({found.max_mtu})",
+                                    f"use an MTU up to {found.max_mtu}, a model that takes jumbo frames, "
+                                    "or exclude the cell"))
+    return problems
+
+
+def benchmark_problems(spec: BenchmarkSpec, scenario: Scenario) -> list[Problem]:
+    options = spec.options
+    if options.link >= len(scenario.links):
+        return [Problem(("link",), f"there is no link {options.link} "
+                                   f"(links are numbered 0..{len(scenario.links) - 1})")]
+    link = scenario.links[options.link]
+    problems = []
+    for field in ("from_", "to"):
+        node = getattr(options, field)
+        if node is not None and node not in link.between:
+            known = node in scenario.nodes
+            problems.append(Problem((field.rstrip("_"),),
+                                    f"node {node!r} is not on link {options.link} ({', '.join(link.between)})"
+                                    if known else f"unknown node {node!r}",
+                                    "" if known else did_you_mean(node, scenario.nodes)))
+    if options.from_ is not None and options.from_ == options.to:
+        problems.append(Problem(("to",), "a benchmark runs between two different nodes"))
+    return problems

@@ -1,0 +1,229 @@
+"""A scenario file as a template: the matrix, its exclusions, ${axis} placeholders, the cells.
+
+Each combination of the matrix axes is a cell with a stable id
+(`nic=e1000,mtu=9000`, axes in file order). The template is checked as a
+whole (unknown or unused axes, exclusions that match nothing) and then every
+cell is validated as a concrete Scenario. A problem that only some cells have
+names them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from niclab.errors import UsageError
+from niclab.scenario.errors import Problem, ScenarioError, did_you_mean, pydantic_problems
+from niclab.scenario.model import Scenario
+from niclab.yamlpos import Positions, YamlError, load
+
+PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+AXIS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TEMPLATE_KEYS = ("matrix", "exclude")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination of the matrix axes, with the concrete scenario it gives."""
+
+    id: str
+    params: dict[str, Any]
+    scenario: Scenario
+
+
+@dataclass
+class ScenarioFile:
+    path: Path
+    display: str
+    matrix: dict[str, list]
+    cells: list[Cell]
+
+    @property
+    def name(self) -> str:
+        return self.cells[0].scenario.name
+
+    def select(self, wanted: list[str] | None) -> list[Cell]:
+        if not wanted:
+            return self.cells
+        by_id = {cell.id: cell for cell in self.cells}
+        chosen = []
+        for cell_id in wanted:
+            if cell_id not in by_id:
+                hint = did_you_mean(cell_id, by_id)
+                raise UsageError(f"{self.display}: no cell {cell_id!r}; "
+                                 f"{hint + ' ' if hint else ''}cells are: {', '.join(by_id)}")
+            chosen.append(by_id[cell_id])
+        return chosen
+
+
+def cell_id(params: dict[str, Any]) -> str:
+    def text(value: Any) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return ",".join(f"{k}={text(v)}" for k, v in params.items()) or "default"
+
+
+def substitute(value: Any, params: dict[str, Any]) -> Any:
+    """${axis} becomes the axis value: typed when it is the whole string, text inside a longer one."""
+    if isinstance(value, str):
+        whole = PLACEHOLDER.fullmatch(value)
+        if whole and whole[1] in params:
+            return params[whole[1]]
+        return PLACEHOLDER.sub(lambda m: str(params.get(m[1], m[0])), value)
+    if isinstance(value, list):
+        return [substitute(v, params) for v in value]
+    if isinstance(value, dict):
+        return {k: substitute(v, params) for k, v in value.items()}
+    return value
+
+
+def _placeholders(value: Any, path: tuple = ()):
+    if isinstance(value, str):
+        for match in PLACEHOLDER.finditer(value):
+            yield path, match[1]
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _placeholders(item, path + (i,))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _placeholders(item, path + (key,))
+
+
+def _check_matrix(matrix: Any) -> list[Problem]:
+    if not isinstance(matrix, dict):
+        return [Problem(("matrix",), "matrix maps each axis to a list of values, e.g. {nic: [e1000, virtio]}")]
+    problems = []
+    for axis, values in matrix.items():
+        if not AXIS_RE.match(axis):
+            problems.append(Problem(("matrix", axis), f"axis name {axis!r} must be a name like nic or mtu",
+                                    at_key=True))
+        if not isinstance(values, list) or not values:
+            problems.append(Problem(("matrix", axis), "an axis is a non-empty list of values, e.g. [1500, 9000]"))
+            continue
+        for i, value in enumerate(values):
+            if not isinstance(value, (str, int, float, bool)):
+                problems.append(Problem(("matrix", axis, i), f"axis values are plain values, not {value!r}"))
+            elif values.index(value) != i:
+                problems.append(Problem(("matrix", axis, i), f"{value!r} is listed twice in axis {axis!r}"))
+    return problems
+
+
+def _check_exclude(exclude: Any, matrix: dict[str, list]) -> list[Problem]:
+    if not isinstance(exclude, list):
+        return [Problem(("exclude",), "exclude is a list of cells to drop, e.g. [{nic: rtl8139, mtu: 9000}]")]
+    problems = []
+    for i, rule in enumerate(exclude):
+        if not isinstance(rule, dict) or not rule:
+            problems.append(Problem(("exclude", i), "each exclusion maps axes to values, e.g. {mtu: 9000}"))
+            continue
+        for axis, value in rule.items():
+            if axis not in matrix:
+                hint = did_you_mean(axis, matrix)
+                problems.append(Problem(("exclude", i, axis), f"no matrix axis {axis!r}",
+                                        hint or f"axes are: {', '.join(matrix) or 'none'}", at_key=True))
+            elif value not in matrix[axis]:
+                problems.append(Problem(("exclude", i, axis), f"{value!r} is not a value of axis {axis!r} "
+                                                              f"({', '.join(map(str, matrix[axis]))})"))
+    return problems
+
+
+def _check_placeholders(body: dict, matrix: dict[str, list]) -> list[Problem]:
+    problems, used = [], set()
+    for path, name in _placeholders(body):
+        used.add(name)
+        if name not in matrix:
+            hint = did_you_mean(name, matrix)
+            problems.append(Problem(path, f"${{{name}}} names no matrix axis",
+                                    hint or (f"axes are: {', '.join(matrix)}" if matrix
+                                             else "add a matrix: with that axis")))
+    for axis in matrix:
+        if axis not in used:
+            problems.append(Problem(("matrix", axis), f"matrix axis {axis!r} is never used",
+                                    f"write ${{{axis}}} where its value belongs, or drop the axis", at_key=True))
+    return problems
+
+
+def _excluded(params: dict[str, Any], exclude: list[dict]) -> bool:
+    return any(all(params.get(axis) == value for axis, value in rule.items()) for rule in exclude)
+
+
+def _cells_text(ids: list[str]) -> str:
+    shown = ", ".join(ids[:3])
+    return f"cell {shown}" if len(ids) == 1 else f"cells {shown}" + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+
+
+def _expand(body: dict, matrix: dict[str, list], exclude: list[dict]) -> tuple[list[Cell], list[Problem]]:
+    combos = [dict(zip(matrix, values)) for values in itertools.product(*matrix.values())]
+    kept = [params for params in combos if not _excluded(params, exclude)]
+    if not kept:
+        return [], [Problem(("exclude",), "every cell of the matrix is excluded")]
+    cells: list[Cell] = []
+    failing: dict[tuple, list[str]] = {}
+    for params in kept:
+        cid = cell_id(params)
+        try:
+            cells.append(Cell(cid, params, Scenario.model_validate(substitute(body, params))))
+        except ValidationError as exc:
+            for problem in pydantic_problems(exc.errors()):
+                failing.setdefault((problem.path, problem.message, problem.hint, problem.at_key), []).append(cid)
+    problems = []
+    for (path, message, hint, at_key), ids in failing.items():
+        if matrix and len(ids) < len(kept):
+            message = f"{message} (in {_cells_text(ids)})"
+        problems.append(Problem(path, message, hint, at_key))
+    if problems:
+        return cells, problems
+    seen: dict[str, str] = {}
+    for cell in cells:
+        config = cell.scenario.model_dump_json(exclude={"description"})
+        if config in seen:
+            problems.append(Problem(("matrix",), f"cells {seen[config]} and {cell.id} expand to the same "
+                                                 "configuration", "drop the duplicate value or exclude one cell"))
+        else:
+            seen[config] = cell.id
+    return cells, problems
+
+
+def parse(text: str, display: str, path: Path | None = None) -> ScenarioFile:
+    try:
+        raw, positions = load(text)
+    except YamlError as exc:
+        hint = ""
+        line = text.splitlines()[exc.position.line - 1] if exc.position and exc.position.line <= len(
+            text.splitlines()) else ""
+        if "${" in line and "{" in line.replace("${", ""):
+            hint = 'inside { } a placeholder must be quoted: "${axis}", or use block style'
+        raise ScenarioError(display, [(exc.position, Problem((), exc.message, hint))]) from None
+
+    def fail(problems: list[Problem], where: Positions) -> ScenarioError:
+        return ScenarioError(display, [(where.of(p.path, p.at_key), p) for p in problems])
+
+    if not isinstance(raw, dict):
+        raise fail([Problem((), "a scenario is a mapping with name, nodes, links and benchmarks")], positions)
+    matrix = raw.get("matrix") or {}
+    exclude = raw.get("exclude") or []
+    body = {key: value for key, value in raw.items() if key not in TEMPLATE_KEYS}
+    problems = _check_matrix(matrix)
+    if not problems:
+        problems = _check_exclude(exclude, matrix) + _check_placeholders(body, matrix)
+    if problems:
+        raise fail(problems, positions)
+    cells, problems = _expand(body, matrix, exclude)
+    if problems:
+        raise fail(problems, positions)
+    return ScenarioFile(path or Path(display), display, matrix, cells)
+
+
+def load_scenario(path: Path) -> ScenarioFile:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such scenario file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it ({exc})") from None
+    return parse(text, str(path), path)

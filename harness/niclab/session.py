@@ -1,0 +1,134 @@
+"""A Session is one realized cell: nodes up, network configured and checked.
+
+It is the seam between a topology and whatever measures it: the runner runs
+the scenario's benchmarks through it, and tests use it directly::
+
+    with Session(cell, get_backend("qemu"), workdir) as s:
+        s.node("a").run("ethtool -i link0")
+        s.bench("netperf", test="TCP_RR", seconds=5)
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Callable
+
+from niclab import bench as benchmarks
+from niclab import facts, netconf
+from niclab.backends.base import Backend, Node, Rig
+from niclab.bench.base import BenchContext, Endpoints, Measurement
+from niclab.errors import NiclabError, UsageError
+from niclab.scenario import BenchmarkSpec, Cell
+from niclab.scenario.model import benchmark_problems, benchmark_spec
+from niclab.scenario.errors import Problems
+
+Progress = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+class Session:
+    def __init__(self, cell: Cell, backend: Backend, workdir: Path, progress: Progress = _quiet,
+                 save_raw: Callable[[str, str], Path] | None = None):
+        self.cell = cell
+        self.scenario = cell.scenario
+        self.backend = backend
+        self.workdir = workdir
+        self.progress = progress
+        self._save_raw = save_raw or self._save_in_workdir
+        self.net = netconf.plan(self.scenario)
+        self.rig: Rig | None = None
+        self.facts: dict = {}
+        self.timings: dict = {}
+        self._stack = ExitStack()
+
+    def __enter__(self) -> "Session":
+        started = time.monotonic()
+        try:
+            self.rig = self._stack.enter_context(
+                self.backend.realize(self.scenario.topology(), self.workdir, self.progress))
+            self.timings["boot_s"] = round(time.monotonic() - started, 2)
+            network = netconf.configure(self.rig, self.net, self.progress)
+            nodes = {name: facts.node_facts(node, [i.name for i in self.net.on(name)]
+                                            + [p.ifname for i in self.net.on(name) for p in i.ports if i.bond])
+                     for name, node in self.rig.nodes.items()}
+            self.timings["network_s"] = round(time.monotonic() - started - self.timings["boot_s"], 2)
+            self.facts = {"host": facts.host_facts(), "rig": self.rig.facts, "network": network, "nodes": nodes}
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+        self.rig = None
+
+    # -- handles ----------------------------------------------------------
+
+    def node(self, name: str) -> Node:
+        if self.rig is None:
+            raise NiclabError("the session is not running (use it inside `with`)")
+        return self.rig.node(name)
+
+    def iface(self, node: str, link: int = 0, lane: int = 0) -> netconf.Iface:
+        return self.net.find(node, link, lane)
+
+    def endpoints(self, spec: BenchmarkSpec) -> Endpoints:
+        options = spec.options
+        link = self.scenario.links[options.link]
+        client = options.from_ or link.between[0]
+        server = options.to or next(n for n in link.between if n != client)
+        return Endpoints(
+            client=self.node(client), server=self.node(server),
+            client_address=self.net.find(client, options.link).address,
+            server_address=self.net.find(server, options.link).address,
+            link=options.link,
+        )
+
+    def nic_summary(self, node: str, link: int) -> dict:
+        iface = self.net.find(node, link)
+        found = self.facts.get("nodes", {}).get(node, {}).get("interfaces", {}).get(iface.ports[0].ifname, {})
+        return {"model": iface.ports[0].model, "driver": found.get("driver"),
+                "driver_version": found.get("version"), "pci_id": found.get("pci_id"), "ifname": iface.name,
+                "ports": len(iface.ports), "bond": iface.bond.mode if iface.bond else None, "mtu": iface.mtu}
+
+    # -- measuring --------------------------------------------------------
+
+    def spec(self, tool: str, **options) -> BenchmarkSpec:
+        """A benchmark spec checked as the scenario file would check it."""
+        if "from_" in options:
+            options["from"] = options.pop("from_")
+        try:
+            spec = benchmark_spec({tool: options})
+            problems = benchmark_problems(spec, self.scenario)
+        except Problems as exc:
+            problems = exc.problems
+        if problems:
+            raise UsageError("; ".join(f"{'.'.join(map(str, p.path))}: {p.message}" for p in problems))
+        return spec
+
+    def run(self, spec: BenchmarkSpec) -> tuple[Endpoints, list[Measurement]]:
+        ends = self.endpoints(spec)
+        ctx = BenchContext(ends=ends, save_raw=self._save_raw, progress=self.progress)
+        return ends, spec.plugin.run(ctx, spec.options)
+
+    def bench(self, tool: str, **options) -> list[Measurement]:
+        """Run one benchmark now, e.g. bench("netperf", test="TCP_RR", link=1)."""
+        return self.run(self.spec(tool, **options))[1]
+
+    def _save_in_workdir(self, name: str, text: str) -> Path:
+        directory = self.workdir / "raw"
+        directory.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while (directory / f"{name}-{n}.txt").exists():
+            n += 1
+        path = directory / f"{name}-{n}.txt"
+        path.write_text(text)
+        return path
+
+
+__all__ = ["Session", "benchmarks"]

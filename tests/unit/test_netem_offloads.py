@@ -1,0 +1,68 @@
+import pytest
+from pydantic import ValidationError
+
+from niclab import offloads
+from niclab.netem import Netem, mismatches, parse_qdisc
+
+
+def test_units_are_parsed_and_written_back_the_way_tc_takes_them():
+    spec = Netem(delay="10ms", jitter="1ms", loss="0.5%", duplicate="0.1%", reorder="1%", corrupt="0.01%",
+                 rate="100mbit")
+    assert spec.delay == 10000 and spec.jitter == 1000 and spec.rate == 100e6
+    assert spec.tc_args() == ["delay", "10ms", "1ms", "loss", "0.5%", "duplicate", "0.1%", "reorder", "1%",
+                              "corrupt", "0.01%", "rate", "100mbit"]
+    assert Netem(delay="250us", rate="1.5mbit").tc_args() == ["delay", "250us", "rate", "1500kbit"]
+    assert Netem(delay="2s").tc_args() == ["delay", "2s"]
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("delay", 10, "netem delay 10 needs a unit, e.g. 10ms or 500us"),
+    ("loss", 5, "netem loss 5 needs a unit, e.g. 0.5%"),
+    ("rate", "100mbps", "netem rate '100mbps' is not understood; write it like 100mbit"),
+    ("loss", "150%", "netem loss '150%' is more than 100%"),
+])
+def test_values_without_units_are_refused(field, value, message):
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Netem(**{field: value})
+
+
+def test_jitter_and_reorder_need_a_delay():
+    with pytest.raises(ValidationError, match="netem reorder needs a delay"):
+        Netem(reorder="1%")
+
+
+def test_read_back_of_tc_output():
+    installed = parse_qdisc("qdisc netem 8001: root refcnt 2 limit 1000 delay 10ms  1ms loss 0.5% "
+                            "duplicate 0.1% reorder 1% corrupt 0.01% rate 100Mbit gap 1")
+    assert installed == {"limit": 1000, "delay": 10000, "jitter": 1000, "loss": 0.5, "duplicate": 0.1,
+                         "reorder": 1, "corrupt": 0.01, "rate": 100e6}
+    spec = Netem(delay="10ms", jitter="1ms", loss="0.5%", duplicate="0.1%", reorder="1%", corrupt="0.01%",
+                 rate="100mbit")
+    assert mismatches(spec, installed) == []
+    # tc rounds tiny probabilities: 0.001% reads back as 0.00100001%
+    assert mismatches(Netem(loss="0.001%"), parse_qdisc("qdisc netem 8001: root refcnt 2 limit 1000 loss 0.00100001%")) == []
+    # leftovers of an earlier qdisc are differences too
+    assert mismatches(Netem(delay="1.5ms"), parse_qdisc(
+        "qdisc netem 8001: root refcnt 2 limit 1000 delay 1.5ms reorder 1% corrupt 0.01% rate 100Mbit")) == [
+        "corrupt: not asked, installed 0.01%", "rate: not asked, installed 100mbit", "reorder: not asked, installed 1%"]
+    assert parse_qdisc("qdisc noqueue 0: root refcnt 2") is None
+    assert mismatches(Netem(delay="1ms"), None) == ["no netem qdisc is installed"]
+
+
+def test_offload_names_and_switches():
+    assert offloads.check_feature("tso") is None
+    assert offloads.check_feature("generic-receive-offload") is None
+    assert "did you mean 'tso'" in offloads.check_feature("tos")
+    assert offloads.parse_switch("tso", False) is False and offloads.parse_switch("gro", "on") is True
+    with pytest.raises(ValueError, match="neither on nor off"):
+        offloads.parse_switch("gro", "maybe")
+    assert offloads.ethtool_args({"tso": False, "gro": True}) == ["tso", "off", "gro", "on"]
+
+
+def test_offload_read_back():
+    features = offloads.parse_features("tcp-segmentation-offload: off\n\ttx-tcp-segmentation: off [fixed]\n"
+                                       "generic-receive-offload: on\nlarge-receive-offload: off [fixed]\n")
+    assert features["tcp-segmentation-offload"] == (False, False)
+    assert features["large-receive-offload"] == (False, True)
+    assert offloads.mismatches({"tso": False, "gro": True}, features) == []
+    assert offloads.mismatches({"lro": True}, features) == ["lro: asked on, is off (fixed by the driver)"]
