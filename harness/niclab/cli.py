@@ -129,6 +129,15 @@ def cmd_nics(args) -> int:
     return EXIT_OK
 
 
+def cmd_plan(args) -> int:
+    from niclab.plan import plan_table
+    from niclab.scenario import load_scenario
+
+    scenario_file = load_scenario(Path(args.scenario))
+    print(plan_table(scenario_file.name, scenario_file.select(args.cell)))
+    return EXIT_OK
+
+
 def cmd_validate(args) -> int:
     from niclab.scenario import ScenarioError, load_scenario
 
@@ -190,6 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
     nics = verbs.add_parser("nics", help="list the emulated NIC models",
                             description="The NIC models a scenario can name, their drivers and limits.")
     nics.set_defaults(func=cmd_nics)
+
+    plan = verbs.add_parser("plan", help="list a scenario's cells and estimate the run's wall time",
+                            description="List the matrix cells a run would realize, with an estimate of "
+                                        "each one's wall time; boots nothing.")
+    plan.add_argument("scenario", metavar="SCENARIO")
+    plan.add_argument("--cell", action="append", metavar="ID", help="only these cells")
+    plan.set_defaults(func=cmd_plan)
 
     validate = verbs.add_parser("validate", help="check scenario files without booting anything",
                                 description="Check scenario files; exit 1 if any has a problem.")

@@ -10,15 +10,7 @@ import platform
 import shlex
 
 from niclab.backends.base import Node
-
-# The PCI function behind an interface: its `device`, or, for virtio_net, the
-# first ancestor on the PCI bus (`device` is then the virtio device).
-PCI_DIR = (
-    'pci_dir() { d=$(readlink -f "/sys/class/net/$1/device"); '
-    'while [ "$d" != /sys ] && [ "$(cd -P "$d/subsystem" 2>/dev/null && pwd)" != /sys/bus/pci ]; '
-    'do d=${d%/*}; done; echo "$d"; }'
-)
-
+from niclab.guestsh import PCI_DIR
 
 def node_script(ifnames: list[str]) -> str:
     lines = [PCI_DIR, 'echo "kernel=$(uname -r)"']

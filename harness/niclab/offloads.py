@@ -44,7 +44,7 @@ def parse_switch(feature: str, value: Any) -> bool:
         return value
     if str(value).lower() in ("on", "off"):
         return str(value).lower() == "on"
-    raise ValueError(f"offload {feature}: {value!r} is neither on nor off")
+    raise ValueError(f"{value!r} is neither on nor off")
 
 
 def ethtool_args(settings: dict[str, bool]) -> list[str]:
@@ -52,15 +52,27 @@ def ethtool_args(settings: dict[str, bool]) -> list[str]:
 
 
 def parse_features(text: str) -> dict[str, tuple[bool, bool]]:
-    """`ethtool -k` output -> feature: (on, fixed)."""
-    found = {}
+    """`ethtool -k` output -> feature: (on, fixed).
+
+    A group (tcp-segmentation-offload) whose indented sub-features are all
+    [fixed] is fixed too, though ethtool does not mark the group line.
+    """
+    found: dict[str, tuple[bool, bool]] = {}
+    children: dict[str, list[bool]] = {}
+    group = None
     for line in text.splitlines():
         name, sep, rest = line.strip().partition(":")
-        if not sep or not rest.strip():
+        if not sep or not rest.strip() or rest.split()[0] not in ("on", "off"):
             continue
-        words = rest.split()
-        if words[0] in ("on", "off"):
-            found[name] = (words[0] == "on", "[fixed]" in rest)
+        fixed = "[fixed]" in rest
+        found[name] = (rest.split()[0] == "on", fixed)
+        if line[:1].isspace() and group is not None:
+            children.setdefault(group, []).append(fixed)
+        else:
+            group = name
+    for name, fixed in children.items():
+        if fixed and all(fixed):
+            found[name] = (found[name][0], True)
     return found
 
 

@@ -17,7 +17,7 @@ from yaml.constructor import SafeConstructor
 Path_ = tuple[str | int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Position:
     line: int
     column: int
@@ -39,10 +39,12 @@ class Positions:
 
 
 class YamlError(Exception):
-    def __init__(self, message: str, position: Position | None):
+    def __init__(self, message: str, position: Position | None, path: Path_ = (), hint: str = ""):
         super().__init__(message)
         self.message = message
         self.position = position
+        self.path = path
+        self.hint = hint
 
 
 class _Constructor(SafeConstructor):
@@ -61,10 +63,11 @@ def _build(node: yaml.Node, path: Path_, positions: Positions, constructor: _Con
         for key_node, value_node in node.value:
             key = constructor.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float)) or isinstance(key, bool):
-                raise YamlError(f"a mapping key must be a name, not {key!r}", _mark(key_node))
+                raise YamlError(f"a mapping key must be a name, not {key!r}", _mark(key_node), path)
             key = str(key)
             if key in result:
-                raise YamlError(f"duplicate key '{key}'", _mark(key_node))
+                raise YamlError(f"duplicate key '{key}'", _mark(key_node), path + (key,),
+                                "each key may appear once in a mapping")
             positions.keys[path + (key,)] = _mark(key_node)
             result[key] = _build(value_node, path + (key,), positions, constructor)
         return result
@@ -79,7 +82,8 @@ def load(text: str) -> tuple[object, Positions]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         position = Position(mark.line + 1, mark.column + 1) if mark else None
-        raise YamlError(f"not valid YAML: {exc.problem}", position) from None
+        hint = "check the indentation of this line against the lines above" if "block" in str(exc.problem) else ""
+        raise YamlError(f"not valid YAML: {exc.problem}", position, hint=hint) from None
     positions = Positions({}, {})
     if node is None:
         return None, positions

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from niclab import nics
 from niclab.backends.base import Rig
 from niclab.backends.qemu import QemuBackend
+from niclab.guestsh import BY_MAC, PCI_DIR
 from niclab.topology import NodeSpec, Port, Topology, Wire
 
 NODES = ("a", "b")
@@ -53,19 +54,11 @@ def catalog_topology() -> Topology:
 
 # -- in the guest ---------------------------------------------------------
 
-PROBE_FUNCTION = r"""
-by_mac() { for d in /sys/class/net/*; do [ "$(cat "$d/address")" = "$1" ] && { echo "${d##*/}"; return 0; }; done; return 1; }
-# The PCI function behind an interface: its `device`, or the first PCI ancestor
-# (a virtio_net interface's `device` is the virtio device, vendor 1af4 device 0001).
-pci_dir() {
-    d=$(cd -P "/sys/class/net/$1/device" && pwd)
-    while [ "$d" != /sys ] && [ "$(cd -P "$d/subsystem" 2>/dev/null && pwd)" != /sys/bus/pci ]; do d=${d%/*}; done
-    echo "$d"
-}
+PROBE_FUNCTION = BY_MAC + "\n" + PCI_DIR + "\n" + r"""
 probe() {
     k=$1 mac=$2 max=$3 addr=$4
     echo "== $k"
-    dev=$(by_mac "$mac") || { echo "no interface has MAC $mac"; return; }
+    dev=$(by_mac "$mac" 2>&1) || { echo "no interface has MAC $mac"; return; }
     echo "dev $dev"
     pci=$(pci_dir "$dev")
     echo "pci $(cat "$pci/vendor") $(cat "$pci/device") ${pci##*/}"

@@ -5,7 +5,7 @@ import pytest
 
 from niclab.cli import build_parser, main
 
-VERBS = [["run"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"]]
+VERBS = [["run"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"], ["plan"]]
 
 
 @pytest.mark.parametrize("verb", VERBS, ids=lambda v: " ".join(v))
@@ -49,3 +49,18 @@ def test_nics_lists_the_catalog(capsys):
 def test_console_script_runs():
     result = subprocess.run([sys.executable, "-m", "niclab", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("niclab ")
+
+
+def test_plan_lists_cells_with_estimates(repo, capsys):
+    assert main(["plan", str(repo / "scenarios" / "mtu-sweep.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "nic=e1000,mtu=1500" in out and "nic=rtl8139,mtu=4000" in out
+    assert "nic=rtl8139,mtu=9000" not in out  # excluded
+    assert "scenario mtu-sweep: 23 cells, about" in out
+
+
+def test_every_shipped_scenario_validates(repo, capsys):
+    files = sorted(str(p) for p in (repo / "scenarios").glob("*.yaml"))
+    assert {"two-node", "nic-shootout", "mtu-sweep", "bonding", "wan", "three-node-switch"} <= {
+        p.rsplit("/", 1)[1][:-5] for p in files}
+    assert main(["validate", *files]) == 0, capsys.readouterr().err

@@ -81,6 +81,7 @@ bond_port.link2p2=down
 [port link2p0]
 mtu=1500
 carrier=1
+driver=e1000
 feature.tcp-segmentation-offload=off
 [iface link0]
 mtu=1400
@@ -89,6 +90,7 @@ qdisc=qdisc netem 8001: root refcnt 2 limit 1000 delay 10ms  loss 2%
 [port link0]
 mtu=1400
 carrier=1
+driver=8139too
 feature.tcp-segmentation-offload=on [fixed]
 feature.generic-receive-offload=on
 """
@@ -100,8 +102,11 @@ def test_read_back_reports_every_difference():
     assert problems == [
         "a/link0: MTU is 1400, asked 1500",
         "a/link0: netem loss: asked 1%, installed 2%",
+        "a/link0: driver 8139too is bound, the e1000 model needs e1000",
         "a/link0 (e1000): offload tso: asked off, is on (fixed by the driver)",
         "a/bond2: bond port link2p2 is down",
         "a/link2p1: no carrier",
+        "a/link2p1: driver none is bound, the e1000 model needs e1000",
         "a/link2p2: no carrier",
+        "a/link2p2: driver none is bound, the e1000 model needs e1000",
     ]

@@ -54,7 +54,7 @@ def test_offload_names_and_switches():
     assert offloads.check_feature("generic-receive-offload") is None
     assert "did you mean 'tso'" in offloads.check_feature("tos")
     assert offloads.parse_switch("tso", False) is False and offloads.parse_switch("gro", "on") is True
-    with pytest.raises(ValueError, match="neither on nor off"):
+    with pytest.raises(ValueError, match="is neither on nor off"):
         offloads.parse_switch("gro", "maybe")
     assert offloads.ethtool_args({"tso": False, "gro": True}) == ["tso", "off", "gro", "on"]
 
@@ -62,7 +62,16 @@ def test_offload_names_and_switches():
 def test_offload_read_back():
     features = offloads.parse_features("tcp-segmentation-offload: off\n\ttx-tcp-segmentation: off [fixed]\n"
                                        "generic-receive-offload: on\nlarge-receive-offload: off [fixed]\n")
-    assert features["tcp-segmentation-offload"] == (False, False)
+    assert features["tcp-segmentation-offload"] == (False, True)  # its only part is fixed
     assert features["large-receive-offload"] == (False, True)
     assert offloads.mismatches({"tso": False, "gro": True}, features) == []
     assert offloads.mismatches({"lro": True}, features) == ["lro: asked on, is off (fixed by the driver)"]
+
+
+def test_a_group_whose_parts_are_all_fixed_is_fixed():
+    features = offloads.parse_features("tcp-segmentation-offload: off\n\ttx-tcp-segmentation: off [fixed]\n"
+                                       "\ttx-tcp6-segmentation: off [fixed]\nscatter-gather: off\n"
+                                       "\ttx-scatter-gather: off [fixed]\n\ttx-scatter-gather-fraglist: off\n")
+    assert features["tcp-segmentation-offload"] == (False, True)
+    assert features["scatter-gather"] == (False, False)
+    assert offloads.mismatches({"tso": True}, features) == ["tso: asked on, is off (fixed by the driver)"]

@@ -22,9 +22,11 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -45,6 +47,14 @@ class BootError(NiclabError):
     """A guest never came up."""
 
 
+@dataclass(frozen=True)
+class Attachment:
+    """How one port joins its wire: the -netdev backend, and the socket QEMU inherits, if any."""
+
+    netdev: str
+    fd: int | None = None
+
+
 def udp_cable() -> tuple[socket.socket, socket.socket]:
     """Two UDP sockets on 127.0.0.1 connected to each other: the two ends of a cable."""
     ends = []
@@ -57,21 +67,28 @@ def udp_cable() -> tuple[socket.socket, socket.socket]:
     return ends[0], ends[1]
 
 
-def start_switch(supervisor: Supervisor, workdir: Path, name: str, timeout: float = 10.0) -> str:
-    """Start a vde_switch whose sockets live in workdir/name; returns that (relative) name."""
+def start_switch(supervisor: Supervisor, workdir: Path, sockets: Path, name: str, timeout: float = 10.0) -> str:
+    """Start a vde_switch with its sockets in sockets/name; returns that path for -netdev vde.
+
+    vde_switch makes its socket paths absolute, and a unix socket path must fit
+    in 108 bytes, so the sockets live in a short temporary directory; a symlink
+    in the work directory points at them.
+    """
     binary = shutil.which("vde_switch")
     if binary is None:
         raise NiclabError("vde_switch is not installed (Debian package vde2): run `make setup`; "
                           "segments of three or more nodes need it")
-    child = supervisor.start(name, [binary, "--sock", name, "--numports", "64"], cwd=workdir,
+    path = sockets / name
+    child = supervisor.start(name, [binary, "--sock", str(path), "--numports", "64"], cwd=workdir,
                              log=workdir / f"{name}.log", stdin_pipe=True)
+    (workdir / name).symlink_to(path)
     deadline = time.monotonic() + timeout
-    while not (workdir / name / "ctl").exists():
+    while not (path / "ctl").exists():
         if (gone := child.exit_reason()) is not None or time.monotonic() > deadline:
-            raise NiclabError(f"{name}: vde_switch did not start: {gone or 'no control socket'}; "
+            raise NiclabError(f"{name}: vde_switch did not start: {gone or 'no control socket'} in {path}; "
                               f"see {workdir / (name + '.log')}")
         time.sleep(0.02)
-    return name
+    return str(path)
 
 
 def qemu_version(binary: str) -> str:
@@ -96,24 +113,35 @@ class QemuBackend:
         self._accel = accel
         self.boot_timeout = boot_timeout or float(os.environ.get("NICLAB_BOOT_TIMEOUT", DEFAULT_BOOT_TIMEOUT_S))
 
-    def _wire(self, topology: Topology, stack: ExitStack, supervisor: Supervisor,
-              workdir: Path) -> dict[tuple[str, int, int], str]:
-        """Make every cable and switch; returns each port's -netdev backend."""
-        netdevs: dict[tuple[str, int, int], str] = {}
+    def _wire(self, topology: Topology, fds: ExitStack, cleanup: ExitStack, supervisor: Supervisor,
+              workdir: Path) -> dict[tuple[str, int, int], Attachment]:
+        """Make every cable and switch; returns how each port attaches.
+
+        Cable sockets go on `fds` (closed once QEMU holds them), the switches'
+        socket directory on `cleanup` (removed after every process stopped).
+        """
+        attachments: dict[tuple[str, int, int], Attachment] = {}
+        sockets: Path | None = None
         for wire in topology.wires:
             if len(wire.ports) == 2:
                 for port, sock in zip(wire.ports, udp_cable()):
-                    stack.callback(sock.close)
-                    netdevs[port.key] = f"dgram,local.type=fd,local.str={sock.fileno()}"
+                    fds.callback(sock.close)
+                    attachments[port.key] = Attachment(f"dgram,local.type=fd,local.str={sock.fileno()}",
+                                                       sock.fileno())
             else:
-                switch = start_switch(supervisor, workdir, f"switch{wire.link}l{wire.lane}")
+                if sockets is None:
+                    sockets = Path(tempfile.mkdtemp(prefix="niclab-vde-"))
+                    cleanup.callback(shutil.rmtree, sockets, ignore_errors=True)
+                switch = start_switch(supervisor, workdir, sockets, f"switch{wire.link}l{wire.lane}")
                 for port in wire.ports:
-                    netdevs[port.key] = f"vde,sock={switch}"
-        return netdevs
+                    attachments[port.key] = Attachment(f"vde,sock={switch}")
+        return attachments
 
-    def _plan(self, spec: NodeSpec, image: Image, accel: str, netdevs: dict[tuple[str, int, int], str]) -> VmPlan:
+    def _plan(self, spec: NodeSpec, image: Image, accel: str,
+              attachments: dict[tuple[str, int, int], Attachment]) -> VmPlan:
         nic_plans = tuple(
-            NicPlan(port, nics.get(port.model), mac_address(spec.index, port.link, port.lane), netdevs[port.key])
+            NicPlan(port, nics.get(port.model), mac_address(spec.index, port.link, port.lane),
+                    attachments[port.key].netdev)
             for port in spec.ports
         )
         return VmPlan(
@@ -130,22 +158,22 @@ class QemuBackend:
         accel = self._accel or choice.accel
         binary = qemu_binary()
         workdir.mkdir(parents=True, exist_ok=True)
-        with Supervisor(workdir) as supervisor, ExitStack() as stack:
-            netdevs = self._wire(topology, stack, supervisor, workdir)
-            plans = {spec.name: self._plan(spec, image, accel, netdevs) for spec in topology.nodes}
+        with ExitStack() as cleanup, Supervisor(workdir) as supervisor, ExitStack() as fds:
+            attachments = self._wire(topology, fds, cleanup, supervisor, workdir)
+            plans = {spec.name: self._plan(spec, image, accel, attachments) for spec in topology.nodes}
             started = time.monotonic()
             children: dict[str, Child] = {}
             for name, plan in plans.items():
-                fds = [int(nic.netdev.rsplit("=", 1)[1]) for nic in plan.nics if "local.type=fd" in nic.netdev]
+                passed = [fd for port in topology.node(name).ports if (fd := attachments[port.key].fd) is not None]
                 try:
                     argv = qemu_argv(binary, plan)
                 except ValueError as exc:
                     raise NiclabError(str(exc)) from None
                 children[name] = supervisor.start(
                     f"qemu-{name}", argv, cwd=workdir,
-                    log=workdir / f"{name}.qemu.log", pass_fds=fds,
+                    log=workdir / f"{name}.qemu.log", pass_fds=passed,
                 )
-            stack.close()  # the QEMUs hold the cable sockets now
+            fds.close()  # the QEMUs hold the cable sockets now
             progress(f"booting {len(plans)} guests ({accel}: {choice.reason if not self._accel else 'chosen'}; "
                      f"image {image.id})")
             agents = self._connect_agents(children, workdir, started)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 
 from niclab import offloads
+from niclab.guestsh import BY_MAC
 from niclab.netconf.plan import PREFIX, Iface
 
 CARRIER_TIMEOUT_S = 20
@@ -56,11 +57,7 @@ def _l3_script(iface: Iface) -> list[str]:
 
 
 def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> str:
-    lines = [
-        "set -e",
-        'by_mac() { for d in /sys/class/net/*; do [ "$(cat "$d/address")" = "$1" ] && { echo "${d##*/}"; return 0; }; '
-        'done; echo "no interface has MAC $1" >&2; return 3; }',
-    ]
+    lines = ["set -e", BY_MAC]
     for iface in ifaces:
         lines += _ports_script(iface, macs)
     for iface in ifaces:

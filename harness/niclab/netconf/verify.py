@@ -11,8 +11,14 @@ from __future__ import annotations
 import shlex
 
 from niclab import netem as netem_mod
-from niclab import offloads
+from niclab import nics, offloads
 from niclab.netconf.plan import Iface
+
+
+# ethtool -k lines as feature.NAME=VALUE, and the indented parts of a group as
+# subfeature.NAME=VALUE (a group is fixed when all its parts are).
+FEATURE_AWK = ('{ part = ($0 ~ /^[ \\t]/); sub(/^[ \\t]+/, ""); k = $0; sub(/:.*/, "", k); v = $0; '
+               'sub(/^[^:]*: */, "", v); if (v != "") print (part ? "subfeature." : "feature.") k "=" v }')
 
 
 def state_script(ifaces: list[Iface]) -> str:
@@ -33,7 +39,8 @@ def state_script(ifaces: list[Iface]) -> str:
             lines += [f"echo '[port {port.ifname}]'",
                       f"echo \"mtu=$(cat /sys/class/net/{p}/mtu)\"",
                       f"echo \"carrier=$(cat /sys/class/net/{p}/carrier 2>/dev/null)\"",
-                      f"ethtool -k {p} 2>/dev/null | sed -n 's/^\\([a-z0-9-]*\\): /feature.\\1=/p'"]
+                      f"echo \"driver=$(ethtool -i {p} 2>/dev/null | sed -n 's/^driver: //p')\"",
+                      f"ethtool -k {p} 2>/dev/null | awk '{FEATURE_AWK}'"]
     return "\n".join(lines) + "\n"
 
 
@@ -48,6 +55,17 @@ def parse_state(text: str) -> dict[str, dict]:
             key, _, value = line.partition("=")
             section[key] = value
     return state
+
+
+def _ethtool_text(section: dict[str, str]) -> str:
+    """The feature lines of a port's state, back in `ethtool -k` form (parts indented)."""
+    lines = []
+    for key, value in section.items():
+        kind, _, name = key.partition(".")
+        if kind in ("feature", "subfeature"):
+            indent = "\t" if kind == "subfeature" else ""
+            lines.append(f"{indent}{name}: {value}")
+    return "\n".join(lines)
 
 
 def _int(value: str | None) -> int | None:
@@ -81,9 +99,12 @@ def mismatches(node: str, ifaces: list[Iface], state: dict[str, dict]) -> list[s
             port_state = state.get(f"port {port.ifname}", {})
             if port_state.get("carrier") != "1":
                 problems.append(f"{node}/{port.ifname}: no carrier")
+            model = nics.lookup(port.model)
+            if model is not None and port_state.get("driver") != model.driver:
+                problems.append(f"{node}/{port.ifname}: driver {port_state.get('driver') or 'none'} is bound, "
+                                f"the {model.name} model needs {model.driver}")
             if iface.offloads:
-                features = {k.split(".", 1)[1]: v for k, v in port_state.items() if k.startswith("feature.")}
-                parsed = offloads.parse_features("\n".join(f"{k}: {v}" for k, v in features.items()))
+                parsed = offloads.parse_features(_ethtool_text(port_state))
                 problems += [f"{node}/{port.ifname} ({port.model}): offload {p}"
                              for p in offloads.mismatches(iface.offloads, parsed)]
     return problems
@@ -93,9 +114,10 @@ def summary(state: dict[str, dict]) -> dict:
     """The state as provenance: features condensed to the settable ones' on/off."""
     out: dict[str, dict] = {}
     for section, values in state.items():
-        entry = {k: v for k, v in values.items() if not k.startswith("feature.")}
-        features = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("feature.")}
+        entry = {k: v for k, v in values.items() if not k.startswith(("feature.", "subfeature."))}
+        features = offloads.parse_features(_ethtool_text(values))
         if features:
-            entry["offloads"] = {name: features[name] for name in offloads.SHORT_NAMES.values() if name in features}
+            entry["offloads"] = {name: ("on" if features[name][0] else "off") + (" [fixed]" if features[name][1] else "")
+                                 for name in offloads.SHORT_NAMES.values() if name in features}
         out[section] = entry
     return out

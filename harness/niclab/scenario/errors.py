@@ -70,6 +70,21 @@ def pydantic_problems(errors: list[dict], prefix: tuple = ()) -> list[Problem]:
             wanted = {"int": "a whole number", "float": "a number", "bool": "true or false", "string": "a string",
                       "dict": "a mapping", "list": "a list", "model": "a mapping"}[kind.split("_")[0]]
             problems.append(Problem(loc, f"expected {wanted}, got {err['input']!r}"))
+        elif kind in BOUNDS:
+            limit = next(iter((err.get("ctx") or {}).values()), "?")
+            problems.append(Problem(loc, f"{err['input']!r} is {BOUNDS[kind]} {limit}"))
+        elif kind == "string_pattern_mismatch":
+            pattern = (err.get("ctx") or {}).get("pattern", "")
+            problems.append(Problem(loc, f"{err['input']!r} does not match {pattern}",
+                                    "use lowercase letters, digits and dashes" if pattern == NAME_PATTERN else ""))
+        elif kind == "too_short":
+            wanted = (err.get("ctx") or {}).get("min_length")
+            problems.append(Problem(loc, f"needs at least {wanted} item{'s' if wanted != 1 else ''}"))
         else:
             problems.append(Problem(loc, err["msg"].removeprefix("Value error, ")))
     return problems
+
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+BOUNDS = {"less_than_equal": "above the maximum", "less_than": "not below", "greater_than_equal": "below the minimum",
+          "greater_than": "not above"}

@@ -10,10 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from niclab import bench, nics, offloads
 from niclab.netem import Netem
+from niclab.scenario.errors import NAME_PATTERN as NAME_RE
 from niclab.scenario.errors import Problem, Problems, did_you_mean, pydantic_problems
 from niclab.topology import NodeSpec, Port, Topology, Wire, port_ifname
-
-NAME_RE = r"^[a-z0-9][a-z0-9-]*$"
 BOND_MODES = ("balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb")
 
 
@@ -126,6 +125,16 @@ class Link(_Strict):
         if problems:
             raise Problems(_unique(problems))
         return {end: spec for end, spec in result.items() if not spec.is_empty()}
+
+    @field_validator("nic", mode="after")
+    @classmethod
+    def _canonical_nic(cls, value: str | dict[str, str]) -> str | dict[str, str]:
+        """An alias (virtio-net-pci) becomes its catalog name (virtio); unknown names stay for the error."""
+        def canonical(name: str) -> str:
+            found = nics.lookup(name)
+            return found.name if found else name
+
+        return canonical(value) if isinstance(value, str) else {end: canonical(m) for end, m in value.items()}
 
     def model_for(self, node: str) -> str:
         return self.nic if isinstance(self.nic, str) else self.nic[node]
@@ -290,8 +299,9 @@ def link_problems(link: Link, nodes: dict[str, NodeOptions]) -> list[Problem]:
 def benchmark_problems(spec: BenchmarkSpec, scenario: Scenario) -> list[Problem]:
     options = spec.options
     if options.link >= len(scenario.links):
-        return [Problem(("link",), f"there is no link {options.link} "
-                                   f"(links are numbered 0..{len(scenario.links) - 1})")]
+        count = len(scenario.links)
+        known = "the scenario has one link, link 0" if count == 1 else f"links are numbered 0 to {count - 1}"
+        return [Problem(("link",), f"there is no link {options.link}; {known}")]
     link = scenario.links[options.link]
     problems = []
     for field in ("from_", "to"):

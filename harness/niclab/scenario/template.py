@@ -193,12 +193,12 @@ def parse(text: str, display: str, path: Path | None = None) -> ScenarioFile:
     try:
         raw, positions = load(text)
     except YamlError as exc:
-        hint = ""
-        line = text.splitlines()[exc.position.line - 1] if exc.position and exc.position.line <= len(
-            text.splitlines()) else ""
+        hint = exc.hint
+        lines = text.splitlines()
+        line = lines[exc.position.line - 1] if exc.position and exc.position.line <= len(lines) else ""
         if "${" in line and "{" in line.replace("${", ""):
             hint = 'inside { } a placeholder must be quoted: "${axis}", or use block style'
-        raise ScenarioError(display, [(exc.position, Problem((), exc.message, hint))]) from None
+        raise ScenarioError(display, [(exc.position, Problem(exc.path, exc.message, hint))]) from None
 
     def fail(problems: list[Problem], where: Positions) -> ScenarioError:
         return ScenarioError(display, [(where.of(p.path, p.at_key), p) for p in problems])

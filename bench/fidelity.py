@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Print how faithful the emulation is: what the fidelity scenario asks against what is measured.
+
+Boots tests/integration/fidelity.yaml once (three nodes, six links) and prints,
+for each impairment, the asked value, the measured one and their ratio:
+netem delay (ping RTT over the unimpaired baseline), netem loss (iperf3 UDP),
+netem rate (netperf TCP), a 3-port balance-rr bond (packets per port), and a
+switched segment (ping loss between every pair).
+
+    .venv/bin/python bench/fidelity.py
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from niclab.backends import get_backend
+from niclab.scenario import load_scenario
+from niclab.session import Session
+
+SCENARIO = Path(__file__).resolve().parents[1] / "tests" / "integration" / "fidelity.yaml"
+
+
+def metric(found, name):
+    return next(m.value for m in found if m.metric == name)
+
+
+def main() -> None:
+    cell = load_scenario(SCENARIO).cells[0]
+    with tempfile.TemporaryDirectory(prefix="niclab-fidelity-") as work, \
+            Session(cell, get_backend("qemu"), Path(work), lambda m: print(f"  {m}", file=sys.stderr)) as s:
+        base = metric(s.bench("ping", link=0, count=30, interval=0.1), "rtt_avg_ms")
+        delayed = metric(s.bench("ping", link=1, count=30, interval=0.1), "rtt_avg_ms")
+        print(f"delay 10ms each end   expected RTT {20 + base:6.2f} ms   measured {delayed:6.2f} ms   "
+              f"ratio {delayed / (20 + base):.3f}   (unimpaired {base:.2f} ms)")
+        loss = metric(s.bench("iperf3", link=2, protocol="udp", bitrate="10M", length=1000, seconds=10), "loss_pct")
+        print(f"loss 5%               expected  5.00 %      measured {loss:6.2f} %    ratio {loss / 5:.3f}")
+        rate = metric(s.bench("netperf", test="TCP_STREAM", link=3, seconds=10), "throughput_mbps")
+        print(f"rate 50mbit           expected 50.0 Mbit/s  measured {rate:6.1f} Mbit/s  ratio {rate / 50:.3f}")
+        ports = [p.ifname for p in s.iface("a", link=4).ports]
+        read = "for p in " + " ".join(ports) + "; do cat /sys/class/net/$p/statistics/tx_packets; done"
+        before = [int(n) for n in s.node("a").run(read).stdout.split()]
+        bonded = metric(s.bench("netperf", test="TCP_STREAM", link=4, seconds=5), "throughput_mbps")
+        sent = [b - a for a, b in zip(before, [int(n) for n in s.node("a").run(read).stdout.split()])]
+        shares = ", ".join(f"{p} {n / sum(sent):.1%}" for p, n in zip(ports, sent))
+        print(f"bond balance-rr x3    TCP {bonded:.1f} Mbit/s; packets per port: {shares}")
+        lost = {f"{a}->{b}": metric(s.bench("ping", link=5, count=5, interval=0.1, **{"from": a, "to": b}),
+                                    "loss_pct") for a in "abc" for b in "abc" if a != b}
+        print("segment of 3 nodes    ping loss " + ", ".join(f"{k} {v:g}%" for k, v in lost.items()))
+
+
+if __name__ == "__main__":
+    main()

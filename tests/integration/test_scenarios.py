@@ -1,0 +1,111 @@
+"""The shipped scenarios run as a user runs them, and the guests had what each one asks.
+
+`niclab run` already refuses to measure a network that differs from the
+scenario (netconf's read-back); these tests also read the provenance the run
+recorded, so a realization that silently dropped a setting would fail here.
+The long sweeps run one representative cell each.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from niclab.results import read_records
+
+from .conftest import niclab, wait_no_qemu
+
+
+def run_scenario(repo, tmp_path, name: str, cells: list[str]) -> tuple[dict, list[dict]]:
+    args = ["run", str(repo / "scenarios" / name), "--out", str(tmp_path), "-q"]
+    for cell in cells:
+        args += ["--cell", cell]
+    proc = niclab(*args)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err
+    run = next(tmp_path.iterdir())
+    records = read_records(run / "results.jsonl")
+    cell = next(r for r in records if r["type"] == "cell")
+    assert wait_no_qemu(tmp_path, seconds=2) == []
+    return cell, [r for r in records if r["type"] == "measurement"]
+
+
+def values(measurements, name, **where):
+    return [m["value"] for m in measurements
+            if m["name"] == name and all(m.get(k) == v for k, v in where.items())]
+
+
+def test_three_node_switch(image, repo, tmp_path):
+    cell, found = run_scenario(repo, tmp_path, "three-node-switch.yaml", [])
+    assert len(cell["network"]["idle_rtt_ms"]) == 6  # every node reached every other before measuring
+    assert values(found, "ping.loss_pct") == [0]
+    assert all(v > 10 for v in values(found, "netperf.TCP_STREAM.throughput_mbps"))
+    assert {(m["client"], m["server"]) for m in found if m["benchmark"] == "netperf"} == {("a", "b"), ("c", "b")}
+
+
+def test_bonding_three_rtl8139(image, repo, tmp_path):
+    cell, found = run_scenario(repo, tmp_path, "bonding.yaml", ["nic=rtl8139"])
+    for node in ("a", "b"):
+        bond = cell["network"]["observed"][node]["iface bond1"]
+        assert bond["bond_mode"] == "balance-rr"
+        assert {k: v for k, v in bond.items() if k.startswith("bond_port.")} == {
+            "bond_port.link1p0": "up", "bond_port.link1p1": "up", "bond_port.link1p2": "up"}
+        assert cell["nodes"][node]["interfaces"]["link1p0"]["driver"] == "8139cp"
+    single = values(found, "netperf.TCP_STREAM.throughput_mbps", link=0)
+    bonded = values(found, "netperf.TCP_STREAM.throughput_mbps", link=1)
+    assert single and bonded and single[0] > 0 and bonded[0] > 0
+    assert next(m for m in found if m["link"] == 1)["nics"]["a"]["ports"] == 3
+
+
+def test_wan_delay_jitter_loss(image, repo, tmp_path):
+    cell, found = run_scenario(repo, tmp_path, "wan.yaml", ["delay=25ms,loss=1%"])
+    for node in ("a", "b"):
+        qdisc = cell["network"]["observed"][node]["iface link0"]["qdisc"]
+        assert "netem" in qdisc and "delay 25ms  1ms" in qdisc and "loss 1%" in qdisc
+    rtt = values(found, "ping.rtt_avg_ms")[0]
+    assert 45 < rtt < 65  # 2 x 25 ms plus a little
+
+
+def test_mtu_sweep_jumbo_frames(image, repo, tmp_path):
+    cell, found = run_scenario(repo, tmp_path, "mtu-sweep.yaml", ["nic=e1000,mtu=9000"])
+    for node in ("a", "b"):
+        assert cell["nodes"][node]["interfaces"]["link0"]["mtu"] == 9000
+    assert values(found, "netperf.TCP_STREAM.throughput_mbps")[0] > 10
+    assert found[0]["nics"]["a"]["mtu"] == 9000
+
+
+def test_nic_shootout_card_with_udp(image, repo, tmp_path):
+    cell, found = run_scenario(repo, tmp_path, "nic-shootout.yaml", ["nic=tulip"])
+    assert cell["nodes"]["a"]["interfaces"]["link0"]["driver"] == "tulip"
+    assert cell["nodes"]["a"]["interfaces"]["link0"]["pci_id"] == "1011:0019"
+    sent = values(found, "netperf.UDP_STREAM.send_throughput_mbps")[0]
+    received = values(found, "netperf.UDP_STREAM.recv_throughput_mbps")[0]
+    assert 0 < received <= sent * 1.01
+    assert values(found, "netperf.TCP_RR.transaction_rate")[0] > 100
+
+
+def test_offloads_are_set_in_the_guest(image, repo, tmp_path):
+    cell, found = run_scenario(repo, tmp_path, "offloads.yaml", ["segmentation=off,gro=off"])
+    for node in ("a", "b"):
+        features = cell["network"]["observed"][node]["port link0"]["offloads"]
+        assert features["tcp-segmentation-offload"] == "off"
+        assert features["generic-segmentation-offload"] == "off"
+        assert features["generic-receive-offload"] == "off"
+    assert values(found, "netperf.TCP_STREAM.throughput_mbps")[0] > 10
+
+
+def test_an_offload_the_driver_cannot_change_stops_the_cell(image, tmp_path):
+    """virtio-net on a socket backend has TSO fixed off: asking for it must fail, saying so."""
+    from niclab.backends.qemu import QemuBackend
+    from niclab.netconf import NetconfError
+    from niclab.scenario import parse
+    from niclab.session import Session
+
+    cell = parse("name: fixed\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: virtio\n"
+                 "    offloads: {tso: on}\n", "fixed.yaml").cells[0]
+    with pytest.raises(NetconfError) as caught:
+        with Session(cell, QemuBackend(image=image), tmp_path):
+            pass
+    assert "a/link0 (virtio): offload tso: asked on, is off (fixed by the driver)" in str(caught.value)
+    assert wait_no_qemu(tmp_path, seconds=2) == []

@@ -1,0 +1,27 @@
+"""Each bad scenario in tests/errors/ prints exactly its .err file, and no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from niclab.cli import main
+
+ERRORS = Path(__file__).resolve().parents[1] / "errors"
+CASES = sorted(ERRORS.glob("*.yaml"))
+
+
+def test_there_are_enough_cases():
+    assert len(CASES) >= 25
+    assert {p.stem for p in ERRORS.glob("*.err")} == {p.stem for p in CASES}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: p.stem)
+def test_prints_exactly_the_expected_error(case, monkeypatch, capsys):
+    monkeypatch.chdir(ERRORS)
+    assert main(["validate", case.name]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert captured.err == (ERRORS / f"{case.stem}.err").read_text()
+    assert captured.out == ""
