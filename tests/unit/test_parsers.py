@@ -67,3 +67,20 @@ def test_ping_summary(data_dir):
 def test_ping_without_a_summary_is_an_error(data_dir):
     with pytest.raises(BenchmarkError, match="Network is unreachable"):
         ping.parse((data_dir / "ping" / "unreachable.txt").read_text())
+
+
+def test_every_parsed_metric_is_declared(data_dir):
+    """What the parsers produce from real output is what the plug-ins declare (niclab metrics)."""
+    from niclab import bench
+
+    declared = {m.name: m.unit for m in bench.all_metrics()}
+    produced = (
+        measurements("TCP_STREAM", parse_keyvals((data_dir / "netperf" / "tcp_stream.txt").read_text()))
+        + measurements("TCP_RR", parse_keyvals((data_dir / "netperf" / "tcp_rr.txt").read_text()))
+        + measurements("UDP_STREAM", parse_keyvals((data_dir / "netperf" / "udp_stream.txt").read_text()))
+        + iperf3.parse((data_dir / "iperf3" / "tcp.json").read_text(), "tcp")
+        + iperf3.parse((data_dir / "iperf3" / "udp_loss5.json").read_text(), "udp")
+        + ping.parse((data_dir / "ping" / "ok.txt").read_text())
+    )
+    for m in produced:
+        assert declared.get(m.name) == m.unit, f"{m.name} ({m.unit}) is not declared with that unit"

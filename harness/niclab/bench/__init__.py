@@ -1,17 +1,38 @@
-"""Benchmark plug-ins, one module per tool; each implements bench.base.Benchmark."""
+"""Benchmark plug-ins, one module per tool.
+
+Each module in this package that defines `PLUGIN` (an object implementing
+niclab.bench.base.Benchmark) is registered under `PLUGIN.name`: adding a
+benchmark is adding a module.
+"""
 
 from __future__ import annotations
 
-from niclab.bench.base import Benchmark, BenchContext, BenchOptions, Endpoints, Measurement
-from niclab.bench.iperf3 import Iperf3
-from niclab.bench.netperf import Netperf
-from niclab.bench.ping import Ping
+import importlib
+import pkgutil
 
-REGISTRY: dict[str, Benchmark] = {plugin.name: plugin for plugin in (Netperf(), Iperf3(), Ping())}
+from niclab.bench.base import Benchmark, BenchContext, BenchOptions, Endpoints, Measurement, MetricInfo
+
+
+def _discover() -> dict[str, Benchmark]:
+    found: dict[str, Benchmark] = {}
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        plugin = getattr(module, "PLUGIN", None)
+        if plugin is not None:
+            found[plugin.name] = plugin
+    return found
+
+
+REGISTRY: dict[str, Benchmark] = _discover()
 
 
 def get(name: str) -> Benchmark:
     return REGISTRY[name]
 
 
-__all__ = ["Benchmark", "BenchContext", "BenchOptions", "Endpoints", "Measurement", "REGISTRY", "get"]
+def all_metrics() -> list[MetricInfo]:
+    return [metric for plugin in REGISTRY.values() for metric in plugin.metrics()]
+
+
+__all__ = ["Benchmark", "BenchContext", "BenchOptions", "Endpoints", "Measurement", "MetricInfo", "REGISTRY",
+           "all_metrics", "get"]

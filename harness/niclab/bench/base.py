@@ -37,6 +37,16 @@ class Endpoints:
 
 
 @dataclass(frozen=True)
+class MetricInfo:
+    """A metric a benchmark can report, for `niclab metrics`, expectations and comparisons."""
+
+    name: str         # the dotted name: netperf.TCP_STREAM.throughput_mbps, netpipe.latency_us
+    unit: str         # Mbit/s, us, ms, %, /s, ...
+    description: str
+    better: str | None = None  # "higher", "lower", or None when neither is better
+
+
+@dataclass(frozen=True)
 class Measurement:
     benchmark: str
     test: str | None
@@ -64,8 +74,14 @@ class BenchContext:
 
 
 class Benchmark(Protocol):
+    """A benchmark plug-in: a module in niclab/bench/ that defines PLUGIN = <an instance>."""
+
     name: ClassVar[str]
     Options: ClassVar[type[BenchOptions]]
+
+    def metrics(self) -> list[MetricInfo]:
+        """Every metric run() can report."""
+        ...
 
     def describe(self, options: BenchOptions) -> str:
         """A short label for progress lines and raw file names (netperf TCP_STREAM)."""

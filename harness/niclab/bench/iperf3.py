@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, quote,
+from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote,
                                wait_listening)
 
 PORT = 5201
@@ -80,6 +80,18 @@ class Iperf3:
     name: ClassVar[str] = "iperf3"
     Options: ClassVar[type[Iperf3Options]] = Iperf3Options
 
+    def metrics(self) -> list[MetricInfo]:
+        out = []
+        for test in ("TCP", "UDP"):
+            out += [MetricInfo(f"iperf3.{test}.throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
+                    MetricInfo(f"iperf3.{test}.sent_throughput_mbps", "Mbit/s", "what the sender sent", "higher")]
+        return out + [
+            MetricInfo("iperf3.TCP.retransmits", "segments", "TCP segments sent again", "lower"),
+            MetricInfo("iperf3.TCP.rtt_mean_us", "us", "mean smoothed RTT the sender's TCP saw", "lower"),
+            MetricInfo("iperf3.UDP.loss_pct", "%", "datagrams sent but not received", "lower"),
+            MetricInfo("iperf3.UDP.jitter_ms", "ms", "variation of datagram transit time (RFC 3550)", "lower"),
+        ]
+
     def describe(self, options: Iperf3Options) -> str:
         return f"iperf3 {options.protocol.upper()}" + (" reverse" if options.reverse else "")
 
@@ -101,3 +113,6 @@ class Iperf3:
             return parse(result.stdout, options.protocol)
         except BenchmarkError as exc:
             raise BenchmarkError(f"{exc} (raw output: {path})") from None
+
+
+PLUGIN = Iperf3()

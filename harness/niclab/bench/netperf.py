@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement,
+from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo,
                                quote, wait_listening)
 
 PORT = 12865
@@ -97,6 +97,19 @@ class Netperf:
     name: ClassVar[str] = "netperf"
     Options: ClassVar[type[NetperfOptions]] = NetperfOptions
 
+    def metrics(self) -> list[MetricInfo]:
+        rr = [("transaction_rate", "/s", "request/response transactions per second", "higher")] + [
+            (f"latency_{p}_us", "us", f"{label} transaction latency", "lower")
+            for p, label in (("mean", "mean"), ("p50", "median"), ("p90", "90th percentile"),
+                             ("p99", "99th percentile"), ("min", "shortest"), ("max", "longest"))]
+        return (
+            [MetricInfo("netperf.TCP_STREAM.throughput_mbps", "Mbit/s", "TCP bulk transfer rate", "higher")]
+            + [MetricInfo(f"netperf.TCP_RR.{name}", unit, text, better) for name, unit, text, better in rr]
+            + [MetricInfo("netperf.UDP_STREAM.send_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
+               MetricInfo("netperf.UDP_STREAM.recv_throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
+               MetricInfo("netperf.UDP_STREAM.loss_pct", "%", "datagrams sent but not received", "lower")]
+        )
+
     def describe(self, options: NetperfOptions) -> str:
         return f"netperf {options.test}"
 
@@ -120,3 +133,6 @@ class Netperf:
                                  f"{(result.stderr or result.stdout).strip()[-400:]} (raw output: {path})")
         found = measurements(options.test, parse_keyvals(result.stdout))
         return found
+
+
+PLUGIN = Netperf()

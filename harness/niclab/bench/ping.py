@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from niclab.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, quote
+from niclab.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote
 
 SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) received")
 RTT = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
@@ -46,6 +46,15 @@ class Ping:
     name: ClassVar[str] = "ping"
     Options: ClassVar[type[PingOptions]] = PingOptions
 
+    def metrics(self) -> list[MetricInfo]:
+        return [
+            MetricInfo("ping.loss_pct", "%", "probes without an answer", "lower"),
+            MetricInfo("ping.rtt_min_ms", "ms", "shortest round trip", "lower"),
+            MetricInfo("ping.rtt_avg_ms", "ms", "mean round trip", "lower"),
+            MetricInfo("ping.rtt_max_ms", "ms", "longest round trip", "lower"),
+            MetricInfo("ping.rtt_mdev_ms", "ms", "mean deviation of the round trip", "lower"),
+        ]
+
     def describe(self, options: PingOptions) -> str:
         return "ping"
 
@@ -61,3 +70,6 @@ class Ping:
             raise BenchmarkError(f"ping exited {result.returncode}: {(result.stderr or result.stdout).strip()[-300:]} "
                                  f"(raw output: {path})")
         return parse(result.stdout)
+
+
+PLUGIN = Ping()
