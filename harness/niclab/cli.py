@@ -53,7 +53,7 @@ def cmd_run(args) -> int:
                    backend=backend.name, host=host_facts())
     run_dir.write_info(info)
     progress(f"run directory {run_dir.path}")
-    runner = Runner(backend, run_dir, scenario_file.name, progress, started=STARTED)
+    runner = Runner(backend, run_dir, scenario_file.name, progress, started=STARTED, repeat=args.repeat)
     outcomes = []
     try:
         for n, cell in enumerate(cells, start=1):
@@ -68,7 +68,8 @@ def cmd_run(args) -> int:
         return EXIT_FAILED
     failed = [o for o in outcomes if not o.ok]
     info.status, info.finished_at = ("failed" if failed else "ok"), utc_now()
-    info.message = "; ".join(e for o in failed for e in o.errors)[:2000]
+    info.message = "; ".join([e for o in failed for e in o.errors]
+                             + [f"expectation missed: {v.describe()}" for o in failed for v in o.missed])[:2000]
     run_dir.write_info(info)
     for outcome in outcomes:
         accel = outcome.facts.get("rig", {}).get("accel", "?")
@@ -129,6 +130,17 @@ def cmd_nics(args) -> int:
     return EXIT_OK
 
 
+def cmd_metrics(args) -> int:
+    from niclab.bench import all_metrics
+
+    metrics = all_metrics()
+    width = max(len(m.name) for m in metrics) + 2
+    print(f"{'metric':<{width}}{'unit':<10}{'better':<8}meaning")
+    for m in metrics:
+        print(f"{m.name:<{width}}{m.unit:<10}{m.better or '':<8}{m.description}")
+    return EXIT_OK
+
+
 def cmd_plan(args) -> int:
     from niclab.plan import plan_table
     from niclab.scenario import load_scenario
@@ -174,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cell", action="append", metavar="ID",
                      help="run only this matrix cell (e.g. nic=e1000); repeat for several")
     run.add_argument("--backend", default="qemu", help="how nodes are realized (default: qemu)")
+    run.add_argument("--repeat", type=int, metavar="N", help="run every benchmark N times (overrides the scenario)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)
 
@@ -199,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     nics = verbs.add_parser("nics", help="list the emulated NIC models",
                             description="The NIC models a scenario can name, their drivers and limits.")
     nics.set_defaults(func=cmd_nics)
+
+    metrics = verbs.add_parser("metrics", help="list every metric, with its unit",
+                               description="The metrics benchmarks report, by the names expectations use.")
+    metrics.set_defaults(func=cmd_metrics)
 
     plan = verbs.add_parser("plan", help="list a scenario's cells and estimate the run's wall time",
                             description="List the matrix cells a run would realize, with an estimate of "

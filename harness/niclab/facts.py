@@ -65,3 +65,69 @@ def host_facts() -> dict:
         pass
     return {"hostname": platform.node(), "kernel": platform.release(), "cpu_model": cpu,
             "python": platform.python_version()}
+
+
+# -- per-run counters: NIC statistics and interrupts -----------------------
+
+COUNTERS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped", "rx_errors",
+            "tx_errors")
+# /proc/interrupts rows of an IRQ: "irq N=<count per CPU> | <handler names>"
+_IRQ_AWK = ('$1 == irq ":" { printf "irq %s=", irq; for (c = 2; c <= NF && $c ~ /^[0-9]+$/; c++) '
+            'printf "%s ", $c; printf "|"; for (; c <= NF; c++) printf " %s", $c; print "" }')
+
+
+def counters_script(ports: list[str]) -> str:
+    """Print each port's statistics and the per-CPU counts of the interrupts its PCI function uses."""
+    lines = [PCI_DIR]
+    for name in ports:
+        q = shlex.quote(name)
+        lines += [
+            f"echo '[{name}]'",
+            f"for c in {' '.join(COUNTERS)}; do echo \"$c=$(cat /sys/class/net/{q}/statistics/$c)\"; done",
+            f"pci=$(pci_dir {q}); irqs=$(ls $pci/msi_irqs 2>/dev/null); [ -n \"$irqs\" ] || irqs=$(cat $pci/irq)",
+            f"for i in $irqs; do awk -v irq=$i '{_IRQ_AWK}' /proc/interrupts; done",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_counters(text: str) -> dict[str, dict]:
+    ports: dict[str, dict] = {}
+    port: dict | None = None
+    for line in text.splitlines():
+        if line.startswith("[") and line.endswith("]"):
+            port = ports.setdefault(line[1:-1], {"irqs": {}})
+        elif port is not None and line.startswith("irq "):
+            key, _, rest = line[4:].partition("=")
+            counts, _, names = rest.partition("|")
+            port["irqs"][key] = {"cpus": [int(n) for n in counts.split()], "names": names.strip()}
+        elif port is not None and "=" in line:
+            key, _, value = line.partition("=")
+            if value.strip().isdigit():
+                port[key] = int(value)
+    return ports
+
+
+def counter_deltas(before: dict[str, dict], after: dict[str, dict]) -> dict[str, dict]:
+    """What each port counted during a run; interrupts per CPU, summed over the port's IRQs."""
+    deltas = {}
+    for port, end in after.items():
+        start = before.get(port, {})
+        delta = {c: end[c] - start.get(c, 0) for c in COUNTERS if c in end}
+        per_cpu: list[int] = []
+        shared = []
+        for irq, state in end["irqs"].items():
+            first = start.get("irqs", {}).get(irq, {"cpus": [0] * len(state["cpus"])})["cpus"]
+            counts = [b - a for a, b in zip(first, state["cpus"])]
+            per_cpu = [x + y for x, y in zip(per_cpu, counts)] if per_cpu else counts
+            if "," in state["names"]:
+                shared.append(f"{irq} ({state['names']})")
+        delta["interrupts_per_cpu"] = per_cpu
+        delta["interrupts"] = sum(per_cpu)
+        if shared:
+            delta["shared_irqs"] = shared  # counts include the other devices on these lines
+        deltas[port] = delta
+    return deltas
+
+
+def read_counters(node: Node, ports: list[str]) -> dict[str, dict]:
+    return parse_counters(node.run(counters_script(ports), timeout=30).stdout)

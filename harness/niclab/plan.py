@@ -31,7 +31,8 @@ class CellEstimate:
 def estimate(cell: Cell) -> CellEstimate:
     scenario = cell.scenario
     wires = sum(link.count if not link.bond else 1 for link in scenario.links)
-    benchmarks = sum(spec.plugin.estimate_seconds(spec.options) + 1 for spec in scenario.benchmarks)
+    benchmarks = sum((spec.plugin.estimate_seconds(spec.options) + 1) * (spec.options.repeat or scenario.repeat)
+                     for spec in scenario.benchmarks)
     return CellEstimate(cell, BOOT_S, NETWORK_S + PER_SEGMENT_PING_S * wires, benchmarks)
 
 

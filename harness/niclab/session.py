@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +30,16 @@ Progress = Callable[[str], None]
 
 def _quiet(message: str) -> None:
     pass
+
+
+@dataclass
+class BenchRun:
+    """One run of one benchmark: where it ran, what it measured, what the NICs counted meanwhile."""
+
+    ends: Endpoints
+    measurements: list[Measurement]
+    counters: dict[str, dict]  # node -> port -> counter deltas (packets, bytes, drops, interrupts per CPU)
+    seconds: float
 
 
 class Session:
@@ -53,9 +64,7 @@ class Session:
                 self.backend.realize(self.scenario.topology(), self.workdir, self.progress))
             self.timings["boot_s"] = round(time.monotonic() - started, 2)
             network = netconf.configure(self.rig, self.net, self.progress)
-            nodes = {name: facts.node_facts(node, [i.name for i in self.net.on(name)]
-                                            + [p.ifname for i in self.net.on(name) for p in i.ports if i.bond])
-                     for name, node in self.rig.nodes.items()}
+            nodes = self.facts_now()
             self.timings["network_s"] = round(time.monotonic() - started - self.timings["boot_s"], 2)
             self.facts = {"host": facts.host_facts(), "rig": self.rig.facts, "network": network, "nodes": nodes}
         except BaseException:
@@ -111,14 +120,28 @@ class Session:
             raise UsageError("; ".join(f"{'.'.join(map(str, p.path))}: {p.message}" for p in problems))
         return spec
 
-    def run(self, spec: BenchmarkSpec) -> tuple[Endpoints, list[Measurement]]:
+    def run(self, spec: BenchmarkSpec) -> BenchRun:
         ends = self.endpoints(spec)
+        ports = {node: [p.ifname for p in self.net.find(node, spec.options.link).ports]
+                 for node in (ends.client.name, ends.server.name)}
+        before = netconf.parallel({n: (lambda n=n: facts.read_counters(self.node(n), ports[n])) for n in ports})
+        started = time.monotonic()
         ctx = BenchContext(ends=ends, save_raw=self._save_raw, progress=self.progress)
-        return ends, spec.plugin.run(ctx, spec.options)
+        found = spec.plugin.run(ctx, spec.options)
+        seconds = time.monotonic() - started
+        after = netconf.parallel({n: (lambda n=n: facts.read_counters(self.node(n), ports[n])) for n in ports})
+        counters = {n: facts.counter_deltas(before[n], after[n]) for n in ports}
+        return BenchRun(ends, found, counters, round(seconds, 2))
+
+    def facts_now(self) -> dict:
+        """The nodes' facts as they are now (for the end of a cell: counters, drivers)."""
+        return {name: facts.node_facts(node, [i.name for i in self.net.on(name)]
+                                       + [p.ifname for i in self.net.on(name) for p in i.ports if i.bond])
+                for name, node in (self.rig.nodes.items() if self.rig else [])}
 
     def bench(self, tool: str, **options) -> list[Measurement]:
         """Run one benchmark now, e.g. bench("netperf", test="TCP_RR", link=1)."""
-        return self.run(self.spec(tool, **options))[1]
+        return self.run(self.spec(tool, **options)).measurements
 
     def _save_in_workdir(self, name: str, text: str) -> Path:
         directory = self.workdir / "raw"

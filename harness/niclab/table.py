@@ -1,9 +1,8 @@
-"""The summary table `niclab run` prints at the end."""
+"""The summary table `niclab run` prints at the end of each cell."""
 
 from __future__ import annotations
 
 from niclab.runner import CellOutcome
-
 
 UNIT_SUFFIXES = {"Mbit/s": "_mbps", "us": "_us", "ms": "_ms", "%": "_pct"}
 
@@ -12,21 +11,36 @@ def format_value(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
-def value_with_unit(metric: str, value: float, unit: str) -> str:
-    """The unit is left out where the metric's name already says it (throughput_mbps)."""
-    suffix = UNIT_SUFFIXES.get(unit)
-    return format_value(value) if suffix and metric.endswith(suffix) else f"{format_value(value)} {unit}"
+def value_with_unit(summary: dict) -> str:
+    """mean [± half-width of the interval], and the unit unless the metric's name says it."""
+    text = format_value(summary["mean"])
+    if summary["n"] > 1 and summary["ci_low"] is not None:
+        text += f" ± {format_value((summary['ci_high'] - summary['ci_low']) / 2)}"
+    suffix = UNIT_SUFFIXES.get(summary["unit"])
+    return text if suffix and summary["metric"].endswith(suffix) else f"{text} {summary['unit']}"
 
 
 def cell_table(scenario: str, outcome: CellOutcome, accel: str) -> str:
-    rows = [(label, m.metric, value_with_unit(m.metric, m.value, m.unit))
-            for label, m in outcome.measurements if m.headline]
-    lines = [f"scenario {scenario} · cell {outcome.cell.id} · accel={accel}"]
-    width_a = max([len("benchmark"), *(len(r[0]) for r in rows)]) + 2
-    width_b = max([len("metric"), *(len(r[1]) for r in rows)]) + 2
-    lines.append(f"{'benchmark':<{width_a}}{'metric':<{width_b}}value")
-    for label, metric, value in rows:
-        lines.append(f"{label:<{width_a}}{metric:<{width_b}}{value}")
+    rows = [s for s in outcome.summaries if s["headline"]]
+    repeats = sorted({s["n"] for s in rows})
+    header = f"scenario {scenario} · cell {outcome.cell.id} · accel={accel}"
+    if repeats and repeats != [1]:
+        level = rows[0]["ci_level"]
+        header += f" · {'/'.join(map(str, repeats))} runs, mean ± {level:g} % interval"
+    cells = [(s["benchmark"], s["metric"], value_with_unit(s), "unstable" if s["unstable"] else "") for s in rows]
+    width_a = max([len("benchmark"), *(len(c[0]) for c in cells)]) + 2
+    width_b = max([len("metric"), *(len(c[1]) for c in cells)]) + 2
+    width_c = max([len("value"), *(len(c[2]) for c in cells)]) + 2
+    lines = [header, f"{'benchmark':<{width_a}}{'metric':<{width_b}}value"]
+    for label, metric, value, flag in cells:
+        lines.append(f"{label:<{width_a}}{metric:<{width_b}}{value:<{width_c}}{flag}".rstrip())
+    for s in outcome.summaries:
+        if s["unstable"] and s["headline"]:
+            lines.append(f"unstable {s['benchmark']} {s['metric']}: {'; '.join(s['reasons'])}")
     for error in outcome.errors:
         lines.append(f"FAILED: {error.splitlines()[0]}")
+    if outcome.verdicts:
+        met = sum(v.passed for v in outcome.verdicts)
+        lines.append(f"expectations: {met} met, {len(outcome.verdicts) - met} missed")
+        lines += [f"MISSED {v.describe()}" for v in outcome.missed]
     return "\n".join(lines)

@@ -33,7 +33,12 @@ def test_two_node_scenario_measures_and_cleans_up(image, repo, tmp_path):
     # Plausible under TCG here: hundreds of Mbit/s and thousands of transactions/s.
     assert 50 < stream["value"] < 20000 and stream["unit"] == "Mbit/s"
     assert 200 < rr["value"] < 200000 and rr["unit"] == "/s"
-    assert stream["nics"]["a"]["driver"] == "e1000" and stream["nics"]["b"]["pci_id"] == "8086:100e"
+    run_record = next(r for r in records if r["type"] == "run" and r["run"] == stream["run"])
+    assert run_record["nics"]["a"]["driver"] == "e1000" and run_record["nics"]["b"]["pci_id"] == "8086:100e"
+    assert run_record["counters"]["a"]["link0"]["tx_packets"] > 1000  # what the NIC counted during the run
+    assert run_record["counters"]["b"]["link0"]["interrupts"] > 0
+    summaries = {r["name"]: r for r in records if r["type"] == "summary"}
+    assert summaries["netperf.TCP_STREAM.throughput_mbps"]["samples"] == [stream["value"]]
     cell = next(r for r in records if r["type"] == "cell")
     assert cell["rig"]["accel"] in ("kvm", "tcg") and cell["rig"]["image"] == image.id
     assert cell["nodes"]["a"]["kernel"] == image.manifest["kernel_version"]

@@ -28,7 +28,10 @@ def run_scenario(repo, tmp_path, name: str, cells: list[str]) -> tuple[dict, lis
     records = read_records(run / "results.jsonl")
     cell = next(r for r in records if r["type"] == "cell")
     assert wait_no_qemu(tmp_path, seconds=2) == []
-    return cell, [r for r in records if r["type"] == "measurement"]
+    runs = {r["run"]: r for r in records if r["type"] == "run"}
+    # each measurement with the run it came from (where, NICs, counters)
+    return cell, [r | {"nics": runs[r["run"]]["nics"], "counters": runs[r["run"]]["counters"]}
+                  for r in records if r["type"] == "measurement"]
 
 
 def values(measurements, name, **where):
@@ -55,7 +58,11 @@ def test_bonding_three_rtl8139(image, repo, tmp_path):
     single = values(found, "netperf.TCP_STREAM.throughput_mbps", link=0)
     bonded = values(found, "netperf.TCP_STREAM.throughput_mbps", link=1)
     assert single and bonded and single[0] > 0 and bonded[0] > 0
-    assert next(m for m in found if m["link"] == 1)["nics"]["a"]["ports"] == 3
+    bonded_run = next(m for m in found if m["link"] == 1 and m["name"].startswith("netperf.TCP_STREAM"))
+    assert bonded_run["nics"]["a"]["ports"] == 3
+    # the interrupt counts of every bonded port are recorded (the spread matters in a bond)
+    assert set(bonded_run["counters"]["a"]) == {"link1p0", "link1p1", "link1p2"}
+    assert all(port["tx_packets"] > 0 for port in bonded_run["counters"]["a"].values())
 
 
 def test_wan_delay_jitter_loss(image, repo, tmp_path):

@@ -5,7 +5,8 @@ import pytest
 
 from niclab.cli import build_parser, main
 
-VERBS = [["run"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"], ["plan"]]
+VERBS = [["run"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"], ["plan"],
+         ["metrics"]]
 
 
 @pytest.mark.parametrize("verb", VERBS, ids=lambda v: " ".join(v))

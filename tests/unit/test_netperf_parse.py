@@ -1,40 +1,109 @@
+"""netperf's parser and command lines, on output captured from netperf 2.7.0 in the guest."""
+
 import pytest
+from pydantic import ValidationError
 
 from niclab.bench.base import BenchmarkError
 from niclab.bench.netperf import NetperfOptions, client_argv, measurements, parse_keyvals, server_argv
 
 
-def test_tcp_stream_capture(data_dir):
-    values = parse_keyvals((data_dir / "netperf" / "tcp_stream.txt").read_text())
-    found = measurements("TCP_STREAM", values)
-    assert [(m.name, m.value, m.unit) for m in found] == [
-        ("netperf.TCP_STREAM.throughput_mbps", 685.52, "Mbit/s")]
-    assert found[0].extra["transport_mss"] == "1448"
+def parsed(data_dir, name, test, cpu=False):
+    found = measurements(test, parse_keyvals((data_dir / "netperf" / name).read_text()), cpu=cpu)
+    return {m.metric: m for m in found}
 
 
-def test_tcp_rr_capture(data_dir):
-    found = {m.metric: m for m in measurements(
-        "TCP_RR", parse_keyvals((data_dir / "netperf" / "tcp_rr.txt").read_text()))}
+def test_tcp_stream(data_dir):
+    found = parsed(data_dir, "tcp_stream.txt", "TCP_STREAM")
+    assert (found["throughput_mbps"].value, found["throughput_mbps"].unit) == (685.52, "Mbit/s")
+    assert found["throughput_mbps"].extra["transport_mss"] == "1448"
+    assert found["throughput_mbps"].warning is None
+
+
+def test_tcp_rr_latency_percentiles(data_dir):
+    found = parsed(data_dir, "tcp_rr.txt", "TCP_RR")
     assert found["transaction_rate"].value == 3975.29 and found["transaction_rate"].unit == "/s"
     assert found["latency_p99_us"].value == 344 and found["latency_p99_us"].unit == "us"
     assert found["latency_mean_us"].headline and not found["latency_p99_us"].headline
 
 
-def test_no_server_output_has_no_throughput(data_dir):
-    values = parse_keyvals((data_dir / "netperf" / "no_server.txt").read_text())
-    with pytest.raises(BenchmarkError, match="expected 10\\^6bits/s|printed no THROUGHPUT"):
-        measurements("TCP_STREAM", values)
+def test_confidence_miss_is_a_warning_though_netperf_says_nothing(data_dir):
+    """-i 3,3 -I 99,5: netperf exited 0 with THROUGHPUT_CONFID 53.6 against a 5 % target."""
+    found = parsed(data_dir, "tcp_stream_cpu_confidence.txt", "TCP_STREAM", cpu=True)
+    throughput = found["throughput_mbps"]
+    assert throughput.value == 372.10
+    assert throughput.extra["confidence_met"] is False
+    assert throughput.extra["confidence_achieved_width_pct"] == {
+        "throughput": 53.592, "local_cpu": 19.116, "remote_cpu": 61.255}
+    assert throughput.warning == ("netperf's 99 % confidence target (±2.5 %) was missed after 3 iterations: "
+                                  "throughput ±26.8 %, local cpu ±9.6 %, remote cpu ±30.6 %")
+    assert (found["local_cpu_pct"].value, found["remote_cpu_pct"].value) == (58.74, 55.62)
+    assert (found["local_sd_us_per_kb"].value, found["local_sd_us_per_kb"].unit) == (12.952, "us/KB")
+
+
+def test_no_confidence_asked_is_no_warning(data_dir):
+    found = parsed(data_dir, "tcp_maerts.txt", "TCP_MAERTS")
+    assert found["throughput_mbps"].value == 233.07 and found["throughput_mbps"].warning is None
+    assert "confidence_met" not in found["throughput_mbps"].extra
+    assert found["retransmits"].value == 121  # the remote end sends in MAERTS
+
+
+def test_udp_stream_separates_sender_receiver_and_loss(data_dir):
+    found = parsed(data_dir, "udp_stream_cpu.txt", "UDP_STREAM", cpu=True)
+    assert found["send_throughput_mbps"].value == 344.04
+    assert found["recv_throughput_mbps"].value == 259.57
+    assert found["remote_cpu_pct"].value == 64.29
+
+
+def test_request_response_variants(data_dir):
+    udp_rr = parsed(data_dir, "udp_rr.txt", "UDP_RR")
+    assert udp_rr["transaction_rate"].value == 1500.40 and udp_rr["latency_p90_us"].value == 1897
+    assert udp_rr["transaction_rate"].extra["request_size"] == "64"
+    crr = parsed(data_dir, "tcp_crr.txt", "TCP_CRR")
+    assert crr["transaction_rate"].value == 518.82
+    rr_cpu = parsed(data_dir, "tcp_rr_cpu.txt", "TCP_RR", cpu=True)
+    assert (rr_cpu["local_sd_us_per_tr"].value, rr_cpu["local_sd_us_per_tr"].unit) == (219.689, "us/Tr")
+
+
+def test_missing_cpu_figures_are_an_error_when_asked(data_dir):
+    with pytest.raises(BenchmarkError, match="no local CPU utilization"):
+        parsed(data_dir, "tcp_maerts.txt", "TCP_MAERTS", cpu=True)
+
+
+def test_no_server_output_is_an_error(data_dir):
+    with pytest.raises(BenchmarkError, match="no throughput units"):
+        measurements("TCP_STREAM", parse_keyvals((data_dir / "netperf" / "no_server.txt").read_text()))
 
 
 def test_wrong_units_are_refused():
-    with pytest.raises(BenchmarkError, match="Trans/s"):
+    with pytest.raises(BenchmarkError, match="expected Trans/s"):
         measurements("TCP_RR", {"THROUGHPUT": "10", "THROUGHPUT_UNITS": "10^6bits/s"})
 
 
 def test_command_lines():
-    options = NetperfOptions(test="TCP_RR", seconds=7)
-    assert client_argv(options, "198.18.0.2") == [
-        "netperf", "-H", "198.18.0.2", "-p", "12865", "-t", "TCP_RR", "-l", "7", "-P", "0", "--", "-k",
-        "THROUGHPUT,THROUGHPUT_UNITS,ELAPSED_TIME,PROTOCOL,RT_LATENCY,MIN_LATENCY,MEAN_LATENCY,"
-        "P50_LATENCY,P90_LATENCY,P99_LATENCY,MAX_LATENCY,STDDEV_LATENCY"]
+    argv = client_argv(NetperfOptions(test="TCP_STREAM", seconds=60, message_size=8192, local_buffer=32768,
+                                      remote_buffer=32768, cpu=True, iterations=(3, 10),
+                                      confidence={"level": 99, "width": 5}), "198.18.0.2")
+    assert argv[:argv.index("-k")] == [
+        "netperf", "-H", "198.18.0.2", "-p", "12865", "-t", "TCP_STREAM", "-l", "60", "-c", "-C",
+        "-i", "10,3", "-I", "99,5", "-P", "0", "--", "-m", "8192", "-s", "32768", "-S", "32768"]
+    rr = client_argv(NetperfOptions(test="UDP_RR", seconds=5, request_size=64, response_size=1024), "x")
+    assert rr[rr.index("--"):rr.index("-k")] == ["--", "-r", "64,1024"]
+    assert "P99_LATENCY" in rr[-1] and "LOCAL_SEND_CALLS" not in rr[-1]
     assert server_argv("198.18.0.2") == ["netserver", "-D", "-p", "12865", "-L", "198.18.0.2,inet"]
+
+
+def test_confidence_and_iterations_fill_each_other_in():
+    assert NetperfOptions(confidence={"level": 95, "width": 10}).iterations == (3, 10)
+    assert NetperfOptions(iterations=[3, 5]).confidence.level == 99
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"test": "TCP_STREAM", "request_size": 64}, "request_size and response_size are for request/response tests"),
+    ({"test": "TCP_RR", "message_size": 64}, "message_size is for stream tests"),
+    ({"iterations": [2, 10]}, "3 <= min <= max <= 30"),
+    ({"iterations": [10, 3]}, "3 <= min <= max <= 30"),
+    ({"confidence": {"level": 90}}, "Input should be 95 or 99"),
+])
+def test_options_that_do_not_fit(options, message):
+    with pytest.raises(ValidationError, match=message):
+        NetperfOptions(**options)

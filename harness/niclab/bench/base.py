@@ -25,6 +25,7 @@ class BenchOptions(BaseModel):
     from_: str | None = Field(None, alias="from", description="client node (default: the link's first end)")
     to: str | None = Field(None, description="server node (default: the link's second end)")
     link: int = Field(0, ge=0, description="which link of the scenario to measure across")
+    repeat: int | None = Field(None, ge=1, le=100, description="runs of this benchmark (default: the scenario's)")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Measurement:
     unit: str
     extra: dict = field(default_factory=dict)
     headline: bool = True  # shown in the summary table (all go to results.jsonl)
+    warning: str | None = None  # the tool doubts this figure (e.g. its confidence target was missed)
 
     @property
     def label(self) -> str:
@@ -86,6 +88,9 @@ class Benchmark(Protocol):
     def describe(self, options: BenchOptions) -> str:
         """A short label for progress lines and raw file names (netperf TCP_STREAM)."""
         ...
+
+    # Optional: def metric_prefix(self, options) -> str, what the names of the metrics these options
+    # produce start with ("netperf.TCP_RR."); without it, "<name>." is assumed.
 
     def estimate_seconds(self, options: BenchOptions) -> float: ...
 

@@ -92,6 +92,9 @@ class Iperf3:
             MetricInfo("iperf3.UDP.jitter_ms", "ms", "variation of datagram transit time (RFC 3550)", "lower"),
         ]
 
+    def metric_prefix(self, options: Iperf3Options) -> str:
+        return f"iperf3.{options.protocol.upper()}."
+
     def describe(self, options: Iperf3Options) -> str:
         return f"iperf3 {options.protocol.upper()}" + (" reverse" if options.reverse else "")
 

@@ -1,96 +1,108 @@
-"""netperf: TCP_STREAM and TCP_RR through the omni `-k` output (KEY=value lines).
+"""netperf: bulk transfer (TCP_STREAM, TCP_MAERTS, UDP_STREAM) and request/response
+(TCP_RR, UDP_RR, TCP_CRR), through the omni `-k` output (parsed in netperf_parse).
 
 Server: `netserver -D -p PORT -L ADDR,inet` (foreground). Client:
-`netperf -H ADDR -p PORT -t TEST -l SECONDS -P 0 -- -k SELECTORS`.
+`netperf -H ADDR -p PORT -t TEST -l SECONDS [-c -C] [-i MAX,MIN -I LEVEL,WIDTH]
+-P 0 -- [-m SIZE] [-s LOCAL -S REMOTE] [-r REQ,RESP] -k SELECTORS`.
+Confidence iterations: counts are clamped to 3..30, the level is 95 or 99,
+and the width is the full width of the interval in % (netperf's banner shows
+±width/2).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo,
-                               quote, wait_listening)
+from niclab.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, wait_listening
+from niclab.bench.netperf_parse import (LATENCIES, REQUEST_RESPONSE, SELECTORS, STREAMS, measurements,
+                                        parse_keyvals)
 
 PORT = 12865
 
-STREAM_SELECTORS = ("THROUGHPUT", "THROUGHPUT_UNITS", "ELAPSED_TIME", "PROTOCOL", "TRANSPORT_MSS")
-UDP_SELECTORS = ("THROUGHPUT", "THROUGHPUT_UNITS", "LOCAL_SEND_THROUGHPUT", "REMOTE_RECV_THROUGHPUT",
-                 "LOCAL_SEND_CALLS", "REMOTE_RECV_CALLS", "LOCAL_SEND_SIZE", "ELAPSED_TIME", "PROTOCOL")
-RR_SELECTORS = ("THROUGHPUT", "THROUGHPUT_UNITS", "ELAPSED_TIME", "PROTOCOL", "RT_LATENCY",
-                "MIN_LATENCY", "MEAN_LATENCY", "P50_LATENCY", "P90_LATENCY", "P99_LATENCY",
-                "MAX_LATENCY", "STDDEV_LATENCY")
+__all__ = ["Netperf", "NetperfOptions", "client_argv", "measurements", "parse_keyvals", "server_argv"]
+
+
+class Confidence(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    level: Literal[95, 99] = Field(99, description="confidence level in %")
+    width: float = Field(5.0, gt=0, le=100, description="the interval's full width, in % of the mean")
 
 
 class NetperfOptions(BenchOptions):
-    test: Literal["TCP_STREAM", "TCP_RR", "UDP_STREAM"] = Field("TCP_STREAM", description="the netperf test")
+    test: Literal["TCP_STREAM", "TCP_MAERTS", "UDP_STREAM", "TCP_RR", "UDP_RR", "TCP_CRR"] = "TCP_STREAM"
     seconds: float = Field(10.0, gt=0, le=3600, description="test length (-l)")
-    message_size: int | None = Field(None, ge=1, le=65507, description="send size in bytes (-- -m)")
+    message_size: int | None = Field(None, ge=1, le=65507, description="send size in bytes (-- -m), streams")
+    local_buffer: int | None = Field(None, ge=1, description="local socket buffer bytes (-- -s)")
+    remote_buffer: int | None = Field(None, ge=1, description="remote socket buffer bytes (-- -S)")
+    request_size: int | None = Field(None, ge=1, description="request bytes (-- -r), request/response tests")
+    response_size: int | None = Field(None, ge=1, description="response bytes (-- -r), request/response tests")
+    cpu: bool = Field(False, description="measure CPU utilization and service demand on both ends (-c -C)")
+    confidence: Confidence | None = Field(None, description="iterate until the mean is this sure (-I)")
+    iterations: tuple[int, int] | None = Field(None, description="[min, max] iterations for confidence (-i)")
 
-
-def parse_keyvals(text: str) -> dict[str, str]:
-    """KEY=value lines, as netperf prints them with -P 0 -- -k; other lines are ignored."""
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.isupper() and " " not in key:
-            values[key.strip()] = value.strip()
-    return values
-
-
-def _number(values: dict[str, str], key: str) -> float:
-    try:
-        return float(values[key])
-    except KeyError:
-        raise BenchmarkError(f"netperf printed no {key}") from None
-    except ValueError:
-        raise BenchmarkError(f"netperf printed {key}={values[key]!r}, not a number") from None
-
-
-def measurements(test: str, values: dict[str, str]) -> list[Measurement]:
-    """Turn netperf's selectors into measurements with units."""
-    units = values.get("THROUGHPUT_UNITS", "")
-    extra = {k.lower(): values[k] for k in ("ELAPSED_TIME", "PROTOCOL", "TRANSPORT_MSS") if k in values}
-    if test == "TCP_STREAM":
-        if units != "10^6bits/s":
-            raise BenchmarkError(f"netperf reported throughput in {units!r}, expected 10^6bits/s")
-        return [Measurement("netperf", test, "throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s", extra)]
-    if test == "UDP_STREAM":
-        sent, received = _number(values, "LOCAL_SEND_CALLS"), _number(values, "REMOTE_RECV_CALLS")
-        lost = max(0.0, sent - received)
-        return [
-            Measurement("netperf", test, "send_throughput_mbps", _number(values, "LOCAL_SEND_THROUGHPUT"),
-                        "Mbit/s", extra),
-            Measurement("netperf", test, "recv_throughput_mbps", _number(values, "REMOTE_RECV_THROUGHPUT"),
-                        "Mbit/s", extra),
-            Measurement("netperf", test, "loss_pct", 100.0 * lost / sent if sent else 0.0, "%",
-                        {"sent_datagrams": int(sent), "received_datagrams": int(received),
-                         "lost_datagrams": int(lost)}),
-        ]
-    if test == "TCP_RR":
-        if units != "Trans/s":
-            raise BenchmarkError(f"netperf reported {units!r} for an RR test, expected Trans/s")
-        result = [Measurement("netperf", test, "transaction_rate", _number(values, "THROUGHPUT"), "/s", extra)]
-        for key, metric in (("MEAN_LATENCY", "latency_mean_us"), ("P50_LATENCY", "latency_p50_us"),
-                            ("P90_LATENCY", "latency_p90_us"), ("P99_LATENCY", "latency_p99_us"),
-                            ("MIN_LATENCY", "latency_min_us"), ("MAX_LATENCY", "latency_max_us")):
-            if key in values:
-                result.append(Measurement("netperf", test, metric, _number(values, key), "us",
-                                          headline=metric == "latency_mean_us"))
-        return result
-    raise BenchmarkError(f"no parser for netperf test {test}")
+    @model_validator(mode="after")
+    def _fits_the_test(self) -> "NetperfOptions":
+        if self.test in STREAMS and (self.request_size or self.response_size):
+            raise ValueError(f"request_size and response_size are for request/response tests, not {self.test}")
+        if self.test in REQUEST_RESPONSE and self.message_size:
+            raise ValueError(f"message_size is for stream tests, not {self.test}; use request_size")
+        if self.iterations is not None:
+            low, high = self.iterations
+            if not 3 <= low <= high <= 30:
+                raise ValueError(f"iterations {list(self.iterations)} must be [min, max] with 3 <= min <= max <= 30 "
+                                 "(netperf clamps to that range)")
+            if self.confidence is None:
+                self.confidence = Confidence()
+        elif self.confidence is not None:
+            self.iterations = (3, 10)
+        return self
 
 
 def client_argv(options: NetperfOptions, server_address: str) -> list[str]:
-    selectors = {"TCP_STREAM": STREAM_SELECTORS, "UDP_STREAM": UDP_SELECTORS}.get(options.test, RR_SELECTORS)
-    test_options = ["-m", str(options.message_size)] if options.message_size else []
-    return ["netperf", "-H", server_address, "-p", str(PORT), "-t", options.test,
-            "-l", f"{options.seconds:g}", "-P", "0", "--", *test_options, "-k", ",".join(selectors)]
+    argv = ["netperf", "-H", server_address, "-p", str(PORT), "-t", options.test, "-l", f"{options.seconds:g}"]
+    if options.cpu:
+        argv += ["-c", "-C"]
+    if options.confidence is not None:
+        low, high = options.iterations
+        argv += ["-i", f"{high},{low}", "-I", f"{options.confidence.level},{options.confidence.width:g}"]
+    argv += ["-P", "0", "--"]
+    if options.message_size:
+        argv += ["-m", str(options.message_size)]
+    if options.local_buffer:
+        argv += ["-s", str(options.local_buffer)]
+    if options.remote_buffer:
+        argv += ["-S", str(options.remote_buffer)]
+    if options.request_size or options.response_size:
+        argv += ["-r", f"{options.request_size or 1},{options.response_size or 1}"]
+    return argv + ["-k", ",".join(SELECTORS[options.test])]
 
 
 def server_argv(server_address: str) -> list[str]:
     return ["netserver", "-D", "-p", str(PORT), "-L", f"{server_address},inet"]
+
+
+def _declared() -> list[MetricInfo]:
+    out = []
+    for test in ("TCP_STREAM", "TCP_MAERTS"):
+        out += [MetricInfo(f"netperf.{test}.throughput_mbps", "Mbit/s", "TCP bulk transfer rate", "higher"),
+                MetricInfo(f"netperf.{test}.retransmits", "segments", "TCP segments the sender sent again", "lower")]
+    out += [MetricInfo("netperf.UDP_STREAM.send_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
+            MetricInfo("netperf.UDP_STREAM.recv_throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
+            MetricInfo("netperf.UDP_STREAM.loss_pct", "%", "datagrams sent but not received", "lower")]
+    for test in REQUEST_RESPONSE:
+        out.append(MetricInfo(f"netperf.{test}.transaction_rate", "/s", "transactions per second", "higher"))
+        out += [MetricInfo(f"netperf.{test}.{metric}", "us", f"transaction latency ({key.split('_')[0].lower()})",
+                           "lower") for key, metric in LATENCIES]
+    for test in (*STREAMS, *REQUEST_RESPONSE):
+        suffix, unit = ("tr", "us/Tr") if test in REQUEST_RESPONSE else ("kb", "us/KB")
+        for side in ("local", "remote"):
+            out += [MetricInfo(f"netperf.{test}.{side}_cpu_pct", "%", f"{side} CPU utilization (cpu: true)", "lower"),
+                    MetricInfo(f"netperf.{test}.{side}_sd_us_per_{suffix}", unit,
+                               f"{side} service demand: CPU time per unit of work (cpu: true)", "lower")]
+    return out
 
 
 class Netperf:
@@ -98,31 +110,25 @@ class Netperf:
     Options: ClassVar[type[NetperfOptions]] = NetperfOptions
 
     def metrics(self) -> list[MetricInfo]:
-        rr = [("transaction_rate", "/s", "request/response transactions per second", "higher")] + [
-            (f"latency_{p}_us", "us", f"{label} transaction latency", "lower")
-            for p, label in (("mean", "mean"), ("p50", "median"), ("p90", "90th percentile"),
-                             ("p99", "99th percentile"), ("min", "shortest"), ("max", "longest"))]
-        return (
-            [MetricInfo("netperf.TCP_STREAM.throughput_mbps", "Mbit/s", "TCP bulk transfer rate", "higher")]
-            + [MetricInfo(f"netperf.TCP_RR.{name}", unit, text, better) for name, unit, text, better in rr]
-            + [MetricInfo("netperf.UDP_STREAM.send_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
-               MetricInfo("netperf.UDP_STREAM.recv_throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
-               MetricInfo("netperf.UDP_STREAM.loss_pct", "%", "datagrams sent but not received", "lower")]
-        )
+        return _declared()
+
+    def metric_prefix(self, options: NetperfOptions) -> str:
+        return f"netperf.{options.test}."
 
     def describe(self, options: NetperfOptions) -> str:
         return f"netperf {options.test}"
 
     def estimate_seconds(self, options: NetperfOptions) -> float:
-        return options.seconds + 3
+        runs = options.iterations[1] if options.iterations else 1
+        return options.seconds * runs + 3
 
     def run(self, ctx: BenchContext, options: NetperfOptions) -> list[Measurement]:
         ends = ctx.ends
         server = ends.server.spawn(quote(server_argv(ends.server_address)))
+        argv = client_argv(options, ends.server_address)
         try:
             wait_listening(ends.server, PORT)
-            argv = client_argv(options, ends.server_address)
-            result = ends.client.run(quote(argv), timeout=options.seconds * 3 + 60, check=False)
+            result = ends.client.run(quote(argv), timeout=self.estimate_seconds(options) * 3 + 60, check=False)
         finally:
             served = server.stop()
         raw = (f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
@@ -131,8 +137,10 @@ class Netperf:
         if not result.ok:
             raise BenchmarkError(f"netperf {options.test} exited {result.returncode}: "
                                  f"{(result.stderr or result.stdout).strip()[-400:]} (raw output: {path})")
-        found = measurements(options.test, parse_keyvals(result.stdout))
-        return found
+        try:
+            return measurements(options.test, parse_keyvals(result.stdout), cpu=options.cpu)
+        except BenchmarkError as exc:
+            raise BenchmarkError(f"{exc} (raw output: {path})") from None
 
 
 PLUGIN = Netperf()

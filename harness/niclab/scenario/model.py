@@ -157,6 +157,12 @@ class BenchmarkSpec(BaseModel):
     def plugin(self) -> bench.Benchmark:
         return bench.get(self.tool)
 
+    @property
+    def metric_prefix(self) -> str:
+        """What the names of this benchmark's metrics start with (netperf.TCP_RR.)."""
+        prefix = getattr(self.plugin, "metric_prefix", None)
+        return prefix(self.options) if prefix else f"{self.tool}."
+
     def describe(self) -> str:
         """netperf TCP_STREAM, plus where it runs when that is not the default (link 1, c->b)."""
         where = []
@@ -191,12 +197,33 @@ def benchmark_spec(item: Any) -> BenchmarkSpec:
     return BenchmarkSpec(tool=tool, options=parsed)
 
 
+class Statistics(_Strict):
+    """How repeated results are summarized, and what spread the scenario accepts."""
+
+    confidence: float = Field(95.0, gt=50, lt=100, description="level of the mean's interval, in %")
+    max_cv: float | None = Field(None, description="the highest coefficient of variation accepted (%)")
+    max_ci_width: float | None = Field(None, description="the widest interval accepted, full width in % of the mean")
+
+    @field_validator("max_cv", "max_ci_width", mode="before")
+    @classmethod
+    def _percent(cls, value: Any, info: ValidationInfo) -> float | None:
+        if value is None:
+            return None
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", str(value))
+        if not match or isinstance(value, (int, float)):
+            raise ValueError(f"{info.field_name} {value!r} needs a unit: 10%")
+        return float(match[1])
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=NAME_RE)
     description: str = ""
     nodes: dict[str, NodeOptions]
     links: list[Link] = Field(min_length=1)
     benchmarks: list[BenchmarkSpec] = Field(default_factory=list)
+    repeat: int = Field(1, ge=1, le=100, description="runs of each benchmark per cell")
+    statistics: Statistics = Field(default_factory=Statistics)
+    expect: list[str] = Field(default_factory=list, description="checks like 'netperf.TCP_RR.transaction_rate > 500'")
 
     @field_validator("nodes", mode="before")
     @classmethod
@@ -242,6 +269,8 @@ class Scenario(_Strict):
         for i, spec in enumerate(self.benchmarks):
             problems += [Problem(("benchmarks", i, spec.tool, *p.path), p.message, p.hint, p.at_key)
                          for p in benchmark_problems(spec, self)]
+        for i, text in enumerate(self.expect):
+            problems += [Problem(("expect", i), p.message, p.hint) for p in expectation_problems(text, self)]
         if problems:
             raise Problems(problems)
         return self
@@ -294,6 +323,20 @@ def link_problems(link: Link, nodes: dict[str, NodeOptions]) -> list[Problem]:
                                     f"use an MTU up to {found.max_mtu}, a model that takes jumbo frames, "
                                     "or exclude the cell"))
     return problems
+
+
+def expectation_problems(text: str, scenario: Scenario) -> list[Problem]:
+    from niclab.expect import ExpectationError, parse
+
+    try:
+        expectation = parse(text)
+    except ExpectationError as exc:
+        return [Problem((), exc.message, exc.hint)]
+    tool = expectation.name.split(".", 1)[0]
+    if not any(expectation.name.startswith(spec.metric_prefix) for spec in scenario.benchmarks if spec.tool == tool):
+        return [Problem((), f"no benchmark of this scenario measures {expectation.name}",
+                        f"add a {tool} benchmark that does, or drop the expectation")]
+    return []
 
 
 def benchmark_problems(spec: BenchmarkSpec, scenario: Scenario) -> list[Problem]:
