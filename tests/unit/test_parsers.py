@@ -80,7 +80,17 @@ def test_every_parsed_metric_is_declared(data_dir):
         + measurements("UDP_STREAM", parse_keyvals((data_dir / "netperf" / "udp_stream.txt").read_text()))
         + iperf3.parse((data_dir / "iperf3" / "tcp.json").read_text(), "tcp")
         + iperf3.parse((data_dir / "iperf3" / "udp_loss5.json").read_text(), "udp")
+        + iperf3.parse((data_dir / "iperf3" / "tcp_bidir.json").read_text(), "tcp")
         + ping.parse((data_dir / "ping" / "ok.txt").read_text())
     )
     for m in produced:
         assert declared.get(m.name) == m.unit, f"{m.name} ({m.unit}) is not declared with that unit"
+
+
+def test_iperf3_both_ways_at_once(data_dir):
+    found = by_metric(iperf3.parse((data_dir / "iperf3" / "tcp_bidir.json").read_text(), "tcp"))
+    assert found["throughput_mbps"].value == pytest.approx(38.279465, rel=1e-6)
+    assert found["reverse_throughput_mbps"].value == pytest.approx(46.697365, rel=1e-6)
+    assert iperf3.client_argv(iperf3.Iperf3Options(bidir=True, seconds=3), "x")[-1] == "--bidir"
+    with pytest.raises(ValueError, match="reverse and bidir exclude each other"):
+        iperf3.Iperf3Options(bidir=True, reverse=True)

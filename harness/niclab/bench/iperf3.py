@@ -1,8 +1,10 @@
-"""iperf3: TCP (streams, reverse) and UDP at a set bitrate (jitter, loss), from its JSON.
+"""iperf3: TCP (streams, reverse, both ways at once) and UDP at a set bitrate (jitter, loss), from its JSON.
 
 Server `iperf3 -s -B ADDR -p PORT -1`; client `iperf3 -c ADDR -p PORT -t N -J
-[-P n] [-R] [-u -b RATE -l LEN]`. With -J a failed connection still exits 0:
-the JSON's `error` key is what says so.
+[-P n] [-R | --bidir] [-u -b RATE -l LEN]`. With -J a failed connection still
+exits 0: the JSON's `error` key is what says so. With --bidir, end.sum_sent
+and sum_received are the client-to-server direction and the *_bidir_reverse
+sums the other one.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote,
                                wait_listening)
@@ -23,9 +25,16 @@ class Iperf3Options(BenchOptions):
     seconds: float = Field(10.0, gt=0, le=3600, description="test length (-t)")
     streams: int = Field(1, ge=1, le=128, description="parallel streams (-P)")
     reverse: bool = Field(False, description="the server sends (-R)")
+    bidir: bool = Field(False, description="both directions at once (--bidir)")
     bitrate: str | None = Field(None, pattern=r"^\d+(\.\d+)?[KMG]?$",
                                 description="target rate (-b), e.g. 10M; UDP's default is 1M")
     length: int | None = Field(None, ge=16, le=65507, description="datagram (UDP) or buffer (TCP) bytes (-l)")
+
+    @model_validator(mode="after")
+    def _one_direction_option(self) -> "Iperf3Options":
+        if self.reverse and self.bidir:
+            raise ValueError("reverse and bidir exclude each other: bidir already sends both ways")
+        return self
 
 
 def parse(text: str, protocol: str) -> list[Measurement]:
@@ -46,6 +55,9 @@ def parse(text: str, protocol: str) -> list[Measurement]:
     found = [Measurement("iperf3", test, "throughput_mbps", received["bits_per_second"] / 1e6, "Mbit/s", extra),
              Measurement("iperf3", test, "sent_throughput_mbps", sent["bits_per_second"] / 1e6, "Mbit/s",
                          headline=False)]
+    if "sum_received_bidir_reverse" in end:
+        found.append(Measurement("iperf3", test, "reverse_throughput_mbps",
+                                 end["sum_received_bidir_reverse"]["bits_per_second"] / 1e6, "Mbit/s"))
     if protocol == "tcp":
         found.append(Measurement("iperf3", test, "retransmits", float(sent.get("retransmits", 0)), "segments",
                                  headline=False))
@@ -67,6 +79,8 @@ def client_argv(options: Iperf3Options, server_address: str) -> list[str]:
         argv += ["-P", str(options.streams)]
     if options.reverse:
         argv.append("-R")
+    if options.bidir:
+        argv.append("--bidir")
     if options.protocol == "udp":
         argv.append("-u")
     if options.bitrate:
@@ -84,7 +98,9 @@ class Iperf3:
         out = []
         for test in ("TCP", "UDP"):
             out += [MetricInfo(f"iperf3.{test}.throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
-                    MetricInfo(f"iperf3.{test}.sent_throughput_mbps", "Mbit/s", "what the sender sent", "higher")]
+                    MetricInfo(f"iperf3.{test}.sent_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
+                    MetricInfo(f"iperf3.{test}.reverse_throughput_mbps", "Mbit/s",
+                               "what the client got back from the server at the same time (bidir)", "higher")]
         return out + [
             MetricInfo("iperf3.TCP.retransmits", "segments", "TCP segments sent again", "lower"),
             MetricInfo("iperf3.TCP.rtt_mean_us", "us", "mean smoothed RTT the sender's TCP saw", "lower"),
@@ -96,7 +112,8 @@ class Iperf3:
         return f"iperf3.{options.protocol.upper()}."
 
     def describe(self, options: Iperf3Options) -> str:
-        return f"iperf3 {options.protocol.upper()}" + (" reverse" if options.reverse else "")
+        return f"iperf3 {options.protocol.upper()}" + (" reverse" if options.reverse else "") + (
+            " bidir" if options.bidir else "")
 
     def estimate_seconds(self, options: Iperf3Options) -> float:
         return options.seconds + 3
