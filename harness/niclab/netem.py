@@ -111,7 +111,7 @@ class Netem(BaseModel):
                     args += ["distribution", self.distribution]
         for name in ("loss", "duplicate", "reorder", "corrupt"):
             value = getattr(self, name)
-            if value is not None:
+            if value:  # 0 % is no impairment, and tc would not report it back
                 args += [name, f"{value:g}%"]
         if self.rate is not None:
             args += ["rate", format_rate(self.rate)]
@@ -175,7 +175,9 @@ def mismatches(wanted: Netem, installed: dict[str, float] | None) -> list[str]:
     if installed is None:
         return ["no netem qdisc is installed"]
     problems = []
-    expected = {k: v for k, v in wanted.model_dump().items() if v is not None and k != "distribution"}
+    # a 0 % probability or a 0 delay is no impairment: tc leaves it out of what it shows
+    expected = {k: v for k, v in wanted.model_dump().items()
+                if v is not None and k != "distribution" and (v != 0 or k == "limit")}
     expected.setdefault("limit", 1000)
     for key, value in expected.items():
         got = installed.get(key)

@@ -23,7 +23,7 @@ def value_with_unit(summary: dict) -> str:
 def cell_table(scenario: str, outcome: CellOutcome, accel: str) -> str:
     rows = [s for s in outcome.summaries if s["headline"]]
     repeats = sorted({s["n"] for s in rows})
-    header = f"scenario {scenario} · cell {outcome.cell.id} · accel={accel}"
+    header = f"scenario {scenario} · cell {outcome.cell.id}" + (f" · accel={accel}" if accel != "?" else "")
     if repeats and repeats != [1]:
         level = rows[0]["ci_level"]
         header += f" · {'/'.join(map(str, repeats))} runs, mean ± {level:g} % interval"
@@ -38,7 +38,7 @@ def cell_table(scenario: str, outcome: CellOutcome, accel: str) -> str:
         if s["unstable"] and s["headline"]:
             lines.append(f"unstable {s['benchmark']} {s['metric']}: {'; '.join(s['reasons'])}")
     for error in outcome.errors:
-        lines.append(f"FAILED: {error.splitlines()[0]}")
+        lines.append("FAILED: " + error.replace("\n", "\n        "))
     if outcome.verdicts:
         met = sum(v.passed for v in outcome.verdicts)
         lines.append(f"expectations: {met} met, {len(outcome.verdicts) - met} missed")

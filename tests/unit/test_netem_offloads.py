@@ -75,3 +75,10 @@ def test_a_group_whose_parts_are_all_fixed_is_fixed():
     assert features["tcp-segmentation-offload"] == (False, True)
     assert features["scatter-gather"] == (False, False)
     assert offloads.mismatches({"tso": True}, features) == ["tso: asked on, is off (fixed by the driver)"]
+
+
+def test_zero_percent_is_no_impairment():
+    """wan.yaml sweeps loss: [0%, 1%]; tc shows nothing for a zero loss, and that is what was asked."""
+    spec = Netem(delay="5ms", jitter="1ms", loss="0%")
+    assert spec.tc_args() == ["delay", "5ms", "1ms"]
+    assert mismatches(spec, parse_qdisc("qdisc netem 8001: root refcnt 2 limit 1000 delay 5ms  1ms")) == []
