@@ -104,8 +104,10 @@ def cmd_image_info(args) -> int:
           f"in {m['build_seconds']} s\nsuite      {m['suite']}\nkernel     {m['kernel_version']}\n"
           f"initramfs  {m['initrd_bytes'] / 2**20:.1f} MiB\nmodules    {', '.join(m['modules'])}")
     tools = ("linux-image-amd64", "netperf", "netpipe-tcp", "iperf3", "lmbench", "iproute2", "ethtool",
-             "qemu-guest-agent", "busybox-static", "firmware-misc-nonfree")
+             "qemu-guest-agent", "nfs-kernel-server", "busybox-static", "firmware-misc-nonfree")
     print("packages   " + "\n           ".join(f"{p} {m['packages'].get(p, '?')}" for p in tools))
+    for source, directory in m.get("built_from_source", {}).items():
+        print(f"built      {source} from Debian source ({directory})")
     print(f"           ({len(m['packages'])} packages in all: niclab image info --json)")
     return EXIT_OK
 

@@ -24,6 +24,7 @@ OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operat
              "!=": operator.ne}
 # unit -> (dimension, factor to the dimension's base unit)
 UNITS = {"bit/s": ("rate", 1.0), "kbit/s": ("rate", 1e3), "Mbit/s": ("rate", 1e6), "Gbit/s": ("rate", 1e9),
+         "kB/s": ("bytes", 1e3), "MB/s": ("bytes", 1e6), "GB/s": ("bytes", 1e9),
          "us": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0)}
 SELECTOR_KEYS = {"link": "link", "from": "client", "to": "server"}
 GRAMMAR = re.compile(r"^\s*(?P<name>[A-Za-z0-9_.]+)(?:\[(?P<selector>[^\]]*)\])?\s*(?P<op>>=|<=|==|!=|>|<)\s*"

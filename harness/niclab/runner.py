@@ -139,7 +139,8 @@ class Runner:
             reasons = stats.instability(summary, limits, [m.warning for m in found if m.warning])
             record = {
                 "type": "summary", **base, "benchmark_index": index, "benchmark": label, "name": name,
-                "metric": found[0].metric, "unit": found[0].unit, "headline": found[0].headline,
+                "test": found[0].test, "metric": found[0].metric, "unit": found[0].unit,
+                "headline": found[0].headline,
                 "client": ends.client.name, "server": ends.server.name, "link": ends.link,
                 "runs": [run_id for run_id, _ in runs], **summary.to_dict(),
                 "unstable": bool(reasons), "reasons": reasons,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from niclab.runner import CellOutcome
 
-UNIT_SUFFIXES = {"Mbit/s": "_mbps", "us": "_us", "ms": "_ms", "%": "_pct"}
+UNIT_SUFFIXES = {"Mbit/s": "_mbps", "MB/s": "_mb_s", "us": "_us", "ms": "_ms", "%": "_pct"}
 
 
 def format_value(value: float) -> str:
@@ -20,6 +20,12 @@ def value_with_unit(summary: dict) -> str:
     return text if suffix and summary["metric"].endswith(suffix) else f"{text} {summary['unit']}"
 
 
+def metric_label(summary: dict) -> str:
+    """The metric, with its test in front when the benchmark's label does not already say it (fio patterns)."""
+    test = summary.get("test")
+    return f"{test}.{summary['metric']}" if test and test not in summary["benchmark"] else summary["metric"]
+
+
 def cell_table(scenario: str, outcome: CellOutcome, accel: str) -> str:
     rows = [s for s in outcome.summaries if s["headline"]]
     repeats = sorted({s["n"] for s in rows})
@@ -27,7 +33,7 @@ def cell_table(scenario: str, outcome: CellOutcome, accel: str) -> str:
     if repeats and repeats != [1]:
         level = rows[0]["ci_level"]
         header += f" · {'/'.join(map(str, repeats))} runs, mean ± {level:g} % interval"
-    cells = [(s["benchmark"], s["metric"], value_with_unit(s), "unstable" if s["unstable"] else "") for s in rows]
+    cells = [(s["benchmark"], metric_label(s), value_with_unit(s), "unstable" if s["unstable"] else "") for s in rows]
     width_a = max([len("benchmark"), *(len(c[0]) for c in cells)]) + 2
     width_b = max([len("metric"), *(len(c[1]) for c in cells)]) + 2
     width_c = max([len("value"), *(len(c[2]) for c in cells)]) + 2

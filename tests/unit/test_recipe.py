@@ -26,3 +26,18 @@ def test_image_carries_the_benchmark_tools(repo):
     assert {"netperf", "netserver", "NPtcp", "iperf3", "bw_tcp", "lat_tcp", "lat_udp", "tc", "ip",
             "ethtool", "qemu-ga"} <= names
     assert {"sch_netem", "bonding"} <= set(recipe.modules)
+
+
+def test_source_builds_run_inside_the_throw_away_root(repo):
+    from niclab.image.rootfs import mmdebstrap_command
+
+    recipe = load_recipe(repo / "images" / "micro")
+    fio = next(b for b in recipe.builds if b.source == "fio")
+    assert "libc6-dev" in fio.needs and "/usr/bin/fio" in recipe.binaries
+    command = mmdebstrap_command(recipe, "http://mirror.invalid/debian", repo / "root.tar")
+    include = next(word for word in command if word.startswith("--include="))
+    assert {"apt", "dpkg-dev", "gcc", "make"} <= set(include.split("=", 1)[1].split(","))
+    hook = next(word for word in command if word.startswith("--customize-hook="))
+    assert 'chroot "$1"' in hook and "apt-get source -q fio" in hook
+    assert command[-1] == "deb-src http://mirror.invalid/debian bookworm main non-free non-free-firmware"
+    assert command[-3:-1] == [str(repo / "root.tar"), "http://mirror.invalid/debian"]

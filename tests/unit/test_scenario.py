@@ -61,7 +61,7 @@ def test_bad_yaml_and_unknown_benchmark():
     assert error_lines("name: [x\n")[0].startswith("s.yaml:2:1: (top level): not valid YAML")
     lines = error_lines(GOOD.replace("netperf: {test: TCP_RR, seconds: 3}", "netpref: {}"))
     assert lines == ["s.yaml:13:5: benchmarks[0].netpref: unknown benchmark 'netpref'; did you mean "
-                     "'netperf'? benchmarks are: iperf3, netperf, ping"]
+                     "'netperf'? benchmarks are: iperf3, lmbench, netperf, netpipe, nfs, ping"]
 
 
 def test_select_unknown_cell_suggests():

@@ -14,6 +14,15 @@ BUILDER_SOURCES = Path(__file__).parent
 
 
 @dataclass(frozen=True)
+class SourceBuild:
+    """A program built from Debian's source in the throw-away root (a [[build]] table)."""
+
+    source: str                # the source package, as `apt-get source` takes it
+    needs: tuple[str, ...]     # packages the build needs (fetched like `packages`, never copied)
+    script: str                # shell commands run in the unpacked source; they install the program
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     directory: Path
@@ -24,6 +33,7 @@ class Recipe:
     files: tuple[str, ...]
     modules: tuple[str, ...]
     cmdline: str
+    builds: tuple[SourceBuild, ...] = ()
 
     @property
     def rootfs_overlay(self) -> Path:
@@ -61,6 +71,8 @@ def load_recipe(directory: Path) -> Recipe:
             files=tuple(data.get("files", ())),
             modules=tuple(data["modules"]),
             cmdline=data["cmdline"],
+            builds=tuple(SourceBuild(b["source"], tuple(b.get("needs", ())), b["script"])
+                         for b in data.get("build", ())),
         )
     except KeyError as exc:
         raise NiclabError(f"{path}: missing key {exc.args[0]!r}") from None

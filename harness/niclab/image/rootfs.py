@@ -7,6 +7,7 @@ As root it builds in a directory; as a user it uses a user namespace.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import time
@@ -15,22 +16,36 @@ from typing import Callable
 
 from niclab.errors import NiclabError
 from niclab.image.mirror import debian_mirror
-from niclab.image.recipe import Recipe
+from niclab.image.recipe import Recipe, SourceBuild
+
+
+def build_hook(build: SourceBuild) -> str:
+    """An mmdebstrap hook that fetches, unpacks and builds one source package inside the root."""
+    source = shlex.quote(build.source)
+    script = f"cd /usr/src && apt-get source -q {source} && cd {source}-*/ && {build.script}"
+    return f'--customize-hook=chroot "$1" sh -ec {shlex.quote(script)}'
 
 
 def mmdebstrap_command(recipe: Recipe, mirror: str, out: Path) -> list[str]:
-    return [
+    packages = list(recipe.packages)
+    if recipe.builds:  # apt-get source needs apt and dpkg-source in the root, and deb-src lines
+        packages += ["apt", "dpkg-dev", *(p for b in recipe.builds for p in b.needs)]
+    command = [
         "mmdebstrap",
         "--variant=essential",
         f"--components={','.join(recipe.components)}",
-        f"--include={','.join(recipe.packages)}",
+        f"--include={','.join(packages)}",
         "--dpkgopt=path-exclude=/usr/share/doc/*",
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
+        *(build_hook(b) for b in recipe.builds),
         recipe.suite,
         str(out),
         mirror,
     ]
+    if recipe.builds:
+        command.append(f"deb-src {mirror} {recipe.suite} {' '.join(recipe.components)}")
+    return command
 
 
 def fetch_root(recipe: Recipe, out: Path, log: Path, progress: Callable[[str], None]) -> None:

@@ -111,6 +111,8 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                 entries, facts = assemble(root, wanted)
                 kernel = root.read(f"/boot/vmlinuz-{facts['kernel_version']}")
                 packages = installed_packages(root.read("/var/lib/dpkg/status").decode())
+                built = {b.source: next((d for d in root.listdir("/usr/src") if d.startswith(f"{b.source}-")), "?")
+                         for b in wanted.builds}
             (work / "vmlinuz").write_bytes(kernel)
             with open(work / "initrd.img", "wb") as raw, gzip.GzipFile(
                 fileobj=raw, mode="wb", compresslevel=6, mtime=0
@@ -131,6 +133,7 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                 "binaries": facts["binaries"],
                 "initrd_bytes": (work / "initrd.img").stat().st_size,
                 "packages": packages,
+                "built_from_source": built,  # source package -> the unpacked directory (its version)
             }
             (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
             root_tar.unlink()

@@ -1,0 +1,101 @@
+"""The nfs benchmark on a real e1000 pair: b exports a tmpfs, a mounts it and runs fio.
+
+One boot for all tests (about 75 s under TCG). The first checks the image's
+NFS server and client by hand (they need no fio); the next one runs the
+benchmark with its defaults, checks the figures and that the bytes went over
+the test link; the last that a second run in the same guests works. Each
+ends by checking that nothing is left mounted or running.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from niclab.backends.qemu import QemuBackend
+from niclab.bench import nfs
+from niclab.scenario import parse
+from niclab.session import Session
+
+SCENARIO = "name: t\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n"
+PATTERNS = ("seqread", "randread", "randrw")
+
+
+@pytest.fixture(scope="module")
+def session(image, tmp_path_factory):
+    cell = parse(SCENARIO, "t.yaml").cells[0]
+    with Session(cell, QemuBackend(image=image), tmp_path_factory.mktemp("nfs")) as running:
+        yield running
+
+
+@pytest.fixture
+def fio(session, image):
+    """fio is built from Debian's source into the image (images/micro/recipe.toml); it must be there."""
+    assert "/usr/bin/fio" in image.manifest.get("binaries", []), f"image {image.id} has no fio"
+    assert session.node("a").run("fio --version").stdout.startswith("fio-")
+
+
+def link_bytes(session, node: str) -> tuple[int, int]:
+    name = session.iface(node, 0).name
+    out = session.node(node).run(f"cat /sys/class/net/{name}/statistics/rx_bytes "
+                                 f"/sys/class/net/{name}/statistics/tx_bytes").stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def assert_nothing_left(session) -> None:
+    for node in ("a", "b"):
+        mounts = session.node(node).get("/proc/mounts").decode()
+        assert not re.search(r" nfs4? | nfsd |niclab-nfs", mounts), f"{node} still has mounts:\n{mounts}"
+        processes = session.node(node).run("ps").stdout
+        left = [line for line in processes.splitlines() if re.search(r"nfsd|mountd|\bfio\b", line)]
+        assert not left, f"{node} still runs: {left}"
+
+
+def test_the_image_serves_and_mounts_nfs(session):
+    """The benchmark's own set-up and clean-up steps, with dd instead of fio."""
+    options = nfs.NfsOptions()
+    client, server = session.node("a"), session.node("b")
+    client_address, server_address = session.iface("a").address, session.iface("b").address
+    mountd = None
+    try:
+        for _step, command in nfs.server_setup(options, server_address, client_address):
+            server.run(command)
+        mountd = server.spawn(nfs.MOUNTD)
+        for _step, command in nfs.server_start(server_address):
+            server.run(command)
+        for _step, command in nfs.client_mount(options, server_address):
+            client.run(command)
+        client.run(f"dd if=/dev/zero of={nfs.MOUNT_DIR}/x bs=64k count=64 conv=fsync 2>/dev/null")
+        assert server.run(f"wc -c < {nfs.EXPORT_DIR}/x").stdout.strip() == str(64 * 65536)
+    finally:
+        assert nfs.cleanup(client, server, mountd) == []
+    assert_nothing_left(session)
+
+
+def test_nfs_figures_and_traffic_over_the_link(session, fio):
+    rx_before, tx_before = link_bytes(session, "a")
+    found = session.bench("nfs")  # the defaults, as a scenario file that names no option gets them
+    rx_after, tx_after = link_bytes(session, "a")
+
+    figures = {m.name: m for m in found}
+    for pattern in PATTERNS:
+        for prefix in (("read_", "write_") if pattern == "randrw" else ("",)):
+            for metric in (f"{prefix}bandwidth_mb_s", f"{prefix}iops", f"{prefix}bandwidth_min_mb_s"):
+                assert figures[f"nfs.{pattern}.{metric}"].value > 0, f"nfs.{pattern}.{metric}"
+    assert figures["nfs.seqread.bandwidth_mb_s"].extra["mount"]["vers"] == "4.2"
+
+    # O_DIRECT: every byte fio read came over link0 to the client, every byte it wrote went out on it
+    read = sum(m.extra["bytes"] for m in found if m.metric in ("bandwidth_mb_s", "read_bandwidth_mb_s"))
+    written = figures["nfs.randrw.write_bandwidth_mb_s"].extra["bytes"]
+    assert rx_after - rx_before >= read, f"link0 received {rx_after - rx_before} bytes, fio read {read}"
+    assert tx_after - tx_before >= written, f"link0 sent {tx_after - tx_before} bytes, fio wrote {written}"
+    assert_nothing_left(session)
+
+
+def test_nfs_runs_again_in_the_same_guests(session, fio):
+    found = session.bench("nfs", seconds=3, numjobs=1, nfs_version="4.1")
+    figures = {m.name: m.value for m in found}
+    assert figures["nfs.seqread.bandwidth_mb_s"] > 0 and figures["nfs.randrw.write_iops"] > 0
+    assert "nfs.seqread.bandwidth_min_mb_s" not in figures  # one job: no spread to report
+    assert_nothing_left(session)
