@@ -236,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if argv is None:  # the real command: `niclab metrics | head` just stops, with no traceback
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         return args.func(args)
     except UsageError as exc:
