@@ -8,18 +8,21 @@ SCENARIO ?= scenarios/two-node.yaml
 STAMP   := $(VENV)/.niclab-installed
 BIN     := $(VENV)/bin
 
-.PHONY: demo test setup host venv image clean
+.PHONY: demo test setup host test-host venv image clean
 
 demo: setup
 	$(BIN)/niclab run $(SCENARIO)
 
-test: setup
+test: setup test-host
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
 
 setup: host venv image
 
 host:
 	scripts/setup-host
+
+test-host:
+	scripts/setup-host --test
 
 venv: $(STAMP)
 

@@ -65,6 +65,7 @@ def cmd_run(args) -> int:
         run_dir.write_info(info)
         print(f"niclab: interrupted; the guests were stopped; partial results in {run_dir.results}",
               file=sys.stderr)
+        write_run_report(run_dir.path, progress)
         return EXIT_FAILED
     failed = [o for o in outcomes if not o.ok]
     info.status, info.finished_at = ("failed" if failed else "ok"), utc_now()
@@ -76,7 +77,18 @@ def cmd_run(args) -> int:
         print(cell_table(scenario_file.name, outcome, accel))
         print()
     print(f"results: {run_dir.results}")
+    print(f"report:  {write_run_report(run_dir.path, progress)}")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def write_run_report(run_dir: Path, progress) -> Path | str:
+    from niclab.report import report_runs
+
+    try:
+        return report_runs([run_dir], run_dir / "report.html")
+    except Exception as exc:  # a report problem must not hide the results already written
+        progress(f"the report could not be written: {exc!r}")
+        return "(not written; see the message above)"
 
 
 def cmd_image_build(args) -> int:
@@ -129,6 +141,54 @@ def cmd_nics(args) -> int:
     print(f"{'model':<34}{'driver':<12}{'max MTU':>8}  {'PCI ID':<11}card")
     for model in nics.CATALOG:
         print(f"{model.name:<34}{model.driver:<12}{model.max_mtu:>8}  {model.pci_id:<11}{model.card}")
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    import yaml
+
+    from niclab.report import report_runs
+
+    prices = None
+    if args.prices:
+        try:
+            prices = yaml.safe_load(Path(args.prices).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise UsageError(f"{args.prices}: cannot read prices ({exc})") from None
+        if not isinstance(prices, dict):
+            raise UsageError(f"{args.prices}: prices are a mapping of NIC model to price, e.g. {{e1000: 35}}")
+    runs = [Path(p) for p in args.runs]
+    out = Path(args.out) if args.out else (runs[0] / "report.html" if len(runs) == 1 else Path("report.html"))
+    print(report_runs(runs, out, prices))
+    return EXIT_OK
+
+
+def cmd_compare(args) -> int:
+    from niclab import compare
+
+    base, new = Path(args.base), Path(args.new)
+    changes = compare.compare_dirs(base, new, args.threshold, args.alpha, every_metric=args.all)
+    render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]
+    text = render(changes, base, new, args.threshold, args.alpha)
+    if args.out:
+        Path(args.out).write_text(text + ("" if text.endswith("\n") else "\n"))
+        print(args.out)
+    else:
+        print(text)
+    worse = [c for c in changes if c.verdict == "worse"]
+    if not changes:
+        print("niclab: the runs share no cell and metric to compare", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED if worse else EXIT_OK
+
+
+def cmd_export(args) -> int:
+    from niclab.export import export
+
+    run_dir = Path(args.run)
+    out = Path(args.out) if args.out else run_dir / f"{args.what}.{args.format}"
+    count = export(run_dir, args.format, out, args.what)
+    print(f"{out} ({count} rows)")
     return EXIT_OK
 
 
@@ -214,6 +274,37 @@ def build_parser() -> argparse.ArgumentParser:
     nics = verbs.add_parser("nics", help="list the emulated NIC models",
                             description="The NIC models a scenario can name, their drivers and limits.")
     nics.set_defaults(func=cmd_nics)
+
+    report = verbs.add_parser("report", help="write an HTML report of one or more runs",
+                              description="One self-contained HTML page (plots embedded) from run directories: "
+                                          "summary tables, NetPIPE curves, bars, MTU and bonding plots, fio, "
+                                          "costs, findings and provenance.")
+    report.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    report.add_argument("--out", metavar="FILE", help="default: RUN_DIR/report.html for one run, else report.html")
+    report.add_argument("--prices", metavar="FILE", help="YAML: NIC model -> price, for cost per Mbit/s")
+    report.set_defaults(func=cmd_report)
+
+    compare = verbs.add_parser("compare", help="what changed between two runs, and whether it is real",
+                               description="Per metric and cell: the change in %% and a verdict from Welch's "
+                                           "t-test on the samples. Exit 1 if a metric got worse.")
+    compare.add_argument("base", metavar="BASE_RUN")
+    compare.add_argument("new", metavar="NEW_RUN")
+    compare.add_argument("--format", choices=("text", "json", "html"), default="text")
+    compare.add_argument("--out", metavar="FILE", help="write there instead of to stdout")
+    compare.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+                         help="smallest change that counts, in %% of the base mean (default 5)")
+    compare.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    compare.add_argument("--all", action="store_true",
+                         help="judge every metric, not only the headline ones (retransmits, percentiles, ...)")
+    compare.set_defaults(func=cmd_compare)
+
+    export = verbs.add_parser("export", help="a run's results as CSV or Parquet",
+                              description="One flat table for pandas: measurements (default) or summaries.")
+    export.add_argument("run", metavar="RUN_DIR")
+    export.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    export.add_argument("--what", choices=("measurements", "summaries"), default="measurements")
+    export.add_argument("--out", metavar="FILE", help="default: RUN_DIR/<what>.<format>")
+    export.set_defaults(func=cmd_export)
 
     metrics = verbs.add_parser("metrics", help="list every metric, with its unit",
                                description="The metrics benchmarks report, by the names expectations use.")

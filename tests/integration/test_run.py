@@ -46,6 +46,8 @@ def test_two_node_scenario_measures_and_cleans_up(image, repo, tmp_path):
     assert "scenario two-node · cell nic=e1000 · accel=" in out
     assert "netperf TCP_STREAM" in out and "throughput_mbps" in out and "transaction_rate" in out
     assert f"results: {run / 'results.jsonl'}" in out
+    assert f"report:  {run / 'report.html'}" in out
+    assert "netperf TCP_STREAM" in (run / "report.html").read_text()
     # Provenance beside the numbers: run.json, raw tool output, serial logs.
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "ok" and info["cells"] == ["nic=e1000"]

@@ -6,7 +6,7 @@ import pytest
 from niclab.cli import build_parser, main
 
 VERBS = [["run"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"], ["plan"],
-         ["metrics"]]
+         ["metrics"], ["report"], ["compare"], ["export"]]
 
 
 @pytest.mark.parametrize("verb", VERBS, ids=lambda v: " ".join(v))

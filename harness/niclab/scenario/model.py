@@ -224,6 +224,25 @@ class Scenario(_Strict):
     repeat: int = Field(1, ge=1, le=100, description="runs of each benchmark per cell")
     statistics: Statistics = Field(default_factory=Statistics)
     expect: list[str] = Field(default_factory=list, description="checks like 'netperf.TCP_RR.transaction_rate > 500'")
+    prices: dict[str, float] = Field(default_factory=dict, description="price per card, by NIC model, for cost per Mbit/s")
+    currency: str = Field("", max_length=8, description="the prices' currency, e.g. USD")
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _prices(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        problems = []
+        for model, price in value.items():
+            if nics.lookup(model) is None:
+                hint = did_you_mean(model, nics.names())
+                problems.append(Problem((model,), f"unknown NIC model {model!r}",
+                                        f"{hint + ' ' if hint else ''}prices are per catalog model", at_key=True))
+            elif isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+                problems.append(Problem((model,), f"a price is a number, not {price!r}"))
+        if problems:
+            raise Problems(problems)
+        return {nics.get(model).name: float(price) for model, price in value.items()}
 
     @field_validator("nodes", mode="before")
     @classmethod

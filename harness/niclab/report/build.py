@@ -1,0 +1,65 @@
+"""Assemble a report from run directories: per run, its table, plots, costs, checks and provenance."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from niclab import __version__
+from niclab.report import cost, findings, plots, provenance
+from niclab.report.data import RunData
+from niclab.report.figures import Plot
+from niclab.report.tables import Table, summary_table
+
+SECTIONS = ("NetPIPE curves", "throughput, latency and CPU", "throughput against MTU", "bonding", "fio over NFS")
+
+
+@dataclass
+class RunSection:
+    run: RunData
+    table: Table
+    plots: dict[str, list[Plot]]
+    missing: list[str]                 # sections these runs have no data for
+    costs: list[cost.CostRow]
+    currency: str
+    expectations: list[dict]
+    errors: list[dict]
+    cells: list[dict] = field(default_factory=list)  # provenance per cell
+
+
+@dataclass
+class Report:
+    title: str
+    generated_at: str
+    version: str
+    runs: list[RunSection]
+    findings: list[findings.Finding]
+
+
+def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report:
+    sections = []
+    for run in runs:
+        figures = {
+            "NetPIPE curves": plots.netpipe_plots(run),
+            "throughput, latency and CPU": plots.throughput_bars(run),
+            "throughput against MTU": [p for p in [plots.mtu_lines(run)] if p],
+            "bonding": [p for p in [plots.bonding_plot(run)] if p],
+            "fio over NFS": [p for p in [plots.nfs_plot(run)] if p],
+        }
+        known, currency = cost.prices_of(run, prices)
+        sections.append(RunSection(
+            run=run, table=summary_table(run), plots={k: v for k, v in figures.items() if v},
+            missing=[k for k, v in figures.items() if not v], costs=cost.cost_rows(run, known), currency=currency,
+            expectations=[e for c in run.cells for e in c.expectations],
+            errors=[e for c in run.cells for e in c.errors],
+            cells=[{"id": c.id, "rig": provenance.rig_line(c), "interfaces": provenance.interfaces(c),
+                    "interrupts": provenance.interrupt_spread(c)} for c in run.cells],
+        ))
+    names = list(dict.fromkeys(run.scenario for run in runs))
+    return Report(
+        title="niclab report: " + ", ".join(names),
+        generated_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        version=__version__,
+        runs=sections,
+        findings=[f for run in runs for f in findings.find(run)],
+    )

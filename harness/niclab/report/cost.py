@@ -1,0 +1,59 @@
+"""Cost per Mbit/s: a card's price over the most it moved in the run.
+
+Prices come from the scenario (`prices: {e1000: 35, rtl8139: 9}`,
+`currency: USD`) or from a YAML file given to `niclab report --prices`
+(same keys); a lab inventory can supply them later the same way. The peak
+is the highest mean among the cell's throughput metrics (netperf TCP_STREAM,
+NetPIPE's peak, lmbench bw_tcp, netperf UDP received).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+from niclab import nics
+from niclab.report.data import RunData
+
+PEAK_METRICS = ("netperf.TCP_STREAM.throughput_mbps", "netpipe.peak_throughput_mbps", "lmbench.bw_tcp.throughput_mbps",
+                "netperf.UDP_STREAM.recv_throughput_mbps")
+
+
+@dataclass(frozen=True)
+class CostRow:
+    card: str
+    cell: str
+    price: float
+    peak_mbps: float
+    peak_metric: str
+
+    @property
+    def per_mbps(self) -> float:
+        return self.price / self.peak_mbps
+
+
+def prices_of(run: RunData, extra: dict[str, float] | None = None) -> tuple[dict[str, float], str]:
+    try:
+        scenario = yaml.safe_load(run.info.get("scenario_text", "")) or {}
+    except yaml.YAMLError:
+        scenario = {}
+    prices = {}
+    for model, price in {**(scenario.get("prices") or {}), **(extra or {})}.items():
+        found = nics.lookup(str(model))
+        prices[found.name if found else str(model)] = float(price)
+    return prices, str(scenario.get("currency") or "")
+
+
+def cost_rows(run: RunData, prices: dict[str, float]) -> list[CostRow]:
+    rows = []
+    for cell in run.cells:
+        model = nics.lookup(cell.card)
+        price = prices.get(model.name if model else cell.card)
+        peaks = [(s["mean"], s["name"]) for name in PEAK_METRICS if (s := cell.summary(name))]
+        if price is None or not peaks:
+            continue
+        peak, metric = max(peaks)
+        if peak > 0:
+            rows.append(CostRow(cell.card, cell.id, price, peak, metric))
+    return rows

@@ -1,0 +1,104 @@
+"""Load run directories into what reports and comparisons work from.
+
+A run directory (see docs/results.md) holds run.json and results.jsonl. Here
+its records are grouped per cell: provenance, summaries, measurements, runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from niclab.errors import UsageError
+from niclab.results import read_records
+
+
+@dataclass
+class CellData:
+    id: str
+    params: dict
+    facts: dict = field(default_factory=dict)          # the `cell` record
+    end: dict = field(default_factory=dict)            # the `cell_end` record
+    summaries: list[dict] = field(default_factory=list)
+    measurements: list[dict] = field(default_factory=list)
+    runs: dict[str, dict] = field(default_factory=dict)  # run id -> `run` record
+    errors: list[dict] = field(default_factory=list)
+    expectations: list[dict] = field(default_factory=list)
+
+    @property
+    def card(self) -> str:
+        """What the report calls this cell in per-card plots: its NIC, else its id."""
+        return str(self.params.get("nic", self.id))
+
+    def summary(self, name: str, link: int | None = None) -> dict | None:
+        for s in self.summaries:
+            if s["name"] == name and (link is None or s["link"] == link):
+                return s
+        return None
+
+    def nic_of(self, run_id: str, node: str) -> dict:
+        return self.runs.get(run_id, {}).get("nics", {}).get(node, {})
+
+
+@dataclass
+class RunData:
+    path: Path
+    info: dict
+    cells: list[CellData]
+
+    @property
+    def scenario(self) -> str:
+        return self.info.get("scenario", self.path.name)
+
+    @property
+    def axes(self) -> list[str]:
+        """The matrix axes, in file order."""
+        names: list[str] = []
+        for cell in self.cells:
+            names += [k for k in cell.params if k not in names]
+        return names
+
+
+def params_of(cell_id: str) -> dict:
+    """A cell's parameters from its id (nic=e1000,mtu=9000), as text, for cells with no records yet."""
+    if cell_id == "default":
+        return {}
+    return dict(part.partition("=")[::2] for part in cell_id.split(","))
+
+
+def load_run(path: Path) -> RunData:
+    results = path / "results.jsonl"
+    if not results.is_file():
+        raise UsageError(f"{path} is not a niclab run directory (it has no results.jsonl)")
+    try:
+        info = json.loads((path / "run.json").read_text())
+    except (OSError, ValueError):
+        info = {}
+    cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.get("cells", [])}
+    for record in read_records(results):
+        cid = record.get("cell")
+        if cid is None:
+            continue
+        cell = cells.setdefault(cid, CellData(cid, {}))
+        cell.params = record.get("params", cell.params)
+        kind = record.get("type")
+        if kind == "cell":
+            cell.facts = record
+        elif kind == "cell_end":
+            cell.end = record
+        elif kind == "summary":
+            cell.summaries.append(record)
+        elif kind == "measurement":
+            cell.measurements.append(record)
+        elif kind == "run":
+            cell.runs[record["run"]] = record
+        elif kind == "error":
+            cell.errors.append(record)
+        elif kind == "expectation":
+            cell.expectations.append(record)
+    return RunData(path, info, list(cells.values()))
+
+
+def load_runs(paths: list[Path]) -> list[RunData]:
+    return [load_run(Path(p)) for p in paths]

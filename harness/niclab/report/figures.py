@@ -1,0 +1,68 @@
+"""matplotlib figures as embedded PNGs (data: URIs), so a report opens offline as one file.
+
+The object API (Figure, no pyplot) keeps no global state between plots.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+
+from matplotlib.figure import Figure
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+          "#17becf")
+
+
+@dataclass(frozen=True)
+class Plot:
+    title: str
+    image: str    # data:image/png;base64,...
+    caption: str
+
+
+def new_figure(width: float = 7.5, height: float = 4.2) -> tuple[Figure, object]:
+    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    return figure, figure.subplots()
+
+
+def to_plot(figure: Figure, title: str, caption: str) -> Plot:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return Plot(title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(), caption)
+
+
+def grouped_bars(ax, groups: list[str], series: dict[str, list[tuple[float | None, float | None]]],
+                 unit: str) -> None:
+    """Bars per group, one per series, each (value, half-width of its interval or None)."""
+    count = max(len(series), 1)
+    width = 0.8 / count
+    for i, (name, values) in enumerate(series.items()):
+        xs = [g + (i - (count - 1) / 2) * width for g in range(len(groups))]
+        heights = [v if v is not None else 0 for v, _ in values]
+        errors = [e or 0 for _, e in values]
+        ax.bar(xs, heights, width, yerr=errors if any(errors) else None, capsize=3, label=name,
+               color=COLORS[i % len(COLORS)])
+    ax.set_xticks(range(len(groups)), groups, rotation=20 if max(map(len, groups), default=0) > 10 else 0)
+    ax.set_ylabel(unit)
+    ax.grid(axis="y", alpha=0.3)
+    if len(series) > 1:
+        ax.legend()
+
+
+def size_label(value: float, _position=None) -> str:
+    """1, 64, 4K, 256K, 2M: message sizes as NIC studies label them."""
+    for unit, scale in (("M", 2**20), ("K", 2**10)):
+        if value >= scale:
+            return f"{value / scale:g}{unit}"
+    return f"{value:g}"
+
+
+def bytes_axis(ax) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=8))
+    ax.xaxis.set_major_formatter(FuncFormatter(size_label))
+    ax.set_xlabel("message size (bytes)")
