@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 

@@ -41,11 +41,19 @@ def cmd_run(args) -> int:
     from niclab.results import RunDir, RunInfo, new_run_dir, utc_now
     from niclab.runner import Runner
     from niclab.scenario import load_scenario
+    from niclab.shard import parse_shard
     from niclab.table import cell_table
 
     progress = Progress(args.quiet)
     scenario_file = load_scenario(Path(args.scenario))
     cells = scenario_file.select(args.cell)
+    if args.shard:
+        shard = parse_shard(args.shard)
+        cells = [cell for cell in cells if shard.holds(scenario_file.name, cell.id)]
+        progress(f"shard {shard}: {len(cells)} of {len(scenario_file.cells)} cells")
+        if not cells:
+            print(f"niclab: shard {shard} of {scenario_file.name} holds no cell; nothing to run", file=sys.stderr)
+            return EXIT_OK
     backend = get_backend(args.backend)
     run_dir = RunDir(new_run_dir(Path(args.out), scenario_file.name))
     info = RunInfo(scenario=scenario_file.name, scenario_file=str(Path(args.scenario).resolve()),
@@ -249,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run only this matrix cell (e.g. nic=e1000); repeat for several")
     run.add_argument("--backend", default="qemu", help="how nodes are realized (default: qemu)")
     run.add_argument("--repeat", type=int, metavar="N", help="run every benchmark N times (overrides the scenario)")
+    run.add_argument("--shard", metavar="I/N", help="run only the cells of shard I of N (stable across machines)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from niclab import bench
-from niclab.backends.base import CommandResult
+from niclab.backends.base import CommandResult, GuestCommandError
 from niclab.bench import lmbench, netpipe
 from niclab.bench.base import BenchContext, BenchmarkError, Endpoints
 from niclab.bench.lmbench import LmbenchOptions
@@ -293,6 +293,31 @@ def test_netpipe_run_reads_the_senders_file_and_stops_the_receiver(tmp_path, dat
     assert client.commands[-1] == (f"rm -f {netpipe.OUTPUT} && NPtcp -h {SERVER} -o {netpipe.OUTPUT} "
                                    "-P 5002 -l 1 -u 1048576 -p 0")
     assert table.decode() in (tmp_path / "netpipe.txt").read_text()
+
+
+class TimingOutNode(FakeNode):
+    """A client whose sweep runs out of time: the agent kills it; the rows written so far stay."""
+
+    def run(self, command, timeout: float = 60.0, check: bool = True) -> CommandResult:
+        if "NPtcp -h" in command:
+            self.commands.append(command)
+            self.timeout = timeout
+            raise GuestCommandError(f"a: `{command}` did not finish in {timeout:.0f} s; killed it")
+        return super().run(command, timeout, check)
+
+
+def test_a_sweep_out_of_time_keeps_its_curve_with_a_warning(tmp_path, data_dir):
+    rows = (data_dir / "netpipe" / "e1000.out").read_text().splitlines()[:12]
+    client = TimingOutNode("a", files={netpipe.OUTPUT: ("\n".join(rows) + "\n").encode()})
+    server = FakeNode("b")
+    found = netpipe.PLUGIN.run(context(tmp_path, client, server), NetpipeOptions(max_seconds=60))
+    assert client.timeout == 60 and server.spawned[0].stopped
+    curve = next(m for m in found if m.metric == "peak_throughput_mbps").extra["curve"]
+    assert len(curve) == 12
+    last = int(rows[-1].split()[0])
+    assert all(m.warning == f"the NPtcp sweep ran out of its 60 s budget at {last} bytes (of 1048576): "
+                            "the curve stops there" for m in found)
+    assert "did not finish in 60 s" in (tmp_path / "netpipe.txt").read_text()
 
 
 @pytest.mark.parametrize("name, message", [("refused", "Cannot Connect! errno=111"),

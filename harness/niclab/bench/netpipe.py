@@ -21,12 +21,15 @@ both ends. Facts the code relies on (NetPIPE's netpipe.c, checked in the guest):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import os
 import re
 from typing import ClassVar
 
 from pydantic import Field, model_validator
 
+from niclab.backends.base import GuestCommandError
 from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote,
                                wait_listening)
 
@@ -46,6 +49,9 @@ class NetpipeOptions(BenchOptions):
                               description="bytes probed either side of each size (-p); 0 turns it off")
     buffer: int | None = Field(None, ge=1024, le=1 << 28, description="socket buffer size, bytes (-b)")
     streaming: bool = Field(False, description="send one way only (-s); gives no latency")
+    max_seconds: float = Field(300.0, gt=0, le=7200,
+                               description="time budget of the sweep; a sweep cut short keeps its curve, with a "
+                                           "warning (a card whose TCP collapses can take many minutes)")
 
     @model_validator(mode="after")
     def _sizes_in_order(self) -> "NetpipeOptions":
@@ -151,23 +157,35 @@ class Netpipe:
         ends = ctx.ends
         receiver = ends.server.spawn(quote(receiver_argv(options)))
         argv = sender_argv(options, ends.server_address)
+        cut_short = None
         try:
             wait_listening(ends.server, PORT)
-            result = ends.client.run(f"rm -f {OUTPUT} && {quote(argv)}",
-                                     timeout=self.estimate_seconds(options) * 3 + 60, check=False)
-            table = ends.client.get(OUTPUT).decode(errors="replace") if result.ok else ""
+            try:
+                result = ends.client.run(f"rm -f {OUTPUT} && {quote(argv)}", timeout=options.max_seconds,
+                                         check=False)
+                table = ends.client.get(OUTPUT).decode(errors="replace") if result.ok else ""
+                summary = f"# exit {result.returncode} after {result.seconds:.1f} s\n{result.stdout}{result.stderr}"
+            except GuestCommandError as exc:  # the budget ran out: NPtcp was killed, its rows so far remain
+                result, cut_short = None, str(exc)
+                table = ends.client.get(OUTPUT).decode(errors="replace")
+                summary = f"# {cut_short}\n"
         finally:
             received = receiver.stop()
-        raw = (f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
-               f"{result.stdout}{result.stderr}\n# {OUTPUT}:\n{table}\n"
+        raw = (f"$ {quote(argv)}\n{summary}\n# {OUTPUT}:\n{table}\n"
                f"# receiver (exit {received.returncode}): {received.stdout}{received.stderr}")
         path = ctx.save_raw("netpipe", raw)
         try:
-            if not result.ok:
+            if result is not None and not result.ok:
                 raise BenchmarkError(failure(result.returncode, result.stdout, result.stderr))
-            return measurements(parse_rows(table), options.streaming)
+            found = measurements(parse_rows(table), options.streaming)
         except BenchmarkError as exc:
             raise BenchmarkError(f"{exc} (raw output: {path})") from None
+        if cut_short is None:
+            return found
+        last = parse_rows(table)[-1][0]
+        warning = (f"the NPtcp sweep ran out of its {options.max_seconds:g} s budget at {last} bytes "
+                   f"(of {options.end}): the curve stops there")
+        return [replace(m, warning=warning) for m in found]
 
 
 PLUGIN = Netpipe()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from niclab import __version__
 from niclab.report import cost, findings, plots, provenance
-from niclab.report.data import RunData
+from niclab.report.data import RunData, merge_runs
 from niclab.report.figures import Plot
 from niclab.report.tables import Table, summary_table
 
@@ -37,6 +37,8 @@ class Report:
 
 
 def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report:
+    """A report of the runs; runs of one scenario (shards of a sweep) become one section."""
+    runs = merge_runs(runs)
     sections = []
     for run in runs:
         figures = {

@@ -102,3 +102,41 @@ def load_run(path: Path) -> RunData:
 
 def load_runs(paths: list[Path]) -> list[RunData]:
     return [load_run(Path(p)) for p in paths]
+
+
+def _scenario_order(info: dict) -> list[str]:
+    """Every cell id of the scenario, in its own order (from the scenario text the run kept)."""
+    from niclab.scenario import parse
+
+    try:
+        return [cell.id for cell in parse(info.get("scenario_text", ""), "run.json").cells]
+    except Exception:
+        return list(info.get("cells", []))
+
+
+def merge_runs(runs: list[RunData]) -> list[RunData]:
+    """Runs of the same scenario (shards of one sweep, or cells run apart) merged into one.
+
+    A cell measured in several of them keeps the one from the later run directory.
+    """
+    groups: dict[str, list[RunData]] = {}
+    for run in runs:
+        groups.setdefault(run.scenario, []).append(run)
+    merged = []
+    for scenario, group in groups.items():
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        group = sorted(group, key=lambda r: r.path.name)
+        cells: dict[str, CellData] = {}
+        for run in group:
+            for cell in run.cells:
+                if cell.summaries or cell.facts or cell.id not in cells:
+                    cells[cell.id] = cell
+        order = _scenario_order(group[-1].info)
+        ranked = sorted(cells.values(), key=lambda c: order.index(c.id) if c.id in order else len(order))
+        info = dict(group[-1].info)
+        info["cells"] = [c.id for c in ranked]
+        info["merged_from"] = [str(r.path) for r in group]
+        merged.append(RunData(group[-1].path, info, ranked))
+    return merged

@@ -1,0 +1,33 @@
+import json
+
+from niclab.report.build import build
+from niclab.report.data import load_run
+
+SCENARIO = "name: sweep\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: ${nic}\nmatrix:\n  nic: [e1000, rtl8139, virtio]\n"
+
+
+def shard_dir(path, cells):
+    path.mkdir()
+    (path / "run.json").write_text(json.dumps({"scenario": "sweep", "scenario_text": SCENARIO, "cells": cells}))
+    records = []
+    for i, cell in enumerate(cells):
+        records.append({"type": "summary", "scenario": "sweep", "cell": cell, "params": {"nic": cell[4:]},
+                        "benchmark_index": 0, "benchmark": "netperf TCP_STREAM", "name": "netperf.TCP_STREAM.throughput_mbps",
+                        "test": "TCP_STREAM", "metric": "throughput_mbps", "unit": "Mbit/s", "headline": True,
+                        "client": "a", "server": "b", "link": 0, "runs": ["0.1"], "n": 1, "mean": 100.0 + i,
+                        "median": 100.0 + i, "stdev": None, "cv_pct": None, "min": 100.0 + i, "max": 100.0 + i,
+                        "ci_level": 95, "ci_low": None, "ci_high": None, "samples": [100.0 + i],
+                        "unstable": False, "reasons": []})
+    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_shards_of_one_sweep_make_one_section_in_the_scenario_order(tmp_path):
+    one = shard_dir(tmp_path / "2026-11-22T10-00-00-sweep", ["nic=virtio", "nic=e1000"])
+    two = shard_dir(tmp_path / "2026-11-22T10-00-05-sweep", ["nic=rtl8139"])
+    report = build([load_run(two), load_run(one)])
+    assert len(report.runs) == 1
+    section = report.runs[0]
+    assert section.table.columns == ["e1000", "rtl8139", "virtio"]
+    assert [c.mean for c in section.table.rows[0][2]] == [101.0, 100.0, 100.0]
+    assert len(section.run.info["merged_from"]) == 2
