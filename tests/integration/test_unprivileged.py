@@ -47,12 +47,24 @@ def usable_python(user: str) -> str:
                          f"(tried {candidates}); install python3 from Debian")
 
 
+def link_or_copy(source: str, target: str) -> None:
+    """Hard-link (instant, and the files are world-readable), or copy across file systems."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+# what `niclab run` never imports: left out of the user's copy of the packages
+NOT_NEEDED = ("__pycache__", "niclab*", "_niclab*", "__editable__*", "playwright*", "pyarrow*", "pip", "pip-*",
+              "setuptools*", "_pytest", "pytest*", "xdist*", "execnet*", "greenlet*", "pyee*")
+
+
 def run_as(user: pwd.struct_passwd, base: Path, image, scenario: Path) -> subprocess.CompletedProcess:
     site = Path(pydantic.__file__).resolve().parents[1]
     shutil.copytree(Path(niclab.__file__).parent, base / "src" / "niclab",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(site, base / "site", ignore=shutil.ignore_patterns("__pycache__", "niclab*", "_niclab*",
-                                                                         "__editable__*"))
+    shutil.copytree(site, base / "site", ignore=shutil.ignore_patterns(*NOT_NEEDED), copy_function=link_or_copy)
     (base / "image").mkdir()
     for name in ("vmlinuz", "initrd.img", "manifest.json"):
         shutil.copy(image.directory / name, base / "image" / name)

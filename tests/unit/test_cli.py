@@ -65,3 +65,19 @@ def test_every_shipped_scenario_validates(repo, capsys):
     assert {"two-node", "nic-shootout", "mtu-sweep", "bonding", "wan", "three-node-switch"} <= {
         p.rsplit("/", 1)[1][:-5] for p in files}
     assert main(["validate", *files]) == 0, capsys.readouterr().err
+
+
+def test_run_shard_with_no_cell_of_its_own_runs_nothing(repo, tmp_path, capsys):
+    # two-node has one cell; of two shards, one holds it and the other has nothing to do
+    from niclab.shard import shard_of
+
+    empty = 3 - shard_of("two-node", "nic=e1000", 2)
+    assert main(["run", str(repo / "scenarios" / "two-node.yaml"), "--shard", f"{empty}/2", "--out",
+                 str(tmp_path)]) == 0
+    assert "holds no cell; nothing to run" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_run_bad_shard_is_a_usage_error(repo, tmp_path, capsys):
+    assert main(["run", str(repo / "scenarios" / "two-node.yaml"), "--shard", "3/2", "--out", str(tmp_path)]) == 2
+    assert "write i/n" in capsys.readouterr().err
