@@ -149,6 +149,11 @@ def cmd_nics(args) -> int:
     print(f"{'model':<34}{'driver':<12}{'max MTU':>8}  {'PCI ID':<11}card")
     for model in nics.CATALOG:
         print(f"{model.name:<34}{model.driver:<12}{model.max_mtu:>8}  {model.pci_id:<11}{model.card}")
+    notes = [model for model in nics.CATALOG if model.notes]
+    if notes:
+        print()
+        for model in notes:
+            print(f"{model.name}: {model.notes}" + (f" (QEMU: {model.qemu_properties})" if model.qemu_properties else ""))
     return EXIT_OK
 
 

@@ -72,3 +72,12 @@ def test_switched_segment_reaches_every_node_from_every_other(session):
             if source != target:
                 found = session.bench("ping", link=5, count=5, interval=0.1, **{"from": source, "to": target})
                 assert metric(found, "loss_pct") == 0, f"{source} -> {target} over the segment lost pings"
+
+
+def test_no_benchmark_left_a_process_in_any_guest(session):
+    """Runs last in this module: netperf, iperf3 and ping ran on every node; none may linger."""
+    for node in "abc":
+        processes = session.node(node).run("ps -o pid,args").stdout.splitlines()
+        left = [line for line in processes if any(tool in line for tool in ("netserver", "netperf", "iperf3",
+                                                                             " ping "))]
+        assert left == [], f"{node} still runs: {left}"

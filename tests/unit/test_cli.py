@@ -45,6 +45,7 @@ def test_nics_lists_the_catalog(capsys):
     assert main(["nics"]) == 0
     out = capsys.readouterr().out
     assert "e1000" in out and "8139cp" in out and "Intel PRO/1000 MT Desktop (82540EM)" in out
+    assert "virtio: EVENT_IDX is off" in out and "(QEMU: event_idx=off)" in out
 
 
 def test_console_script_runs():

@@ -56,7 +56,7 @@ def test_one_device_and_netdev_per_port_in_slot_order():
     assert devices == [
         "e1000,netdev=net0l0,mac=02:4e:4c:00:00:00,bus=pci.0,addr=0x3",
         "rtl8139,netdev=net1l0,mac=02:4e:4c:00:01:00,bus=pci.0,addr=0x4",
-        "virtio-net-pci,netdev=net2l0,mac=02:4e:4c:00:02:00,bus=pci.0,addr=0x5",
+        "virtio-net-pci,netdev=net2l0,mac=02:4e:4c:00:02:00,bus=pci.0,addr=0x5,event_idx=off",
     ]
 
 

@@ -115,5 +115,26 @@ def wait_listening(node: Node, port: int, proto: str = "tcp", timeout: float = 2
         raise BenchmarkError(f"{node.name}: nothing listens on {proto} port {port} after {timeout:.0f} s")
 
 
+def free_port(node: Node, port: int, proto: str = "tcp", timeout: float = 10.0) -> list[str]:
+    """End whatever still listens on `port` in the guest (a server a killed run left), and wait until it is free.
+
+    Returns what was ended, for the raw output. A benchmark calls this before
+    starting its server, so one hung run cannot make the next fail to bind.
+    """
+    flag = "t" if proto == "tcp" else "u"
+    script = (
+        f"ended=''; end=$(( $(date +%s) + {int(timeout)} )); "
+        f"while [ $(date +%s) -le $end ]; do "
+        f"pids=$(netstat -ln{flag}p 2>/dev/null | awk '$4 ~ /:{port}$/ {{split($NF, p, \"/\"); print p[1]}}' | sort -u); "
+        f"[ -z \"$pids\" ] && {{ echo \"$ended\"; exit 0; }}; "
+        f"for p in $pids; do [ \"$p\" -gt 1 ] 2>/dev/null && ended=\"$ended $p:$(cat /proc/$p/comm)\" && kill -9 $p; done; "
+        f"sleep 0.1; done; echo \"$ended\"; exit 1"
+    )
+    result = node.run(script, timeout=timeout + 10, check=False)
+    if not result.ok:
+        raise BenchmarkError(f"{node.name}: {proto} port {port} is still taken after {timeout:.0f} s")
+    return result.stdout.split()
+
+
 def quote(argv: list[str]) -> str:
     return shlex.join(argv)

@@ -14,8 +14,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote,
-                               wait_listening)
+from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, free_port,
+                               quote, wait_listening)
 
 PORT = 5201
 
@@ -120,6 +120,7 @@ class Iperf3:
 
     def run(self, ctx: BenchContext, options: Iperf3Options) -> list[Measurement]:
         ends = ctx.ends
+        free_port(ends.server, PORT)
         server = ends.server.spawn(quote(["iperf3", "-s", "-B", ends.server_address, "-p", str(PORT), "-1"]))
         argv = client_argv(options, ends.server_address)
         try:
