@@ -26,9 +26,12 @@ def test_report_renders_in_headless_chromium(tmp_path):
                          tmp_path / "report.html", prices={"virtio": 0.01})
     problems: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        # A persistent context is how Playwright takes a fresh --user-data-dir of our choosing.
+        browser = playwright.chromium.launch_persistent_context(
+            tmp_path / "profile", executable_path=chromium, args=CHROMIUM_ARGS, headless=True,
+            viewport={"width": 1280, "height": 1000})
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page = browser.new_page()
             page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in (
                 "error", "warning") else None)
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
@@ -39,6 +42,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         finally:
             browser.close()
+    assert (tmp_path / "profile").is_dir(), "Chromium did not use the fresh profile directory"
     assert problems == []
     assert len(images) >= 12
     assert all(complete and width > 300 for _, complete, width in images), [i for i in images if not i[2]]
