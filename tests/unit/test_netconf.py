@@ -110,3 +110,30 @@ def test_read_back_reports_every_difference():
         "a/link2p2: no carrier",
         "a/link2p2: driver none is bound, the e1000 model needs e1000",
     ]
+
+
+def test_parallel_reports_every_failure_in_node_order():
+    import time
+
+    import pytest
+
+    def fail(node, delay):
+        def job():
+            time.sleep(delay)
+            raise netconf.NetconfError(f"{node}: broken")
+        return job
+
+    with pytest.raises(netconf.NetconfError) as caught:
+        netconf.parallel({"a": fail("a", 0.05), "b": fail("b", 0), "c": lambda: 1})
+    assert str(caught.value) == "a: broken\nb: broken"
+
+
+def test_parallel_names_the_node_of_a_foreign_exception():
+    import pytest
+
+    def boom():
+        raise OSError("socket closed")
+
+    with pytest.raises(netconf.NetconfError, match="^b: socket closed$"):
+        netconf.parallel({"a": lambda: 1, "b": boom})
+    assert netconf.parallel({"a": lambda: 1, "b": lambda: 2}) == {"a": 1, "b": 2}

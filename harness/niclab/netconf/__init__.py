@@ -35,7 +35,8 @@ def ping_script(source: Iface, targets: list[Iface]) -> str:
 
 
 def parallel(jobs: dict[str, callable]) -> dict[str, object]:
-    """Run one job per node at once; re-raise the first failure in the caller's thread."""
+    """Run one job per node at once. Failures are raised in the caller's thread, all of them, in node order
+    (so the message does not depend on which thread lost the race)."""
     results: dict[str, object] = {}
     errors: dict[str, BaseException] = {}
 
@@ -50,11 +51,12 @@ def parallel(jobs: dict[str, callable]) -> dict[str, object]:
         thread.start()
     for thread in threads:
         thread.join()
-    if errors:
-        key, exc = next(iter(errors.items()))
-        if isinstance(exc, NiclabError):
-            raise exc
-        raise NetconfError(f"{key}: {exc}") from exc
+    failed = [(key, errors[key]) for key in jobs if key in errors]
+    if len(failed) == 1 and isinstance(failed[0][1], NiclabError):
+        raise failed[0][1]
+    if failed:
+        raise NetconfError("\n".join(str(exc) if isinstance(exc, NiclabError) else f"{key}: {exc}"
+                                     for key, exc in failed)) from failed[0][1]
     return results
 
 
