@@ -82,3 +82,16 @@ def test_run_shard_with_no_cell_of_its_own_runs_nothing(repo, tmp_path, capsys):
 def test_run_bad_shard_is_a_usage_error(repo, tmp_path, capsys):
     assert main(["run", str(repo / "scenarios" / "two-node.yaml"), "--shard", "3/2", "--out", str(tmp_path)]) == 2
     assert "write i/n" in capsys.readouterr().err
+
+
+def test_backends_name_what_is_planned_and_what_is_unknown():
+    import pytest
+
+    from niclab.backends import get_backend
+    from niclab.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^backend 'libvirt' \(libvirt domains with real cards passed through "
+                                         r"\(VFIO\), for lab runs\) is not built yet; today only 'qemu' runs"):
+        get_backend("libvirt")
+    with pytest.raises(UsageError, match=r"^unknown backend 'vbox'; choose one of: qemu$"):
+        get_backend("vbox")

@@ -6,6 +6,7 @@ from niclab.backends.base import Backend, CommandResult, GuestCommandError, Node
 from niclab.errors import UsageError
 
 NAMES = ("qemu",)
+PLANNED = {"libvirt": "libvirt domains with real cards passed through (VFIO), for lab runs"}
 
 
 def get_backend(name: str, **options) -> Backend:
@@ -13,6 +14,8 @@ def get_backend(name: str, **options) -> Backend:
         from niclab.backends.qemu import QemuBackend
 
         return QemuBackend(**options)
+    if name in PLANNED:
+        raise UsageError(f"backend {name!r} ({PLANNED[name]}) is not built yet; today only 'qemu' runs scenarios")
     raise UsageError(f"unknown backend {name!r}; choose one of: {', '.join(NAMES)}")
 
 
