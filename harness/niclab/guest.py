@@ -43,6 +43,15 @@ def unix_connect(path: Path, timeout: float) -> socket.socket:
     return sock
 
 
+def shorten(argv: tuple[str, ...], limit: int = 200) -> str:
+    """The command for a message: its start (the program and first options) and its end, never a cut tail."""
+    text = argv[-1] if argv[:2] == ("/bin/sh", "-c") else " ".join(argv)
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    return f"{text[:head]} … {text[-(limit - head - 3):]}"
+
+
 class GuestAgent:
     """A connection to one guest's qemu-ga; thread-safe, one command at a time."""
 
@@ -182,7 +191,7 @@ class GuestAgent:
                 return result
             if time.monotonic() > deadline:
                 self.kill(pid)
-                raise GuestCommandError(f"{self.node}: `{' '.join(argv)[-200:]}` did not finish "
+                raise GuestCommandError(f"{self.node}: `{shorten(argv)}` did not finish "
                                         f"in {timeout:.0f} s; killed it")
             time.sleep(POLL_INTERVALS[min(attempt, len(POLL_INTERVALS) - 1)])
         raise AssertionError("unreachable")
