@@ -101,15 +101,17 @@ class BenchmarkError(GuestCommandError):
     """A benchmark ran but did not produce a usable result."""
 
 
+def poll_script(body: str, timeout: float, interval: float, give_up: str = "exit 1") -> str:
+    """A guest shell loop that runs `body` every `interval` s until the body exits, or `timeout` s pass."""
+    return (f"end=$(( $(date +%s) + {int(timeout)} )); while [ $(date +%s) -le $end ]; do {body}; "
+            f"sleep {interval}; done; {give_up}")
+
+
 def wait_listening(node: Node, port: int, proto: str = "tcp", timeout: float = 20.0) -> None:
     """Return once something listens on `port` in the guest (read from /proc/net)."""
     state = "0A" if proto == "tcp" else "07"
-    script = (
-        f"end=$(( $(date +%s) + {int(timeout)} )); "
-        f"while [ $(date +%s) -le $end ]; do "
-        f"awk -v p=:{port:04X} '$2 ~ p\"$\" && $4 == \"{state}\" {{f=1}} END {{exit !f}}' "
-        f"/proc/net/{proto} /proc/net/{proto}6 2>/dev/null && exit 0; sleep 0.05; done; exit 1"
-    )
+    script = poll_script(f"awk -v p=:{port:04X} '$2 ~ p\"$\" && $4 == \"{state}\" {{f=1}} END {{exit !f}}' "
+                         f"/proc/net/{proto} /proc/net/{proto}6 2>/dev/null && exit 0", timeout, 0.05)
     result = node.run(script, timeout=timeout + 10, check=False)
     if not result.ok:
         raise BenchmarkError(f"{node.name}: nothing listens on {proto} port {port} after {timeout:.0f} s")
@@ -122,14 +124,11 @@ def free_port(node: Node, port: int, proto: str = "tcp", timeout: float = 10.0) 
     starting its server, so one hung run cannot make the next fail to bind.
     """
     flag = "t" if proto == "tcp" else "u"
-    script = (
-        f"ended=''; end=$(( $(date +%s) + {int(timeout)} )); "
-        f"while [ $(date +%s) -le $end ]; do "
+    script = "ended=''; " + poll_script(
         f"pids=$(netstat -ln{flag}p 2>/dev/null | awk '$4 ~ /:{port}$/ {{split($NF, p, \"/\"); print p[1]}}' | sort -u); "
         f"[ -z \"$pids\" ] && {{ echo \"$ended\"; exit 0; }}; "
-        f"for p in $pids; do [ \"$p\" -gt 1 ] 2>/dev/null && ended=\"$ended $p:$(cat /proc/$p/comm)\" && kill -9 $p; done; "
-        f"sleep 0.1; done; echo \"$ended\"; exit 1"
-    )
+        f"for p in $pids; do [ \"$p\" -gt 1 ] 2>/dev/null && ended=\"$ended $p:$(cat /proc/$p/comm)\" && kill -9 $p; done",
+        timeout, 0.1, give_up='echo "$ended"; exit 1')
     result = node.run(script, timeout=timeout + 10, check=False)
     if not result.ok:
         raise BenchmarkError(f"{node.name}: {proto} port {port} is still taken after {timeout:.0f} s")
