@@ -10,7 +10,7 @@ import platform
 import shlex
 
 from niclab.backends.base import Node
-from niclab.guestsh import PCI_DIR
+from niclab.guestsh import PCI_DIR, sections
 
 def node_script(ifnames: list[str]) -> str:
     lines = [PCI_DIR, 'echo "kernel=$(uname -r)"']
@@ -29,17 +29,11 @@ def node_script(ifnames: list[str]) -> str:
 
 
 def parse_node_facts(text: str) -> dict:
-    facts: dict = {"interfaces": {}}
-    section: dict | None = None
-    for line in text.splitlines():
-        if line.startswith("[") and line.endswith("]"):
-            section = facts["interfaces"].setdefault(line[1:-1], {})
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            continue
-        target = facts if section is None else section
-        target[key.strip()] = value.strip()
+    def keyvals(lines: list[str]) -> dict[str, str]:
+        return {key.strip(): value.strip() for key, sep, value in (line.partition("=") for line in lines) if sep}
+
+    head, named = sections(text)
+    facts: dict = {**keyvals(head), "interfaces": {name: keyvals(lines) for name, lines in named.items()}}
     for iface in facts["interfaces"].values():
         if iface.get("vendor", "").startswith("0x") and iface.get("device", "").startswith("0x"):
             iface["pci_id"] = f"{iface['vendor'][2:]}:{iface['device'][2:]}"
@@ -92,18 +86,17 @@ def counters_script(ports: list[str]) -> str:
 
 def parse_counters(text: str) -> dict[str, dict]:
     ports: dict[str, dict] = {}
-    port: dict | None = None
-    for line in text.splitlines():
-        if line.startswith("[") and line.endswith("]"):
-            port = ports.setdefault(line[1:-1], {"irqs": {}})
-        elif port is not None and line.startswith("irq "):
-            key, _, rest = line[4:].partition("=")
-            counts, _, names = rest.partition("|")
-            port["irqs"][key] = {"cpus": [int(n) for n in counts.split()], "names": names.strip()}
-        elif port is not None and "=" in line:
-            key, _, value = line.partition("=")
-            if value.strip().isdigit():
-                port[key] = int(value)
+    for name, lines in sections(text)[1].items():
+        port = ports[name] = {"irqs": {}}
+        for line in lines:
+            if line.startswith("irq "):
+                key, _, rest = line[4:].partition("=")
+                counts, _, names = rest.partition("|")
+                port["irqs"][key] = {"cpus": [int(n) for n in counts.split()], "names": names.strip()}
+            elif "=" in line:
+                key, _, value = line.partition("=")
+                if value.strip().isdigit():
+                    port[key] = int(value)
     return ports
 
 

@@ -14,3 +14,19 @@ PCI_DIR = (
     'while [ "$d" != /sys ] && [ "$(cd -P "$d/subsystem" 2>/dev/null && pwd)" != /sys/bus/pci ]; '
     'do d=${d%/*}; done; echo "$d"; }'
 )
+
+
+def sections(text: str) -> tuple[list[str], dict[str, list[str]]]:
+    """Split a guest script's output at '[name]' lines: (the lines before any section, {name: its lines}).
+
+    A name seen twice gathers the lines of both sections, in order.
+    """
+    head: list[str] = []
+    named: dict[str, list[str]] = {}
+    current = head
+    for line in text.splitlines():
+        if line.startswith("[") and line.endswith("]"):
+            current = named.setdefault(line[1:-1], [])
+        else:
+            current.append(line)
+    return head, named

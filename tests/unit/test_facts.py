@@ -25,3 +25,11 @@ def test_parse_node_facts():
     assert link0["pci_id"] == "8086:100e"
     assert link0["pci_subsystem"] == "1af4:1100"
     assert link0["mtu"] == 1500
+
+
+def test_sections_keeps_the_head_and_gathers_a_repeated_section():
+    from niclab.guestsh import sections
+
+    head, named = sections("kernel=6.1\n[link0]\nmtu=1500\n[link1]\nmtu=9000\n[link0]\ncarrier=1\n")
+    assert head == ["kernel=6.1"]
+    assert named == {"link0": ["mtu=1500", "carrier=1"], "link1": ["mtu=9000"]}

@@ -12,6 +12,7 @@ import shlex
 
 from niclab import netem as netem_mod
 from niclab import nics, offloads
+from niclab.guestsh import sections
 from niclab.netconf.plan import Iface
 
 
@@ -46,15 +47,8 @@ def state_script(ifaces: list[Iface]) -> str:
 
 def parse_state(text: str) -> dict[str, dict]:
     """'[iface bond0]' / '[port link1p0]' sections of key=value lines -> {'iface bond0': {...}}."""
-    state: dict[str, dict] = {}
-    section: dict | None = None
-    for line in text.splitlines():
-        if line.startswith("[") and line.endswith("]"):
-            section = state.setdefault(line[1:-1], {})
-        elif section is not None and "=" in line:
-            key, _, value = line.partition("=")
-            section[key] = value
-    return state
+    return {name: dict(line.partition("=")[::2] for line in lines if "=" in line)
+            for name, lines in sections(text)[1].items()}
 
 
 def _ethtool_text(section: dict[str, str]) -> str:
