@@ -1,10 +1,18 @@
-"""Pick the QEMU accelerator: KVM if a guest really runs under it here, else TCG.
+"""Pick the QEMU accelerator: KVM only where the guest image really runs under it here, else TCG.
 
-/dev/kvm existing proves nothing (on some hosts a guest under KVM hangs with
-its vCPU spinning in the host kernel), so the probe boots a 512-byte boot
-sector that writes a word to the serial port, under a short timeout. The
-answer is cached per host, kernel and QEMU binary. $NICLAB_ACCEL=kvm|tcg
-overrides the probe.
+/dev/kvm existing proves nothing. On some hosts a guest under KVM hangs with
+its vCPU spinning in the host kernel; on others real mode runs but the
+Debian kernel hangs at the switch to long mode; on others QEMU aborts on an
+MSR it cannot set. So the probe boots what a run boots: the image's own
+kernel and initramfs, with the run's machine and CPU options, until a word
+printed by a userspace program (busybox `echo` as init) reaches the serial
+port, under a short timeout.
+
+The verdict is cached per host, host kernel, QEMU binary, /dev/kvm access
+and image. A cached "kvm" is not the last word: if the run's guests then do
+not answer under KVM, the backend stops them, records KVM as unusable here
+(`mark_kvm_unusable`) and boots them under TCG. $NICLAB_ACCEL=kvm|tcg skips
+the probe (a forced kvm still falls back).
 """
 
 from __future__ import annotations
@@ -19,35 +27,18 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from niclab.errors import NiclabError, UsageError
 from niclab.paths import cache_dir
+from niclab.procs import die_with_parent
+
+if TYPE_CHECKING:
+    from niclab.image import Image
 
 QEMU = "qemu-system-x86_64"
-PROBE_WORD = b"NICLAB-ACCEL-OK"
-PROBE_TIMEOUT_S = 5.0
-
-
-def boot_sector() -> bytes:
-    """Real-mode code at 0x7c00: write PROBE_WORD to COM1 (port 0x3f8), then halt."""
-    code = bytes([
-        0x31, 0xC0,        # xor ax, ax
-        0x8E, 0xD8,        # mov ds, ax
-        0xFC,              # cld
-        0xBA, 0xF8, 0x03,  # mov dx, 0x3f8
-        0xBE, 0x17, 0x7C,  # mov si, 0x7c17 (the message, right after this code)
-        0xAC,              # next: lodsb
-        0x84, 0xC0,        # test al, al
-        0x74, 0x03,        # jz done
-        0xEE,              # out dx, al
-        0xEB, 0xF8,        # jmp next
-        0xFA,              # done: cli
-        0xF4,              # hlt
-        0xEB, 0xFD,        # jmp hlt
-    ])
-    assert len(code) == 0x17
-    body = code + PROBE_WORD + b"\0"
-    return body + bytes(510 - len(body)) + b"\x55\xaa"
+PROBE_WORD = "NICLAB-ACCEL-OK"
+PROBE_TIMEOUT_S = 20.0  # a KVM guest prints the word in about 1 s; TCG in 2-3 s
 
 
 @dataclass(frozen=True)
@@ -55,70 +46,126 @@ class AccelChoice:
     accel: str  # "kvm" or "tcg"
     reason: str
     probed_at: str
+    forced: bool = False  # chosen by $NICLAB_ACCEL, not by the probe
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def qemu_binary() -> str:
-    path = shutil.which(QEMU)
+    """The QEMU to run: $NICLAB_QEMU if set (a wrapper, another build), else qemu-system-x86_64 on PATH."""
+    wanted = os.environ.get("NICLAB_QEMU") or QEMU
+    path = shutil.which(wanted)
     if path is None:
+        if os.environ.get("NICLAB_QEMU"):
+            raise UsageError(f"NICLAB_QEMU={wanted}: no such program")
         raise NiclabError(f"{QEMU} is not installed: run `make setup` (or apt-get install qemu-system-x86)")
     return path
 
 
-def _cache_key(binary: str) -> str:
-    stat = os.stat(binary)
-    kvm = os.access("/dev/kvm", os.R_OK | os.W_OK)
-    text = f"{platform.node()}|{platform.release()}|{binary}|{stat.st_size}|{stat.st_mtime_ns}|{kvm}|{os.getuid()}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def probe_argv(binary: str, accel: str, image: Image, serial: Path) -> list[str]:
+    """Boot the image's kernel with busybox `echo PROBE_WORD` as init; its exit panics the kernel, QEMU quits."""
+    return [binary, "-machine", f"pc,accel={accel}", "-cpu", "host" if accel == "kvm" else "max",
+            "-m", "256M", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+            "-serial", f"file:{serial}", "-kernel", str(image.kernel), "-initrd", str(image.initrd),
+            "-append", f"{image.cmdline} panic=-1 rdinit=/usr/bin/busybox -- echo {PROBE_WORD}"]
 
 
-def probe(accel: str, binary: str, timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
-    """Boot the probe sector under `accel`; (worked, what happened)."""
+def probe(accel: str, binary: str, image: Image, timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
+    """Boot the image under `accel` until userspace prints the probe word; (worked, what happened)."""
     with tempfile.TemporaryDirectory(prefix="niclab-accel-") as scratch:
-        disk, serial = Path(scratch) / "probe.img", Path(scratch) / "serial.out"
-        disk.write_bytes(boot_sector())
-        argv = [binary, "-accel", accel, "-nodefaults", "-no-user-config", "-display", "none",
-                "-m", "16", "-serial", f"file:{serial}",
-                "-drive", f"file={disk},format=raw,if=ide,snapshot=on"]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+        serial = Path(scratch) / "serial.out"
+        proc = subprocess.Popen(probe_argv(binary, accel, image, serial), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=die_with_parent)
         started = time.monotonic()
         try:
             while time.monotonic() - started < timeout:
-                if serial.exists() and PROBE_WORD in serial.read_bytes():
-                    return True, f"a {accel} guest booted in {time.monotonic() - started:.2f} s"
+                if serial.exists() and PROBE_WORD.encode() in serial.read_bytes():
+                    return True, f"the image's kernel reached userspace under {accel} in " \
+                                 f"{time.monotonic() - started:.1f} s"
                 if proc.poll() is not None:
+                    assert proc.stderr is not None
                     err = proc.stderr.read().decode(errors="replace").strip().splitlines()
-                    return False, f"QEMU exited under {accel}: {err[-1] if err else proc.returncode}"
-                time.sleep(0.02)
-            return False, f"a {accel} guest did not boot in {timeout:.0f} s"
+                    return False, f"QEMU exited under {accel} before the guest's userspace ran: " \
+                                  f"{err[-1] if err else f'status {proc.returncode}'}"
+                time.sleep(0.05)
+            return False, f"the image's kernel did not reach userspace under {accel} in {timeout:.0f} s"
         finally:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-            proc.stderr.close()
+            if proc.stderr is not None:
+                proc.stderr.close()
 
 
-def choose_accel(refresh: bool = False) -> AccelChoice:
-    forced = os.environ.get("NICLAB_ACCEL")
+def kvm_access() -> str | None:
+    """None if this user can open /dev/kvm, else why not."""
+    if not os.path.exists("/dev/kvm"):
+        return "no /dev/kvm"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "/dev/kvm is not accessible to this user"
+    return None
+
+
+def decide(forced: str | None, cached: AccelChoice | None, access: str | None,
+           run_probe: Callable[[], tuple[bool, str]]) -> tuple[AccelChoice, bool]:
+    """The accelerator to use, and whether the verdict is new (to be cached). Boots nothing itself."""
     if forced:
         if forced not in ("kvm", "tcg"):
             raise UsageError(f"NICLAB_ACCEL={forced!r}: use kvm or tcg")
-        return AccelChoice(forced, "set by NICLAB_ACCEL", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        return AccelChoice(forced, "set by NICLAB_ACCEL", now(), forced=True), False
+    if cached is not None:
+        return cached, False
+    if access is not None:
+        return AccelChoice("tcg", access, now()), True
+    worked, what = run_probe()
+    return AccelChoice("kvm" if worked else "tcg", what, now()), True
+
+
+def _cache_file(binary: str, image: Image) -> Path:
+    stat = os.stat(binary)
+    text = (f"{platform.node()}|{platform.release()}|{binary}|{stat.st_size}|{stat.st_mtime_ns}|"
+            f"{kvm_access()}|{os.getuid()}|{image.id}")
+    return cache_dir() / "accel" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+
+
+def _read(path: Path) -> AccelChoice | None:
+    try:
+        return AccelChoice(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _write(path: Path, choice: AccelChoice) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(asdict(choice)))
+    tmp.replace(path)
+
+
+def choose_accel(image: Image, refresh: bool = False,
+                 progress: Callable[[str], None] | None = None) -> AccelChoice:
+    """KVM or TCG for booting `image` here (cached; `refresh` probes again)."""
+    forced = os.environ.get("NICLAB_ACCEL")
+    if forced:
+        return decide(forced, None, None, lambda: (False, ""))[0]
     binary = qemu_binary()
-    cache = cache_dir() / "accel" / f"{_cache_key(binary)}.json"
-    if not refresh:
-        try:
-            return AccelChoice(**json.loads(cache.read_text()))
-        except (OSError, ValueError, TypeError):
-            pass
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    if not os.path.exists("/dev/kvm"):
-        choice = AccelChoice("tcg", "no /dev/kvm", now)
-    elif not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        choice = AccelChoice("tcg", "/dev/kvm is not accessible to this user", now)
-    else:
-        worked, what = probe("kvm", binary)
-        choice = AccelChoice("kvm" if worked else "tcg", what, now)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(asdict(choice)))
+    cache = _cache_file(binary, image)
+
+    def run_probe() -> tuple[bool, str]:
+        if progress:
+            progress("probing KVM: booting the image's kernel under it (once per host and image)")
+        return probe("kvm", binary, image)
+
+    choice, new = decide(None, None if refresh else _read(cache), kvm_access(), run_probe)
+    if new:
+        _write(cache, choice)
+    return choice
+
+
+def mark_kvm_unusable(image: Image, why: str) -> AccelChoice:
+    """Record that KVM does not run the image's guests here: later runs use TCG without trying."""
+    choice = AccelChoice("tcg", f"KVM failed a real run at {now()}: {why}", now())
+    _write(_cache_file(qemu_binary(), image), choice)
     return choice

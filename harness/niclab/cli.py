@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
 from pathlib import Path
 
 from niclab import __version__
-from niclab.errors import NiclabError, UsageError
+from niclab.errors import NiclabError, UsageError, describe_exception
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 STARTED = time.monotonic()  # as early as the command can know it
@@ -38,7 +39,7 @@ def _on_sigterm(signum, frame):
 def cmd_run(args) -> int:
     from niclab.backends import get_backend
     from niclab.facts import host_facts
-    from niclab.results import RunDir, RunInfo, new_run_dir, utc_now
+    from niclab.results import RunDir, RunInfo, new_run_dir
     from niclab.runner import Runner
     from niclab.scenario import load_scenario
     from niclab.shard import parse_shard
@@ -55,38 +56,33 @@ def cmd_run(args) -> int:
             print(f"niclab: shard {shard} of {scenario_file.name} holds no cell; nothing to run", file=sys.stderr)
             return EXIT_OK
     backend = get_backend(args.backend)
-    run_dir = RunDir(new_run_dir(Path(args.out), scenario_file.name))
-    info = RunInfo(scenario=scenario_file.name, scenario_file=str(Path(args.scenario).resolve()),
-                   scenario_text=Path(args.scenario).read_text(), cells=[c.id for c in cells],
-                   backend=backend.name, host=host_facts())
-    run_dir.write_info(info)
-    progress(f"run directory {run_dir.path}")
-    runner = Runner(backend, run_dir, scenario_file.name, progress, started=STARTED, repeat=args.repeat)
-    outcomes = []
+    out = Path(args.out)
     try:
-        for n, cell in enumerate(cells, start=1):
-            progress(f"cell {n}/{len(cells)}: {cell.id}")
-            outcomes.append(runner.run_cell(cell))
+        run_dir = RunDir(new_run_dir(out, scenario_file.name))
+    except OSError as exc:
+        raise NiclabError(f"cannot create a run directory in --out {out}: {exc.strerror}; "
+                          "choose a directory you can write to") from None
+    info = RunInfo(scenario=scenario_file.name, scenario_file=str(Path(args.scenario).resolve()),
+                   scenario_text=Path(args.scenario).read_text(errors="replace"), cells=[c.id for c in cells],
+                   backend=backend.name, host=host_facts())
+    progress(f"run directory {run_dir.path}")
+    runner = Runner(backend, run_dir, info, progress, started=STARTED, repeat=args.repeat)
+    try:
+        outcome = runner.run(cells)
     except KeyboardInterrupt:
-        info.status, info.finished_at = "interrupted", utc_now()
-        info.message = "interrupted; every guest was stopped"
-        run_dir.write_info(info)
         print(f"niclab: interrupted; the guests were stopped; partial results in {run_dir.results}",
               file=sys.stderr)
         write_run_report(run_dir.path, progress)
         return EXIT_FAILED
-    failed = [o for o in outcomes if not o.ok]
-    info.status, info.finished_at = ("failed" if failed else "ok"), utc_now()
-    info.message = "; ".join([e for o in failed for e in o.errors]
-                             + [f"expectation missed: {v.describe()}" for o in failed for v in o.missed])[:2000]
-    run_dir.write_info(info)
-    for outcome in outcomes:
-        accel = outcome.facts.get("rig", {}).get("accel", "?")
-        print(cell_table(scenario_file.name, outcome, accel))
+    for cell in outcome.cells:
+        accel = cell.facts.get("rig", {}).get("accel", "?")
+        print(cell_table(scenario_file.name, cell, accel))
         print()
+    for warning in info.warnings:
+        print(f"warning: {warning}")
     print(f"results: {run_dir.results}")
     print(f"report:  {write_run_report(run_dir.path, progress)}")
-    return EXIT_FAILED if failed else EXIT_OK
+    return EXIT_OK if outcome.ok else EXIT_FAILED
 
 
 def write_run_report(run_dir: Path, progress) -> Path | str:
@@ -129,6 +125,17 @@ def cmd_image_info(args) -> int:
     for source, directory in m.get("built_from_source", {}).items():
         print(f"built      {source} from Debian source ({directory})")
     print(f"           ({len(m['packages'])} packages in all: niclab image info --json)")
+    return EXIT_OK
+
+
+def cmd_accel(args) -> int:
+    from niclab.accel import choose_accel
+    from niclab.image import ensure_image
+
+    progress = Progress()
+    choice = choose_accel(ensure_image(progress=progress), refresh=args.probe, progress=progress)
+    how = "set by NICLAB_ACCEL" if choice.forced else f"decided {choice.probed_at}"
+    print(f"{choice.accel} ({how}): {choice.reason}")
     return EXIT_OK
 
 
@@ -234,17 +241,27 @@ def cmd_validate(args) -> int:
             scenario_file = load_scenario(Path(name))
         except ScenarioError as exc:
             print(exc, file=sys.stderr)
-            status = EXIT_FAILED
+            status = max(status, exc.exit_code)
             continue
-        except UsageError as exc:
+        except UsageError as exc:  # no such file, cannot read it
             print(f"niclab: {exc}", file=sys.stderr)
-            status = EXIT_FAILED
+            status = max(status, exc.exit_code)
             continue
         print(f"{name}: ok ({len(scenario_file.cells)} cell{'s' if len(scenario_file.cells) != 1 else ''})")
     return status
 
 
 # -- parser ---------------------------------------------------------------
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1; give 1 or more")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cell", action="append", metavar="ID",
                      help="run only this matrix cell (e.g. nic=e1000); repeat for several")
     run.add_argument("--backend", default="qemu", help="how nodes are realized (default: qemu)")
-    run.add_argument("--repeat", type=int, metavar="N", help="run every benchmark N times (overrides the scenario)")
+    run.add_argument("--repeat", type=positive_int, metavar="N", help="run every benchmark N times (overrides the scenario)")
     run.add_argument("--shard", metavar="I/N", help="run only the cells of shard I of N (stable across machines)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)
@@ -278,6 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
                                   description="Show the built image: kernel, packages and their versions.")
     info.add_argument("--json", action="store_true", help="the whole manifest as JSON")
     info.set_defaults(func=cmd_image_info)
+
+    accel = verbs.add_parser("accel", help="say whether guests run under KVM or TCG here, and why",
+                             description="KVM is used only where the guest image's kernel reaches userspace "
+                                         "under it; the verdict is cached per host and image.")
+    accel.add_argument("--probe", action="store_true", help="probe KVM again instead of using the cached verdict")
+    accel.set_defaults(func=cmd_accel)
 
     down = verbs.add_parser("down", help="stop what a killed run left behind",
                             description="Stop the QEMU processes recorded by harnesses that are no longer "
@@ -341,16 +364,42 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    if argv is None:  # the real command: `niclab metrics | head` just stops, with no traceback
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         return args.func(args)
-    except UsageError as exc:
-        print(f"niclab: {exc}" if "\n" not in str(exc) else str(exc), file=sys.stderr)
-        return EXIT_USAGE
-    except NiclabError as exc:
-        print(f"niclab: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    except NiclabError as exc:  # a scenario that does not validate exits 1 under validate, plan and run alike
+        text = str(exc)
+        print(text if "\n" in text or exc.shown_as_is else f"niclab: {text}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("niclab: interrupted", file=sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:
+        # Only a closed stdout gets here (`niclab metrics | head`): a guest's socket raises AgentError.
+        # Point stdout at /dev/null so the interpreter's final flush does not complain, and stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except OSError as exc:
+        print(f"niclab: {describe_exception(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:
+        saved = save_crash(exc)
+        print(f"niclab: {describe_exception(exc)}; this is a bug in niclab: the traceback is in {saved}",
+              file=sys.stderr)
+        return EXIT_FAILED
+
+
+def save_crash(exc: Exception) -> str:
+    """Write the traceback of an unexpected exception to the cache, for a bug report."""
+    import traceback
+
+    from niclab.paths import cache_dir
+
+    text = "".join(traceback.format_exception(exc))
+    try:
+        path = cache_dir() / "crashes" / f"{time.strftime('%Y-%m-%dT%H-%M-%S')}-{os.getpid()}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"niclab {__version__}: {' '.join(sys.argv)}\n{text}")
+        return str(path)
+    except OSError:
+        sys.stderr.write(text)
+        return "the lines above"

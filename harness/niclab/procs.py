@@ -7,6 +7,8 @@
   `niclab down` can find and end what a harness left behind, and only that
   (a recycled PID has another start time).
 - Leaving the Supervisor's context ends every child: SIGTERM, then SIGKILL.
+- Children run with umask 077: the QMP and agent sockets they create give full
+  control of a guest, so only the user may open them.
 """
 
 from __future__ import annotations
@@ -27,8 +29,13 @@ PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec
+    die_with_parent()
+    os.umask(0o077)  # its sockets (QMP, agent) and logs are the user's alone
 
 
 def process_start_time(pid: int) -> int | None:
@@ -93,7 +100,7 @@ class Supervisor:
             popen = subprocess.Popen(
                 argv, cwd=cwd, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                 stdout=sink, stderr=subprocess.STDOUT,
-                pass_fds=tuple(pass_fds), preexec_fn=_die_with_parent, start_new_session=True,
+                pass_fds=tuple(pass_fds), preexec_fn=_child_setup, start_new_session=True,
             )
         record = self.pid_dir / f"{name}.json"
         record.write_text(json.dumps({

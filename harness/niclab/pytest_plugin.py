@@ -22,8 +22,10 @@ is installed:
 
 from __future__ import annotations
 
+import signal
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,10 +50,26 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_configure(config) -> None:
+    _sigterm_interrupts()
     for name, text in (("niclab_slow", f"a scenario cell estimated to take over {SLOW_S:.0f} s"),
                        ("niclab_lab", "needs real cards from a lab inventory"),
                        ("niclab_kvm", "needs a working KVM; skipped where the probe finds none")):
         config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM stops a session as Ctrl-C does: guests stopped, pytest's interrupted summary, no test after.
+
+    Only where nobody else chose what SIGTERM does (its default), and only in the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 # -- collection -----------------------------------------------------------
@@ -153,7 +171,7 @@ class ScenarioCell(pytest.Item):
     def runtest(self) -> None:
         from niclab.backends import get_backend
         from niclab.facts import host_facts
-        from niclab.results import RunDir, RunInfo, new_run_dir, utc_now
+        from niclab.results import RunDir, RunInfo, new_run_dir
         from niclab.runner import Runner
 
         config = self.config
@@ -166,16 +184,9 @@ class ScenarioCell(pytest.Item):
         run_dir = RunDir(new_run_dir(_out_dir(config), self.scenario_name))
         info = RunInfo(scenario=self.scenario_name, scenario_file=str(self.path), scenario_text=self.path.read_text(),
                        cells=[self.cell.id], backend=backend.name, host=host_facts())
-        run_dir.write_info(info)
         self.user_properties.append(("niclab_run_dir", str(run_dir.path)))
-        runner = Runner(backend, run_dir, self.scenario_name, _progress,
-                        repeat=config.getoption("niclab_repeat"))
-        try:
-            outcome = runner.run_cell(self.cell)
-        finally:
-            info.finished_at = utc_now()
-        info.status = "ok" if outcome.ok else "failed"
-        run_dir.write_info(info)
+        runner = Runner(backend, run_dir, info, _progress, repeat=config.getoption("niclab_repeat"))
+        outcome = runner.run([self.cell]).cells[0]  # Ctrl-C propagates: pytest stops with its own summary
         for s in outcome.summaries:
             if s["headline"]:
                 where = f"[link={s['link']}]" if s["link"] else ""
@@ -213,8 +224,9 @@ def _out_dir(config) -> Path:
 def pytest_runtest_setup(item) -> None:
     if item.get_closest_marker("niclab_kvm") is not None:
         from niclab.accel import choose_accel
+        from niclab.image import ensure_image
 
-        choice = choose_accel()
+        choice = choose_accel(ensure_image(progress=_progress), progress=_progress)
         if choice.accel != "kvm":
             pytest.skip(f"needs KVM, and it does not work here: {choice.reason}")
 

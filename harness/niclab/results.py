@@ -19,9 +19,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from niclab import __version__
+from niclab.errors import NiclabError
 
 
 def utc_now() -> str:
@@ -34,7 +35,7 @@ def new_run_dir(base: Path, scenario: str) -> Path:
     for attempt in range(1000):
         path = base / (f"{stamp}-{scenario}" if attempt == 0 else f"{stamp}-{scenario}-{attempt}")
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700)  # it will hold the guests' control sockets
             return path
         except FileExistsError:
             continue
@@ -55,6 +56,8 @@ class RunInfo:
     status: str = "running"  # running, ok, failed, interrupted
     message: str = ""
     host: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # e.g. KVM did not work and the run fell back to TCG
+    error: dict | None = None  # why the run stopped early: message and traceback
 
 
 class RunDir:
@@ -63,6 +66,7 @@ class RunDir:
         self.results = path / "results.jsonl"
 
     def cell_dir(self, cell: str) -> Path:
+        """The cell's work directory (QEMU's logs and control sockets)."""
         return self.path / "cells" / cell
 
     def raw_dir(self, cell: str) -> Path:
@@ -90,11 +94,34 @@ class RunDir:
         raise RuntimeError(f"too many raw files named {name} in {directory}")
 
 
-def read_records(path: Path) -> list[dict]:
+def _warn(message: str) -> None:
+    print(f"niclab: warning: {message}", file=sys.stderr)
+
+
+def read_records(path: Path, warn: Callable[[str], None] = _warn) -> list[dict]:
+    """Every record of a results.jsonl.
+
+    A killed run can leave its last line cut off: that line is dropped, and
+    `warn` says so. A damaged line anywhere else is an error naming the line.
+    """
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise NiclabError(f"{path}: cannot read it ({exc.strerror})") from None
+    lines = text.split("\n")
+    last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
     records = []
-    with path.open() as source:
-        for line in source:
-            line = line.strip()
-            if line:
-                records.append(json.loads(line))
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            if n == last and not text.endswith("\n"):
+                warn(f"{path}: the last line is cut off (the run was killed while writing it); dropped it")
+                break
+            raise NiclabError(f"{path}:{n + 1}: not a results record ({exc}); the file is damaged") from None
+        records.append(record)
     return records

@@ -13,19 +13,27 @@ Records go to the run directory as they are produced (results.jsonl):
 - `error`: a benchmark or cell that failed.
 
 A failed benchmark run is recorded and the next one runs; a cell that cannot
-boot or whose network is not what was asked is recorded and the next cell runs.
+boot, whose network is not what was asked, or that fails in any other way
+(a guest killed under it, a bug) is recorded and the next cell runs. Nothing
+escapes a cell as a traceback: an unexpected exception is recorded with its
+traceback in the cell's log (cells/<cell>/cell.log) and results.jsonl.
+
+`Runner.run(cells)` owns run.json: it is "running" while cells run and always
+ends in a final status (ok, failed, interrupted), whatever happened.
 """
 
 from __future__ import annotations
 
 import time
+import traceback
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Sequence
 
 from niclab import expect, stats
 from niclab.backends.base import Backend
-from niclab.errors import NiclabError
-from niclab.results import RunDir, utc_now
+from niclab.errors import NiclabError, describe_exception
+from niclab.results import RunDir, RunInfo, utc_now
 from niclab.scenario import BenchmarkSpec, Cell
 from niclab.session import BenchRun, Session
 
@@ -49,25 +57,119 @@ class CellOutcome:
         return not self.errors and not self.missed
 
 
+@dataclass
+class RunOutcome:
+    cells: list[CellOutcome]
+    status: str  # ok or failed (an interrupted run raises KeyboardInterrupt)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class RunAborted(NiclabError):
+    """The run could not go on (its directory cannot be written, or a bug); run.json says so."""
+
+
 class Runner:
-    def __init__(self, backend: Backend, run_dir: RunDir, scenario_name: str, progress: Progress,
+    def __init__(self, backend: Backend, run_dir: RunDir, info: RunInfo, progress: Progress,
                  started: float | None = None, repeat: int | None = None):
         self.backend = backend
         self.run_dir = run_dir
-        self.scenario_name = scenario_name
-        self.progress = progress
+        self.info = info
+        self.scenario_name = info.scenario
+        self._progress = progress
         self.started = time.monotonic() if started is None else started  # when `niclab run` began
         self.repeat = repeat  # overrides the scenario's and the benchmarks' repeat counts
+        self._cell_log: Path | None = None
+
+    def progress(self, message: str) -> None:
+        """A progress line, also kept in the current cell's log."""
+        self._progress(message)
+        self._log(message)
+
+    def _log(self, text: str) -> None:
+        if self._cell_log is None:
+            return
+        try:
+            with self._cell_log.open("a") as log:
+                log.write(f"{utc_now()} {text}\n")
+        except OSError:
+            pass  # the log is a convenience; results.jsonl is the record
+
+    # -- the run ----------------------------------------------------------
+
+    def run(self, cells: Sequence[Cell]) -> RunOutcome:
+        """Run the cells in order; run.json ends ok, failed or interrupted, whatever happens.
+
+        KeyboardInterrupt (Ctrl-C, SIGTERM) is recorded and re-raised, so the
+        caller can stop as it must (the CLI prints a line, pytest its summary).
+        Anything else that ends the run early becomes a RunAborted with one line.
+        """
+        outcomes: list[CellOutcome] = []
+        self.info.status = "running"
+        self._write_info()
+        try:
+            for n, cell in enumerate(cells, start=1):
+                self._progress(f"cell {n}/{len(cells)}: {cell.id}")
+                outcomes.append(self.run_cell(cell))
+        except KeyboardInterrupt:
+            self._finish("interrupted", "interrupted; every guest was stopped")
+            raise
+        except BaseException as exc:
+            message = describe_exception(exc)
+            self.info.error = {"message": message, "traceback": traceback.format_exc()}
+            self._finish("failed", f"the run stopped early: {message}")
+            raise RunAborted(f"the run stopped early: {message}; see {self.run_dir.path / 'run.json'}") from None
+        failed = [o for o in outcomes if not o.ok]
+        self._finish("failed" if failed else "ok",
+                     "; ".join([e for o in failed for e in o.errors]
+                               + [f"expectation missed: {v.describe()}" for o in failed for v in o.missed]))
+        return RunOutcome(outcomes, self.info.status)
+
+    def _finish(self, status: str, message: str) -> None:
+        self.info.status, self.info.finished_at, self.info.message = status, utc_now(), message[:2000]
+        self._write_info()
+
+    def _write_info(self) -> None:
+        try:
+            self.run_dir.write_info(self.info)
+        except OSError as exc:
+            if self.info.status == "running":
+                raise
+            self._progress(f"run.json could not be written: {describe_exception(exc)}")
+
+    def warn(self, message: str) -> None:
+        """A warning about the whole run (e.g. KVM fell back to TCG): progress and run.json."""
+        self.progress(f"warning: {message}")
+        if message not in self.info.warnings:
+            self.info.warnings.append(message)
+            self._write_info()
+
+    # -- one cell ---------------------------------------------------------
 
     def run_cell(self, cell: Cell) -> CellOutcome:
         outcome = CellOutcome(cell)
         base = {"scenario": self.scenario_name, "cell": cell.id, "params": cell.params}
         cell_started = time.monotonic()
-        session = Session(cell, self.backend, self.run_dir.cell_dir(cell.id), self.progress,
+        cell_dir = self.run_dir.cell_dir(cell.id)
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        self._cell_log = cell_dir / "cell.log"
+        session = Session(cell, self.backend, cell_dir, self.progress,
                           save_raw=lambda name, text: self.run_dir.save_raw(cell.id, name, text))
+        try:
+            self._run_session(session, cell, base, cell_started, outcome)
+        finally:
+            self._cell_log = None
+        return outcome
+
+    def _run_session(self, session: Session, cell: Cell, base: dict, cell_started: float,
+                     outcome: CellOutcome) -> None:
         try:
             with session:
                 outcome.facts = session.facts
+                if fallback := session.facts["rig"].get("accel_fallback"):
+                    self.warn(fallback)
                 self.run_dir.append({
                     "type": "cell", **base, "time": utc_now(),
                     "timings": {**session.timings, "agents_ready_since_start_s": round(
@@ -77,12 +179,30 @@ class Runner:
                 for index, spec in enumerate(cell.scenario.benchmarks):
                     self._run_benchmark(session, index, spec, base, outcome)
                 self.run_dir.append({"type": "cell_end", **base, "time": utc_now(), "nodes": session.facts_now()})
-        except NiclabError as exc:
-            outcome.errors.append(str(exc))
-            self.progress(f"cell {cell.id} failed: {exc}")
-            self.run_dir.append({"type": "error", **base, "time": utc_now(), "stage": "cell", "message": str(exc)})
+        except Exception as exc:  # the cell boundary: record it, go on with the next cell
+            self._cell_failed(exc, base, outcome, "cell")
         self._judge(cell, base, outcome)
-        return outcome
+
+    def _cell_failed(self, exc: Exception, base: dict, outcome: CellOutcome, stage: str, shown: str | None = None,
+                     **where) -> str:
+        """Record a failure of a cell or a benchmark run; returns its one-line message.
+
+        A NiclabError is a failure niclab understands (its message says it all);
+        anything else is a bug or an unforeseen fault, kept with its traceback.
+        Only a failure to write the results themselves ends the run.
+        """
+        message = describe_exception(exc)
+        record = {"type": "error", **base, "time": utc_now(), "stage": stage, **where, "message": message}
+        if not isinstance(exc, NiclabError):
+            record["traceback"] = traceback.format_exc()
+            self._log(record["traceback"])
+            message += f" (traceback in {self.run_dir.cell_dir(base['cell']) / 'cell.log'})"
+            record["message"] = message
+        label = shown or where.get("benchmark")
+        outcome.errors.append(f"{label}: {message}" if label else message)
+        self.progress(f"{label or 'cell ' + base['cell']} failed: {message}")
+        self.run_dir.append(record)
+        return message
 
     def _run_benchmark(self, session: Session, index: int, spec: BenchmarkSpec, base: dict,
                        outcome: CellOutcome) -> None:
@@ -97,10 +217,8 @@ class Runner:
             try:
                 run = session.run(spec)
             except NiclabError as exc:
-                outcome.errors.append(f"{label}{of}: {exc}")
-                self.progress(f"{label}{of} failed: {exc}")
-                self.run_dir.append({"type": "error", **base, "time": utc_now(), "stage": "benchmark",
-                                     "run": run_id, "benchmark": label, "message": str(exc)})
+                self._cell_failed(exc, base, outcome, "benchmark", shown=f"{label}{of}", run=run_id, benchmark=label)
+                session.check_nodes()  # a node that died under the benchmark ends the cell, saying which and why
                 continue
             self._record_run(session, spec, label, run_id, n, repeats, started_at, run, base)
             runs.append((run_id, run))

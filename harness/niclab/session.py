@@ -18,7 +18,7 @@ from typing import Callable
 
 from niclab import bench as benchmarks
 from niclab import facts, netconf
-from niclab.backends.base import Backend, Node, Rig
+from niclab.backends.base import Backend, Node, NodeGone, Rig
 from niclab.bench.base import BenchContext, Endpoints, Measurement
 from niclab.errors import NiclabError, UsageError
 from niclab.scenario import BenchmarkSpec, Cell
@@ -82,6 +82,13 @@ class Session:
         if self.rig is None:
             raise NiclabError("the session is not running (use it inside `with`)")
         return self.rig.node(name)
+
+    def check_nodes(self) -> None:
+        """Raise NodeGone if a node's guest died (killed, crashed): nothing more can run in this cell."""
+        if self.rig is None:
+            return
+        if gone := self.rig.gone():
+            raise NodeGone("; ".join(f"node {node} is gone: {why}" for node, why in sorted(gone.items())))
 
     def iface(self, node: str, link: int = 0, lane: int = 0) -> netconf.Iface:
         return self.net.find(node, link, lane)

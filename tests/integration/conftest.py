@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,28 @@ def wait_no_qemu(directory: Path, seconds: float = 15) -> list[int]:
     return left
 
 
+def default_signals() -> None:
+    """In the child: SIGINT as a terminal would deliver it. A job started with `&` by a
+    non-interactive shell (`nohup make test &`) inherits SIGINT ignored, and Python keeps
+    it so; a test that interrupts its child must not depend on how the suite was started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def niclab(*args: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "niclab", *args], env={**os.environ, **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals, **kwargs)
+
+
+def wait_for_line(proc: subprocess.Popen, text: str, seconds: float, stream=None) -> list[str]:
+    """Read the child's progress (stderr, or `stream`) until a line has `text`; the lines read."""
+    stream = stream or proc.stderr
+    lines, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        lines.append(line)
+        if text in line:
+            return lines
+    pytest.fail(f"never saw {text!r}; output so far:\n{''.join(lines)}")

@@ -1,36 +1,120 @@
+"""The accelerator decision, replayed against fake probe outcomes: nothing boots here.
+
+(tests/integration/test_accel_fallback.py boots the real image under TCG and a hung "KVM".)
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
 from niclab import accel
 from niclab.errors import UsageError
 
 
-def test_boot_sector_is_a_valid_mbr_with_the_probe_word():
-    sector = accel.boot_sector()
-    assert len(sector) == 512
-    assert sector[510:] == b"\x55\xaa"
-    assert sector[0x17:0x17 + len(accel.PROBE_WORD)] == accel.PROBE_WORD
-    # mov si, imm16 points at the word: 0x7c00 + 0x17
-    assert sector[8:11] == bytes([0xBE, 0x17, 0x7C])
+@dataclass(frozen=True)
+class FakeImage:
+    id: str = "micro-0123456789abcdef"
+    kernel: Path = Path("/images/vmlinuz")
+    initrd: Path = Path("/images/initrd.img")
+    cmdline: str = "console=ttyS0 quiet"
 
 
-def test_tcg_probe_really_boots():
-    worked, what = accel.probe("tcg", accel.qemu_binary())
-    assert worked, what
+class Probe:
+    """A probe that answers as told and counts how often it was asked."""
+
+    def __init__(self, worked: bool, what: str = "fake outcome"):
+        self.worked, self.what, self.calls = worked, what, 0
+
+    def __call__(self) -> tuple[bool, str]:
+        self.calls += 1
+        return self.worked, self.what
 
 
-def test_environment_overrides_the_probe(monkeypatch):
-    monkeypatch.setenv("NICLAB_ACCEL", "tcg")
-    assert accel.choose_accel().accel == "tcg"
-    monkeypatch.setenv("NICLAB_ACCEL", "hvf")
-    with pytest.raises(UsageError, match="kvm or tcg"):
-        accel.choose_accel()
+def test_a_working_probe_chooses_kvm_and_is_cached():
+    probe = Probe(True, "reached userspace under kvm in 1.2 s")
+    choice, new = accel.decide(None, None, None, probe)
+    assert (choice.accel, choice.reason, new, probe.calls) == ("kvm", "reached userspace under kvm in 1.2 s", True, 1)
 
 
-def test_choice_is_cached_per_host(monkeypatch, tmp_path):
+def test_a_hung_or_crashed_probe_chooses_tcg_with_its_reason():
+    for what in ("the image's kernel did not reach userspace under kvm in 20 s",
+                 "QEMU exited under kvm before the guest's userspace ran: error: failed to set MSR 0x10a"):
+        choice, new = accel.decide(None, None, None, Probe(False, what))
+        assert (choice.accel, choice.reason, new) == ("tcg", what, True)
+
+
+def test_no_usable_dev_kvm_means_tcg_without_probing():
+    probe = Probe(True)
+    choice, new = accel.decide(None, None, "/dev/kvm is not accessible to this user", probe)
+    assert (choice.accel, new, probe.calls) == ("tcg", True, 0)
+    assert choice.reason == "/dev/kvm is not accessible to this user"
+
+
+def test_a_cached_verdict_is_used_without_probing():
+    cached = accel.AccelChoice("tcg", "KVM failed a real run", "2026-11-22T00:00:00Z")
+    probe = Probe(True)
+    assert accel.decide(None, cached, None, probe) == (cached, False) and probe.calls == 0
+
+
+def test_the_environment_overrides_cache_and_probe():
+    probe = Probe(False)
+    cached = accel.AccelChoice("tcg", "cached", "2026-11-22T00:00:00Z")
+    choice, new = accel.decide("kvm", cached, "no /dev/kvm", probe)
+    assert (choice.accel, choice.forced, new, probe.calls) == ("kvm", True, False, 0)
+    with pytest.raises(UsageError, match="NICLAB_ACCEL='hvf': use kvm or tcg"):
+        accel.decide("hvf", None, None, probe)
+
+
+def test_the_probe_boots_the_images_kernel_as_a_run_would():
+    argv = accel.probe_argv("/usr/bin/qemu-system-x86_64", "kvm", FakeImage(), Path("/tmp/s"))
+    joined = " ".join(argv)
+    assert "-machine pc,accel=kvm" in joined and "-cpu host" in joined  # as qemu_cmd does for kvm
+    assert "-kernel /images/vmlinuz" in joined and "-initrd /images/initrd.img" in joined
+    # userspace prints the word: busybox echo as init, after the image's own command line
+    assert argv[-1] == f"console=ttyS0 quiet panic=-1 rdinit=/usr/bin/busybox -- echo {accel.PROBE_WORD}"
+
+
+def test_choose_caches_per_image_and_a_failed_run_overrides_the_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("NICLAB_ACCEL", raising=False)
     monkeypatch.setenv("NICLAB_CACHE", str(tmp_path))
-    first = accel.choose_accel(refresh=True)
-    assert first.accel in ("kvm", "tcg")
-    cached = list((tmp_path / "accel").glob("*.json"))
-    assert len(cached) == 1
-    assert accel.choose_accel() == first
+    monkeypatch.setattr(accel, "kvm_access", lambda: None)
+    probes: list[str] = []
+
+    def fake_probe(kind, binary, image, timeout=accel.PROBE_TIMEOUT_S):
+        probes.append(image.id)
+        return True, "reached userspace under kvm in 0.9 s"
+
+    monkeypatch.setattr(accel, "probe", fake_probe)
+    image, other = FakeImage(), FakeImage(id="micro-fedcba9876543210")
+    assert accel.choose_accel(image).accel == "kvm"
+    assert accel.choose_accel(image).accel == "kvm" and probes == [image.id]  # cached
+    assert accel.choose_accel(other).accel == "kvm" and probes == [image.id, other.id]  # per image
+    # A real run contradicts the probe: the verdict for this image becomes tcg, and stays so.
+    accel.mark_kvm_unusable(image, "a: the guest agent did not answer in time")
+    again = accel.choose_accel(image)
+    assert again.accel == "tcg" and "KVM failed a real run" in again.reason and "did not answer" in again.reason
+    assert len(probes) == 2
+    assert accel.choose_accel(image, refresh=True).accel == "kvm" and len(probes) == 3  # `niclab accel --probe`
+
+
+def test_a_corrupt_cache_entry_is_probed_again(monkeypatch, tmp_path):
+    monkeypatch.delenv("NICLAB_ACCEL", raising=False)
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(accel, "kvm_access", lambda: None)
+    monkeypatch.setattr(accel, "probe", lambda *a, **k: (False, "hung"))
+    first = accel.choose_accel(FakeImage())
+    [entry] = (tmp_path / "accel").glob("*.json")
+    entry.write_text("{not json")
+    assert accel.choose_accel(FakeImage()).reason == "hung" and first.accel == "tcg"
+
+
+def test_niclab_qemu_names_the_binary(monkeypatch, tmp_path):
+    wrapper = tmp_path / "my-qemu"
+    wrapper.write_text("#!/bin/sh\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("NICLAB_QEMU", str(wrapper))
+    assert accel.qemu_binary() == str(wrapper)
+    monkeypatch.setenv("NICLAB_QEMU", str(tmp_path / "missing"))
+    with pytest.raises(UsageError, match="no such program"):
+        accel.qemu_binary()

@@ -5,7 +5,7 @@ import pytest
 
 from niclab.cli import build_parser, main
 
-VERBS = [["run"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"], ["plan"],
+VERBS = [["run"], ["accel"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"], ["plan"],
          ["metrics"], ["report"], ["compare"], ["export"]]
 
 

@@ -1,8 +1,10 @@
 """niclab export on a real run (tests/data/runs/nic-shootout)."""
 
 import csv
+import shutil
 
 import pyarrow.parquet as pq
+import pytest
 
 from niclab.cli import main
 
@@ -21,3 +23,36 @@ def test_csv_and_parquet_carry_every_measurement_with_its_cell(data_dir, tmp_pat
     table = pq.read_table(tmp_path / "s.parquet").to_pylist()
     tcp = next(r for r in table if r["param_nic"] == "e1000" and r["name"] == "netperf.TCP_STREAM.throughput_mbps")
     assert tcp["n"] == 3 and len(tcp["samples"]) == 3 and tcp["ci_low"] < tcp["mean"] < tcp["ci_high"]
+
+
+def test_a_cut_off_last_line_is_dropped_with_a_warning(tmp_path, capsys):
+    from niclab.errors import NiclabError
+    from niclab.results import read_records
+
+    results = tmp_path / "results.jsonl"
+    results.write_text('{"type": "cell", "cell": "x"}\n{"type": "measurement", "cell": "x", "val')
+    assert read_records(results) == [{"type": "cell", "cell": "x"}]
+    assert "the last line is cut off" in capsys.readouterr().err
+    results.write_text('{"type": "cell"}\n{"type": \n{"type": "run"}\n')
+    with pytest.raises(NiclabError, match=r"results.jsonl:2: not a results record"):
+        read_records(results)
+
+
+def killed_run(data_dir, tmp_path, name: str):
+    """A copy of a captured run whose last record was cut off half-way, as by a killed harness."""
+    run = tmp_path / name
+    shutil.copytree(data_dir / "runs" / "nic-shootout", run)
+    text = (run / "results.jsonl").read_text()
+    (run / "results.jsonl").write_text(text[: len(text) - 40])
+    return run
+
+
+def test_report_compare_and_export_read_a_killed_run_and_say_a_line_was_dropped(data_dir, tmp_path, capsys):
+    base, new = killed_run(data_dir, tmp_path, "base"), killed_run(data_dir, tmp_path, "new")
+    assert main(["report", str(new), "--out", str(tmp_path / "r.html")]) == 0
+    assert "the last line is cut off" in capsys.readouterr().err
+    assert main(["export", str(new), "--out", str(tmp_path / "m.csv")]) == 0
+    assert "the last line is cut off" in capsys.readouterr().err
+    assert main(["compare", str(base), str(new)]) in (0, 1)
+    captured = capsys.readouterr()
+    assert "the last line is cut off" in captured.err and "Traceback" not in captured.err

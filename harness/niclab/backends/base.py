@@ -23,6 +23,14 @@ class GuestCommandError(NiclabError):
     """A command in a guest failed or timed out."""
 
 
+class NodeGone(NiclabError):
+    """A node's guest died (its process was killed or exited) while the cell used it."""
+
+
+def _all_alive() -> dict[str, str]:
+    return {}
+
+
 @dataclass(frozen=True)
 class CommandResult:
     node: str
@@ -79,6 +87,7 @@ class Rig:
     nodes: dict[str, Node]
     macs: dict[tuple[str, int, int], str]  # Port.key -> MAC address the guest sees
     facts: dict = field(default_factory=dict)
+    gone: Callable[[], dict[str, str]] = _all_alive  # node -> why it is gone, for the nodes that died
 
     def node(self, name: str) -> Node:
         return self.nodes[name]

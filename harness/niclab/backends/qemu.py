@@ -1,6 +1,8 @@
 """The emulated backend: one QEMU per node, NIC models from the catalog, cables as sockets.
 
-- Accelerator: KVM if a probe guest boots under it here, else TCG (niclab.accel).
+- Accelerator: KVM if the image's kernel reaches userspace under it here, else
+  TCG (niclab.accel). Guests under KVM that do not answer within a short
+  deadline are stopped and booted again under TCG, and KVM is marked unusable.
 - A cable is a pair of connected UDP sockets on 127.0.0.1 that the harness
   creates and hands to the two QEMUs as file descriptors (-netdev dgram with
   local.type=fd): the kernel picks the ports, so runs never collide, and no
@@ -31,20 +33,37 @@ from pathlib import Path
 from typing import Iterator
 
 from niclab import nics
-from niclab.accel import choose_accel, qemu_binary
+from niclab.accel import AccelChoice, choose_accel, mark_kvm_unusable, now, qemu_binary
 from niclab.backends.base import Progress, Rig
 from niclab.backends.qemu_cmd import NicPlan, VmPlan, mac_address, qemu_argv
-from niclab.errors import NiclabError
+from niclab.errors import NiclabError, UsageError
 from niclab.guest import AgentError, AgentNode, GuestAgent
 from niclab.image import Image, ensure_image
 from niclab.procs import Child, Supervisor
 from niclab.topology import NodeSpec, Topology
 
 DEFAULT_BOOT_TIMEOUT_S = 240.0  # TCG on a busy 2-core host; $NICLAB_BOOT_TIMEOUT overrides
+# A KVM guest answers its agent in 1-3 s. Past this (s), it is hung, not slow: fall back to TCG.
+DEFAULT_KVM_DEADLINE_S = 20.0  # $NICLAB_KVM_DEADLINE overrides
 
 
 class BootError(NiclabError):
     """A guest never came up."""
+
+    def __init__(self, message: str, summary: str = ""):
+        super().__init__(message)
+        self.summary = summary or message.splitlines()[0]
+
+
+def set_aside(workdir: Path, topology: Topology, attempt: str) -> None:
+    """Keep a failed attempt's logs (a.serial.log -> a.serial.kvm.log) and clear its sockets for the next."""
+    for spec in topology.nodes:
+        for kind in ("serial", "qemu"):
+            log = workdir / f"{spec.name}.{kind}.log"
+            if log.exists():
+                log.replace(workdir / f"{spec.name}.{kind}.{attempt}.log")
+        for sock in ("qga", "qmp"):
+            (workdir / f"{spec.name}.{sock}").unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -91,6 +110,19 @@ def start_switch(supervisor: Supervisor, workdir: Path, sockets: Path, name: str
     return str(path)
 
 
+def env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UsageError(f"{name}={text!r}: give a number of seconds above 0")
+    return value
+
+
 def qemu_version(binary: str) -> str:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
     return out.splitlines()[0].strip() if out else "unknown"
@@ -111,7 +143,8 @@ class QemuBackend:
                  boot_timeout: float | None = None):
         self._image = image
         self._accel = accel
-        self.boot_timeout = boot_timeout or float(os.environ.get("NICLAB_BOOT_TIMEOUT", DEFAULT_BOOT_TIMEOUT_S))
+        self.boot_timeout = boot_timeout or env_seconds("NICLAB_BOOT_TIMEOUT", DEFAULT_BOOT_TIMEOUT_S)
+        self.kvm_deadline = env_seconds("NICLAB_KVM_DEADLINE", DEFAULT_KVM_DEADLINE_S)
 
     def _wire(self, topology: Topology, fds: ExitStack, cleanup: ExitStack, supervisor: Supervisor,
               workdir: Path) -> dict[tuple[str, int, int], Attachment]:
@@ -154,11 +187,43 @@ class QemuBackend:
     @contextmanager
     def realize(self, topology: Topology, workdir: Path, progress: Progress) -> Iterator[Rig]:
         image = self._image or ensure_image(progress=progress)
-        choice = choose_accel()
-        accel = self._accel or choice.accel
         binary = qemu_binary()
+        if self._accel:
+            choice = AccelChoice(self._accel, "chosen by the caller", now(), forced=True)
+        else:
+            choice = choose_accel(image, progress=progress)
         workdir.mkdir(parents=True, exist_ok=True)
-        with ExitStack() as cleanup, Supervisor(workdir) as supervisor, ExitStack() as fds:
+        os.chmod(workdir, 0o700)  # the QMP and agent sockets in it control the guests
+        fallback = None
+        with ExitStack() as stack:
+            try:
+                rig = self._boot(stack, topology, workdir, image, binary, choice, progress)
+            except BootError as exc:
+                if choice.accel != "kvm":
+                    raise
+                stack.close()  # every KVM guest stopped before the TCG ones start
+                why = exc.summary
+                mark_kvm_unusable(image, why)
+                fallback = (f"KVM did not work here ({why}); stopped the guests and booted them under TCG. "
+                            f"KVM is marked unusable for this host and image; `niclab accel --probe` tests it again")
+                progress(f"warning: {fallback}")
+                set_aside(workdir, topology, "kvm")
+                choice = AccelChoice("tcg", "KVM fell back, see the warning", now())
+                rig = self._boot(stack, topology, workdir, image, binary, choice, progress)
+            rig.facts["accel_fallback"] = fallback
+            yield rig
+
+    def _boot(self, stack: ExitStack, topology: Topology, workdir: Path, image: Image, binary: str,
+              choice: AccelChoice, progress: Progress) -> Rig:
+        """Start every node under `choice.accel` and wait for their agents; what it starts goes on `stack`.
+
+        Under KVM the wait is short (`kvm_deadline`): a guest that has not answered by then
+        is taken to be hung by KVM, not slow.
+        """
+        accel = choice.accel
+        cleanup = stack.enter_context(ExitStack())
+        supervisor = stack.enter_context(Supervisor(workdir))
+        with ExitStack() as fds:
             attachments = self._wire(topology, fds, cleanup, supervisor, workdir)
             plans = {spec.name: self._plan(spec, image, accel, attachments) for spec in topology.nodes}
             started = time.monotonic()
@@ -173,31 +238,30 @@ class QemuBackend:
                     f"qemu-{name}", argv, cwd=workdir,
                     log=workdir / f"{name}.qemu.log", pass_fds=passed,
                 )
-            fds.close()  # the QEMUs hold the cable sockets now
-            progress(f"booting {len(plans)} guests ({accel}: {choice.reason if not self._accel else 'chosen'}; "
-                     f"image {image.id})")
-            agents = self._connect_agents(children, workdir, started)
-            try:
-                ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
-                progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
-                yield Rig(
-                    topology=topology,
-                    nodes={name: AgentNode(name, agent) for name, (agent, _) in agents.items()},
-                    macs={nic.port.key: nic.mac for plan in plans.values() for nic in plan.nics},
-                    facts={
-                        "backend": self.name, "accel": accel, "accel_reason": choice.reason,
-                        "qemu": qemu_version(binary), "image": image.id,
-                        "kernel": image.manifest.get("kernel_version"),
-                        "agent_ready_s": ready,
-                    },
-                )
-            finally:
-                for agent, _ in agents.values():
-                    agent.close()
+        # the QEMUs hold the cable sockets now
+        progress(f"booting {len(plans)} guests ({accel}: {choice.reason}; image {image.id})")
+        timeout = min(self.boot_timeout, self.kvm_deadline) if accel == "kvm" else self.boot_timeout
+        agents = self._connect_agents(children, workdir, started, timeout, accel)
+        for agent, _ in agents.values():
+            stack.callback(agent.close)
+        ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
+        progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
+        return Rig(
+            topology=topology,
+            nodes={name: AgentNode(name, agent) for name, (agent, _) in agents.items()},
+            macs={nic.port.key: nic.mac for plan in plans.values() for nic in plan.nics},
+            facts={
+                "backend": self.name, "accel": accel, "accel_reason": choice.reason,
+                "qemu": qemu_version(binary), "image": image.id,
+                "kernel": image.manifest.get("kernel_version"),
+                "agent_ready_s": ready,
+            },
+            gone=lambda: {name: why for name, child in children.items() if (why := child.exit_reason())},
+        )
 
-    def _connect_agents(self, children: dict[str, Child], workdir: Path,
-                        started: float) -> dict[str, tuple[GuestAgent, float]]:
-        deadline = started + self.boot_timeout
+    def _connect_agents(self, children: dict[str, Child], workdir: Path, started: float, timeout: float,
+                        accel: str) -> dict[str, tuple[GuestAgent, float]]:
+        deadline = started + timeout
         results: dict[str, tuple[GuestAgent, float]] = {}
         failures: dict[str, str] = {}
 
@@ -220,9 +284,14 @@ class QemuBackend:
             details = []
             for name, why in failures.items():
                 details.append(
-                    f"{why} (waited {time.monotonic() - started:.0f} s of {self.boot_timeout:.0f})\n"
+                    f"{why} (waited {time.monotonic() - started:.0f} s of {timeout:.0f} under {accel})\n"
                     f"--- the end of {workdir / (name + '.serial.log')}:\n{tail(workdir / f'{name}.serial.log')}\n"
                     f"--- the end of {workdir / (name + '.qemu.log')}:\n{tail(workdir / f'{name}.qemu.log', 10)}"
                 )
-            raise BootError("guest(s) did not come up: " + "\n".join(details))
+            summary = "; ".join(
+                f"{why} (waited {time.monotonic() - started:.0f} s)"
+                + (f": {last}" if children[name].exit_reason() and (last := tail(workdir / f"{name}.qemu.log", 1))
+                   not in ("(empty)", "(nothing written)") else "")
+                for name, why in failures.items())
+            raise BootError("guest(s) did not come up: " + "\n".join(details), summary)
         return results

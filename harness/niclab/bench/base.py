@@ -8,13 +8,15 @@ knows nothing of QEMU or libvirt.
 from __future__ import annotations
 
 import shlex
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ClassVar, Protocol
+from typing import Callable, ClassVar, Iterator, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from niclab.backends.base import GuestCommandError, Node
+from niclab.backends.base import CommandResult, GuestCommandError, GuestProcess, Node
+from niclab.errors import NiclabError
 
 
 class BenchOptions(BaseModel):
@@ -137,3 +139,124 @@ def free_port(node: Node, port: int, proto: str = "tcp", timeout: float = 10.0) 
 
 def quote(argv: list[str]) -> str:
     return shlex.join(argv)
+
+
+def _shell(command: str | Sequence[str]) -> str:
+    return command if isinstance(command, str) else quote(list(command))
+
+
+@dataclass
+class Served:
+    """One client run against a server `served` started: what each side did, for the raw output."""
+
+    ctx: BenchContext
+    label: str              # the raw file's name (netperf-TCP_STREAM)
+    command: str            # the server's
+    port: int
+    proto: str
+    ended: list[str] = field(default_factory=list)  # what free_port ended before the server started ("pid:comm")
+    process: GuestProcess | None = None
+    client_command: str | None = None
+    result: CommandResult | None = None   # the client's, once run_client returned
+    client_error: str | None = None       # why run_client raised, if it did
+    stopped: CommandResult | None = None  # the server's, once stopped
+    before: str = ""                      # what before_stop said
+    after: str = ""                       # what after_stop said
+
+    def run_client(self, command: str | Sequence[str], timeout: float) -> CommandResult:
+        """Run the client on the client node (check=False: its exit status is the plug-in's to judge)."""
+        self.client_command = _shell(command)
+        try:
+            self.result = self.ctx.ends.client.run(self.client_command, timeout=timeout, check=False)
+        except Exception as exc:
+            self.client_error = str(exc)
+            raise
+        return self.result
+
+    @property
+    def server_output(self) -> str:
+        return f"{self.stopped.stdout}{self.stopped.stderr}" if self.stopped else ""
+
+    @property
+    def leftovers(self) -> str:
+        """A line for the raw output naming what free_port ended first, or "" when the port was free."""
+        return f"\n# ended a leftover on port {self.port} first: {' '.join(self.ended)}" if self.ended else ""
+
+    def save(self, text: str) -> Path:
+        return self.ctx.save_raw(self.label, text)
+
+    def failure_text(self, error: BaseException) -> str:
+        """Everything both sides printed, for a run that failed before its plug-in could write its own."""
+        lines = [f"$ {self.client_command}" if self.client_command else "# the client did not run"]
+        if self.result is not None:
+            lines.append(f"# exit {self.result.returncode} after {self.result.seconds:.1f} s\n"
+                         f"{self.result.stdout}{self.result.stderr}")
+        if self.client_error:
+            lines.append(f"# client: {self.client_error}")
+        lines.append(f"# failed: {type(error).__name__}: {error}")
+        server = (f"# server `{self.command}` (exit {self.stopped.returncode}): {self.server_output}"
+                  if self.stopped else f"# server `{self.command}`: not stopped")
+        lines += [note for note in (self.before, server.rstrip(), self.after) if note]
+        return "\n".join(lines) + self.leftovers + "\n"
+
+    def _stop(self, before_stop: Callable[[], str] | None, after_stop: Callable[[], str] | None) -> None:
+        try:
+            if before_stop is not None:
+                self.before = before_stop()
+        finally:
+            self.stopped = self.process.stop()
+            if after_stop is not None:
+                self.after = after_stop()
+
+
+def _cite(error: BaseException, path: Path) -> None:
+    """Name the raw output in the error's message (what the runner records), once."""
+    if isinstance(error, NiclabError) and len(error.args) == 1 and isinstance(error.args[0], str):
+        if "raw output: " not in error.args[0]:
+            error.args = (f"{error.args[0]} (raw output: {path})",)
+    else:
+        error.add_note(f"raw output: {path}")
+
+
+@contextmanager
+def served(ctx: BenchContext, command: str | Sequence[str], port: int, proto: str = "tcp", *, label: str,
+           before_stop: Callable[[], str] | None = None,
+           after_stop: Callable[[], str] | None = None) -> Iterator[Served]:
+    """A server on the server node for the length of the block, which runs the client through `run_client`.
+
+    In order: end whatever still listens on `port` (free_port; what it ended is
+    `Served.ended`), spawn `command` (a list is quoted into a shell command),
+    wait until it listens, run the block, then stop the server, even when the
+    block raised: `before_stop()` first (e.g. asking the server to exit), the
+    process group, then `after_stop()` (e.g. a sweep for leftovers); what
+    they return and the server's output stay on the `Served`.
+
+    On success the plug-in writes its raw output itself (`Served.save`), after
+    the block, when the server's output is known. When the block raises,
+    everything both sides printed is saved under `label` and the error names
+    that file ("(raw output: PATH)") before it propagates.
+    """
+    server = ctx.ends.server
+    run = Served(ctx, label, _shell(command), port, proto)
+    run.ended = free_port(server, port, proto)
+    run.process = server.spawn(run.command)
+    try:
+        wait_listening(server, port, proto)
+        yield run
+    except Exception as error:
+        try:
+            run._stop(before_stop, after_stop)
+        except Exception as stopping:
+            error.add_note(f"stopping the server failed too: {stopping}")
+        try:
+            path = run.save(run.failure_text(error))
+        except Exception as saving:
+            error.add_note(f"saving the raw output failed: {saving}")
+        else:
+            _cite(error, path)
+        raise
+    except BaseException:
+        run._stop(before_stop, after_stop)
+        raise
+    else:
+        run._stop(before_stop, after_stop)

@@ -14,8 +14,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, free_port,
-                               quote, wait_listening)
+from niclab.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
 
 PORT = 5201
 
@@ -120,16 +119,11 @@ class Iperf3:
 
     def run(self, ctx: BenchContext, options: Iperf3Options) -> list[Measurement]:
         ends = ctx.ends
-        free_port(ends.server, PORT)
-        server = ends.server.spawn(quote(["iperf3", "-s", "-B", ends.server_address, "-p", str(PORT), "-1"]))
         argv = client_argv(options, ends.server_address)
-        try:
-            wait_listening(ends.server, PORT)
-            result = ends.client.run(quote(argv), timeout=options.seconds * 3 + 60, check=False)
-        finally:
-            server.stop()
-        path = ctx.save_raw(f"iperf3-{options.protocol}",
-                            f"$ {quote(argv)}\n# exit {result.returncode}\n{result.stdout}{result.stderr}")
+        with served(ctx, ["iperf3", "-s", "-B", ends.server_address, "-p", str(PORT), "-1"], PORT,
+                    label=f"iperf3-{options.protocol}") as run:
+            result = run.run_client(argv, timeout=options.seconds * 3 + 60)
+        path = run.save(f"$ {quote(argv)}\n# exit {result.returncode}\n{result.stdout}{result.stderr}{run.leftovers}")
         try:
             return parse(result.stdout, options.protocol)
         except BenchmarkError as exc:

@@ -36,9 +36,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from niclab.backends.base import CommandResult, GuestCommandError, GuestProcess
-from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Endpoints, Measurement, MetricInfo,
-                               quote, wait_listening)
+from niclab.backends.base import CommandResult, GuestCommandError
+from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Endpoints, Measurement, MetricInfo, quote,
+                               served)
 
 BIN = "/usr/lib/lmbench/bin/x86_64-linux-gnu"
 PORTS = {"bw_tcp": (31236, "tcp"), "lat_tcp": (31234, "tcp"), "lat_udp": (34298, "udp"),
@@ -193,37 +193,35 @@ class Lmbench:
     def run(self, ctx: BenchContext, options: LmbenchOptions) -> list[Measurement]:
         ends, test = ctx.ends, options.test
         port, proto = PORTS[test]
-        server = ends.server.spawn(quote(server_argv(test)))
         argv = client_argv(options, ends.server_address)
-        try:
-            wait_listening(ends.server, port, proto)
-            result = ends.client.run(client_command(argv), timeout=self.estimate_seconds(options) * 3 + 60,
-                                     check=False)
-        finally:
-            stopped = self._stop(ends, server, test)
-        path = ctx.save_raw(f"lmbench-{test}", f"$ {quote(argv)}\n# exit {result.returncode} after "
-                                               f"{result.seconds:.1f} s\n{result.stderr}\n# counters:\n"
-                                               f"{result.stdout}\n{stopped}")
+        with served(ctx, server_argv(test), port, proto, label=f"lmbench-{test}",
+                    before_stop=lambda: self._shutdown(ends, test), after_stop=lambda: self._sweep(ends)) as run:
+            result = run.run_client(client_command(argv), timeout=self.estimate_seconds(options) * 3 + 60)
+        stopped = "\n".join(note for note in (run.before, f"# server (exit {run.stopped.returncode}): "
+                                                           f"{run.server_output}".rstrip(), run.after) if note)
+        path = run.save(f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
+                        f"{result.stderr}\n# counters:\n{result.stdout}\n{stopped}{run.leftovers}\n")
         try:
             return measurements(test, result)
         except BenchmarkError as exc:
             raise BenchmarkError(f"{exc} (raw output: {path})") from None
 
-    def _stop(self, ends: Endpoints, server: GuestProcess, test: str) -> str:
-        """-S, then end the server's process group, then kill any lmbench process left in either guest."""
-        notes = []
+    def _shutdown(self, ends: Endpoints, test: str) -> str:
+        """Ask the server to exit (-S) before its process group is ended."""
         try:
             said = ends.server.run(quote(shutdown_argv(test, ends.server_address)), timeout=30, check=False)
-            notes.append(f"# {test} -S: exit {said.returncode} {said.stderr.strip()}")
+            return f"# {test} -S: exit {said.returncode} {said.stderr.strip()}"
         except GuestCommandError as exc:
-            notes.append(f"# {test} -S: {exc}")
-        served = server.stop()
-        notes.append(f"# server (exit {served.returncode}): {served.stdout}{served.stderr}".rstrip())
+            return f"# {test} -S: {exc}"
+
+    def _sweep(self, ends: Endpoints) -> str:
+        """Kill any lmbench process left in either guest after the stop, by PID."""
+        notes = []
         for node in (ends.server, ends.client):
             left = node.run(SWEEP, timeout=30, check=False).stdout.strip()
             if left:
                 notes.append(f"# {node.name}: {left}")
-        return "\n".join(notes) + "\n"
+        return "\n".join(notes)
 
 
 PLUGIN = Lmbench()

@@ -17,8 +17,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from niclab.backends.base import GuestCommandError
-from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, free_port, quote,
-                               wait_listening)
+from niclab.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
 from niclab.bench.netperf_parse import (LATENCIES, REQUEST_RESPONSE, SELECTORS, STREAMS, measurements,
                                         parse_keyvals)
 
@@ -144,23 +143,16 @@ class Netperf:
 
     def _run_once(self, ctx: BenchContext, options: NetperfOptions) -> list[Measurement]:
         ends = ctx.ends
-        leftovers = free_port(ends.server, PORT)
-        server = ends.server.spawn(quote(server_argv(ends.server_address)))
         argv = client_argv(options, ends.server_address)
         limit = self.estimate_seconds(options) + 30
-        try:
-            wait_listening(ends.server, PORT)
+        with served(ctx, server_argv(ends.server_address), PORT, label=f"netperf-{options.test}") as run:
             try:
-                result = ends.client.run(quote(argv), timeout=limit, check=False)
+                result = run.run_client(argv, timeout=limit)
             except GuestCommandError:
-                path = ctx.save_raw(f"netperf-{options.test}", f"$ {quote(argv)}\n# hung: killed after {limit:.0f} s\n")
-                raise NetperfHung(f"netperf {options.test} did not end within {limit:.0f} s (raw output: {path})")
-        finally:
-            served = server.stop()
+                raise NetperfHung(f"netperf {options.test} did not end within {limit:.0f} s") from None
         raw = (f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
-               f"{result.stdout}{result.stderr}\n# server: {served.stdout}{served.stderr}"
-               + (f"\n# ended a leftover on port {PORT} first: {' '.join(leftovers)}" if leftovers else ""))
-        path = ctx.save_raw(f"netperf-{options.test}", raw)
+               f"{result.stdout}{result.stderr}\n# server: {run.server_output}{run.leftovers}")
+        path = run.save(raw)
         if not result.ok:
             raise BenchmarkError(f"netperf {options.test} exited {result.returncode}: "
                                  f"{(result.stderr or result.stdout).strip()[-400:]} (raw output: {path})")

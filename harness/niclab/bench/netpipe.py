@@ -30,8 +30,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from niclab.backends.base import GuestCommandError
-from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote,
-                               wait_listening)
+from niclab.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
 
 PORT = 5002
 OUTPUT = "/tmp/niclab-netpipe.out"
@@ -155,25 +154,20 @@ class Netpipe:
 
     def run(self, ctx: BenchContext, options: NetpipeOptions) -> list[Measurement]:
         ends = ctx.ends
-        receiver = ends.server.spawn(quote(receiver_argv(options)))
         argv = sender_argv(options, ends.server_address)
         cut_short = None
-        try:
-            wait_listening(ends.server, PORT)
+        with served(ctx, receiver_argv(options), PORT, label="netpipe") as run:
             try:
-                result = ends.client.run(f"rm -f {OUTPUT} && {quote(argv)}", timeout=options.max_seconds,
-                                         check=False)
+                result = run.run_client(f"rm -f {OUTPUT} && {quote(argv)}", timeout=options.max_seconds)
                 table = ends.client.get(OUTPUT).decode(errors="replace") if result.ok else ""
                 summary = f"# exit {result.returncode} after {result.seconds:.1f} s\n{result.stdout}{result.stderr}"
             except GuestCommandError as exc:  # the budget ran out: NPtcp was killed, its rows so far remain
                 result, cut_short = None, str(exc)
                 table = ends.client.get(OUTPUT).decode(errors="replace")
                 summary = f"# {cut_short}\n"
-        finally:
-            received = receiver.stop()
         raw = (f"$ {quote(argv)}\n{summary}\n# {OUTPUT}:\n{table}\n"
-               f"# receiver (exit {received.returncode}): {received.stdout}{received.stderr}")
-        path = ctx.save_raw("netpipe", raw)
+               f"# receiver (exit {run.stopped.returncode}): {run.server_output}{run.leftovers}")
+        path = run.save(raw)
         try:
             if result is not None and not result.ok:
                 raise BenchmarkError(failure(result.returncode, result.stdout, result.stderr))

@@ -27,6 +27,9 @@ class Problems(ValueError):
 class ScenarioError(UsageError):
     """One or more problems in a scenario file, each with its position."""
 
+    exit_code = 1  # the file failed its check: the same under validate, plan and run
+    shown_as_is = True
+
     def __init__(self, file: str, problems: list[tuple[Position | None, Problem]]):
         self.file = file
         self.problems = sorted(problems, key=lambda item: (item[0] is None, item[0] or Position(0, 0)))

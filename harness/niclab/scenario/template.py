@@ -180,7 +180,8 @@ def _expand(body: dict, matrix: dict[str, list], exclude: list[dict]) -> tuple[l
         return cells, problems
     seen: dict[str, str] = {}
     for cell in cells:
-        config = cell.scenario.model_dump_json(exclude={"description"})
+        # serialize_as_any: each benchmark's own options too, not only the fields every benchmark shares
+        config = cell.scenario.model_dump_json(exclude={"description"}, serialize_as_any=True)
         if config in seen:
             problems.append(Problem(("matrix",), f"cells {seen[config]} and {cell.id} expand to the same "
                                                  "configuration", "drop the duplicate value or exclude one cell"))
