@@ -95,3 +95,57 @@ def test_backends_name_what_is_planned_and_what_is_unknown():
         get_backend("libvirt")
     with pytest.raises(UsageError, match=r"^unknown backend 'vbox'; choose one of: qemu$"):
         get_backend("vbox")
+
+
+def test_a_bad_scenario_exits_1_under_validate_plan_and_run_alike(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1001\n")
+    for argv in (["validate", str(bad)], ["plan", str(bad)], ["run", str(bad), "--out", str(tmp_path / "r")]):
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"{bad}:5:10: links[0].nic: unknown NIC model 'e1001'"), (argv, err)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "two"])
+def test_repeat_below_1_is_a_usage_error(repo, value, capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["run", str(repo / "scenarios" / "two-node.yaml"), "--repeat", value])
+    assert caught.value.code == 2
+    assert "--repeat" in capsys.readouterr().err
+
+
+def test_an_out_directory_that_cannot_be_made_is_one_line(repo, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a directory cannot be made under a file, even by root
+    assert main(["run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(blocker / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"niclab: cannot create a run directory in --out {blocker / 'runs'}: Not a directory")
+    assert "Traceback" not in err
+
+
+def test_an_unexpected_exception_is_one_line_and_a_saved_traceback(monkeypatch, tmp_path, capsys):
+    import niclab.cli
+
+    def broken(args):
+        raise RuntimeError("something nobody foresaw")
+
+    monkeypatch.setattr(niclab.cli, "cmd_nics", broken)
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path))
+    assert main(["nics"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("niclab: internal error: RuntimeError: something nobody foresaw; this is a bug")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    [saved] = (tmp_path / "crashes").iterdir()
+    assert "Traceback" in saved.read_text() and "something nobody foresaw" in saved.read_text()
+    assert str(saved) in err
+
+
+def test_a_closed_stdout_ends_quietly():
+    # `niclab metrics | head -1`: the reader is gone before niclab writes; no traceback, no complaint.
+    proc = subprocess.Popen([sys.executable, "-m", "niclab", "metrics"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 1
+    assert err == ""
