@@ -58,6 +58,7 @@ class RunInfo:
     host: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # e.g. KVM did not work and the run fell back to TCG
     error: dict | None = None  # why the run stopped early: message and traceback
+    internal_errors: list[dict] = field(default_factory=list)  # unexpected exceptions in cells, with tracebacks
 
 
 class RunDir:

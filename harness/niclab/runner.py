@@ -116,7 +116,7 @@ class Runner:
         except KeyboardInterrupt:
             self._finish("interrupted", "interrupted; every guest was stopped")
             raise
-        except BaseException as exc:
+        except Exception as exc:
             message = describe_exception(exc)
             self.info.error = {"message": message, "traceback": traceback.format_exc()}
             self._finish("failed", f"the run stopped early: {message}")
@@ -198,6 +198,8 @@ class Runner:
             self._log(record["traceback"])
             message += f" (traceback in {self.run_dir.cell_dir(base['cell']) / 'cell.log'})"
             record["message"] = message
+            self.info.internal_errors.append({key: record[key] for key in ("cell", "stage", "message", "traceback")})
+            self._write_info()
         label = shown or where.get("benchmark")
         outcome.errors.append(f"{label}: {message}" if label else message)
         self.progress(f"{label or 'cell ' + base['cell']} failed: {message}")
