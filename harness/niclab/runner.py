@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from niclab import expect, stats
-from niclab.backends.base import Backend
+from niclab.backends.base import Backend, NodeGone
 from niclab.errors import NiclabError, describe_exception
 from niclab.results import RunDir, RunInfo, utc_now
 from niclab.scenario import BenchmarkSpec, Cell
-from niclab.session import BenchRun, Session
+from niclab.session import BenchRun, Session, describe_gone
 
 Progress = Callable[[str], None]
 
@@ -108,8 +108,8 @@ class Runner:
         """
         outcomes: list[CellOutcome] = []
         self.info.status = "running"
-        self._write_info()
         try:
+            self._write_info()
             for n, cell in enumerate(cells, start=1):
                 self._progress(f"cell {n}/{len(cells)}: {cell.id}")
                 outcomes.append(self.run_cell(cell))
@@ -180,6 +180,8 @@ class Runner:
                     self._run_benchmark(session, index, spec, base, outcome)
                 self.run_dir.append({"type": "cell_end", **base, "time": utc_now(), "nodes": session.facts_now()})
         except Exception as exc:  # the cell boundary: record it, go on with the next cell
+            if session.gone and not isinstance(exc, NodeGone):  # a guest died under it: that is the cause
+                exc = NodeGone(f"{describe_gone(session.gone)} ({describe_exception(exc)})")
             self._cell_failed(exc, base, outcome, "cell")
         self._judge(cell, base, outcome)
 

@@ -42,6 +42,10 @@ class BenchRun:
     seconds: float
 
 
+def describe_gone(gone: dict[str, str]) -> str:
+    return "; ".join(f"node {node} is gone: {why}" for node, why in sorted(gone.items()))
+
+
 class Session:
     def __init__(self, cell: Cell, backend: Backend, workdir: Path, progress: Progress = _quiet,
                  save_raw: Callable[[str, str], Path] | None = None):
@@ -55,6 +59,7 @@ class Session:
         self.rig: Rig | None = None
         self.facts: dict = {}
         self.timings: dict = {}
+        self.gone: dict[str, str] = {}  # nodes found dead when the session ended on an error: node -> why
         self._stack = ExitStack()
 
     def __enter__(self) -> "Session":
@@ -68,13 +73,21 @@ class Session:
             self.timings["network_s"] = round(time.monotonic() - started - self.timings["boot_s"], 2)
             self.facts = {"host": facts.host_facts(), "rig": self.rig.facts, "network": network, "nodes": nodes}
         except BaseException:
+            self._note_the_dead()
             self._stack.close()
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:
+            self._note_the_dead()
         self._stack.close()
         self.rig = None
+
+    def _note_the_dead(self) -> None:
+        """Before the guests are stopped: which ones had already died, and why (the cause of an error)."""
+        if self.rig is not None:
+            self.gone = self.rig.gone()
 
     # -- handles ----------------------------------------------------------
 
@@ -88,7 +101,7 @@ class Session:
         if self.rig is None:
             return
         if gone := self.rig.gone():
-            raise NodeGone("; ".join(f"node {node} is gone: {why}" for node, why in sorted(gone.items())))
+            raise NodeGone(describe_gone(gone))
 
     def iface(self, node: str, link: int = 0, lane: int = 0) -> netconf.Iface:
         return self.net.find(node, link, lane)

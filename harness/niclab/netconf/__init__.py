@@ -52,7 +52,10 @@ def parallel(jobs: dict[str, callable]) -> dict[str, object]:
     for thread in threads:
         thread.join()
     failed = [(key, errors[key]) for key in jobs if key in errors]
-    if len(failed) == 1 and isinstance(failed[0][1], NiclabError):
+    unexpected = [exc for _, exc in failed if not isinstance(exc, NiclabError)]
+    if unexpected:  # a bug (or Ctrl-C) is raised as itself, with its traceback, not dressed as a known failure
+        raise unexpected[0]
+    if len(failed) == 1:
         raise failed[0][1]
     if failed:
         raise NetconfError("\n".join(str(exc) if isinstance(exc, NiclabError) else f"{key}: {exc}"

@@ -1,0 +1,498 @@
+"""The runner and the session without VMs: a FakeBackend replays what two real e1000 guests printed.
+
+The replay (tests/data/replay/two-node-e1000.json, see tests/fakes.py) holds
+every guest command a real Session ran on scenarios/two-node.yaml with the
+answer the guest gave; each test adds its faults on top and checks what the
+runner wrote: results.jsonl, run.json, the cell's log.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+from niclab.backends.qemu import BootError
+from niclab.errors import NiclabError
+from niclab.results import RunDir, RunInfo, read_records
+from niclab.runner import RunAborted, Runner, RunOutcome
+from niclab.scenario import load_scenario
+from niclab.session import Session
+
+from tests.fakes import FakeBackend, Replay, ReplayMiss
+
+NETPERF_STREAM = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_STREAM "
+NETPERF_RR = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR "
+
+SCENARIO = """\
+name: fake-two-node
+nodes: [a, b]
+links:
+  - between: [a, b]
+    nic: e1000
+benchmarks:
+  - netperf: {test: TCP_STREAM, seconds: 5}
+  - netperf: {test: TCP_RR, seconds: 5}
+"""
+
+# Two cells that differ only in the stream's length: both replay, the second through the
+# replay's normalization (-l 4 is answered with what -l 5 printed).
+TWO_CELLS = """\
+name: fake-two-cells
+nodes: [a, b]
+links:
+  - between: [a, b]
+    nic: e1000
+matrix:
+  secs: [5, 4]
+benchmarks:
+  - netperf: {test: TCP_STREAM, seconds: "${secs}"}
+  - netperf: {test: TCP_RR, seconds: 5}
+"""
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def replay() -> Replay:
+    return Replay.load()
+
+
+@pytest.fixture
+def backend(replay):
+    fake = FakeBackend(replay)
+    yield fake
+    assert fake.misses == [], "the replay did not answer every command the test meant to be answered"
+    assert all(r.closed for r in fake.realizations), "a realization was not closed: a guest would be left running"
+
+
+@dataclass
+class Harness:
+    runner: Runner
+    run_dir: RunDir
+    cells: list
+    lines: list[str] = field(default_factory=list)
+
+    def run(self) -> RunOutcome:
+        return self.runner.run(self.cells)
+
+    @property
+    def records(self) -> list[dict]:
+        return read_records(self.run_dir.results)
+
+    def info(self) -> dict:
+        return json.loads((self.run_dir.path / "run.json").read_text())
+
+    def of(self, kind: str, **where) -> list[dict]:
+        return [r for r in self.records if r["type"] == kind and all(r.get(k) == v for k, v in where.items())]
+
+
+def harness(tmp_path: Path, backend: FakeBackend, text: str = SCENARIO, repeat: int | None = None) -> Harness:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    scenario = load_scenario(path)
+    run_path = tmp_path / "run"
+    run_path.mkdir()
+    run_dir = RunDir(run_path)
+    info = RunInfo(scenario=scenario.name, scenario_file=str(path), scenario_text=text,
+                   cells=[c.id for c in scenario.cells], backend=backend.name, command=["niclab", "run"])
+    lines: list[str] = []
+    return Harness(Runner(backend, run_dir, info, lines.append, repeat=repeat), run_dir, scenario.cells, lines)
+
+
+def keyvals(stdout: str) -> dict[str, float]:
+    return {k: float(v) for k, v in re.findall(r"^([A-Z0-9_]+)=(-?[\d.]+)$", stdout, re.MULTILINE)}
+
+
+def counters(stdout: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r"^([a-z_]+)=(\d+)$", stdout, re.MULTILINE)}
+
+
+def with_throughput(result, value: float):
+    """The replayed netperf result with another THROUGHPUT."""
+    return replace(result, stdout=re.sub(r"^THROUGHPUT=.*$", f"THROUGHPUT={value}", result.stdout, flags=re.MULTILINE))
+
+
+def final(info: dict) -> None:
+    assert info["status"] in ("ok", "failed", "interrupted")
+    assert info["finished_at"] is not None
+
+
+# -- the fake itself ----------------------------------------------------------
+
+
+def test_the_replay_was_captured_from_a_real_two_node_e1000_session(replay):
+    assert replay.captured["scenario"] == "scenarios/two-node.yaml"
+    assert replay.rig["facts"]["backend"] == "qemu"
+    assert {c["node"] for c in replay.calls} == {"a", "b"}
+    ops = {c["op"] for c in replay.calls}
+    assert {"run", "spawn"} <= ops
+    stream = replay.result(NETPERF_STREAM, node="a")
+    assert stream.ok and keyvals(stream.stdout)["THROUGHPUT"] > 0
+    assert not replay.result(r"-p 12866 ", node="a", note="probe").ok
+
+
+def test_the_fake_rig_looks_like_the_qemu_backends(tmp_path, backend, replay):
+    cell = load_scenario(Path(__file__).parents[2] / "scenarios" / "two-node.yaml").cells[0]
+    with backend.realize(cell.scenario.topology(), tmp_path / "cell", lambda m: None) as rig:
+        assert set(replay.rig["facts"]) <= set(rig.facts)
+        assert rig.facts["backend"] == "fake" and rig.facts["accel"] == "tcg"
+        assert rig.facts["qemu"] == replay.rig["facts"]["qemu"]
+        assert {"/".join(map(str, k)): v for k, v in rig.macs.items()} == replay.rig["macs"]
+        assert rig.gone() == {}
+        assert rig.node("a").run("ping -n -q -c 10 -i 0.2 -s 56 -W 2 -I 198.18.0.1 198.18.0.2").ok
+        # run-specific values are normalized: another count and interval get the same answer
+        assert "packets transmitted" in rig.node("a").run("ping -n -q -c 3 -i 0.5 -s 56 -W 2 "
+                                                          "-I 198.18.0.1 198.18.0.2").stdout
+        with pytest.raises(ReplayMiss, match="no recorded run answers 'uname -a'"):
+            rig.node("a").run("uname -a")
+    assert backend.realizations[0].closed
+    backend.misses.clear()
+
+
+def test_a_declared_death_makes_commands_fail_and_gone_say_why(tmp_path, backend):
+    from niclab.guest import AgentError
+
+    cell = load_scenario(Path(__file__).parents[2] / "scenarios" / "two-node.yaml").cells[0]
+    backend.kill("b", after=1)
+    with backend.realize(cell.scenario.topology(), tmp_path / "cell", lambda m: None) as rig:
+        ping = "ping -n -q -c 10 -i 0.2 -s 56 -W 2 -I 198.18.0.1 198.18.0.2"
+        backend.when("^ping", node="b", result="pong")
+        assert rig.node("b").run(ping).stdout == "pong"
+        with pytest.raises(AgentError, match="Connection reset"):
+            rig.node("b").run(ping)
+        with pytest.raises(AgentError):
+            rig.node("b").spawn("netserver")
+        assert rig.gone() == {"b": "process qemu-b (pid 1) was killed by signal 9"}
+        assert rig.node("a").run(ping).ok
+
+
+# -- the session ----------------------------------------------------------------
+
+
+def test_session_configures_checks_and_measures_through_the_replay(tmp_path, backend, replay):
+    cell = load_scenario(Path(__file__).parents[2] / "scenarios" / "two-node.yaml").cells[0]
+    with Session(cell, backend, tmp_path / "cell") as session:
+        assert session.facts["rig"]["backend"] == "fake"
+        assert session.facts["nodes"]["a"]["interfaces"]["link0"]["driver"] == "e1000"
+        assert session.facts["network"]["interfaces"]["b/link0"]["address"] == "198.18.0.2/24"
+        found = {m.metric: m.value for m in session.bench("netperf", test="TCP_RR", seconds=5)}
+        iperf = {m.metric: m.value for m in session.bench("iperf3", seconds=3)}
+        ping = {m.metric: m.value for m in session.bench("ping", count=10, interval=0.2)}
+    expected = keyvals(replay.result(NETPERF_RR, node="a").stdout)
+    assert found["transaction_rate"] == expected["THROUGHPUT"]
+    assert found["latency_p99_us"] == expected["P99_LATENCY"]
+    iperf3_json = json.loads(replay.result(r"^iperf3 -c ", node="a").stdout)
+    assert iperf["throughput_mbps"] == iperf3_json["end"]["sum_received"]["bits_per_second"] / 1e6
+    rtt = re.search(r"= [\d.]+/([\d.]+)/", replay.result(r"^ping -n -q -c 10 ", node="a").stdout)
+    assert ping["rtt_avg_ms"] == float(rtt[1])
+    assert (tmp_path / "cell" / "raw" / "netperf-TCP_RR-1.txt").exists()
+
+
+# -- the runner: a good run -------------------------------------------------------
+
+
+def test_a_good_run_records_provenance_runs_measurements_summaries_and_ends_ok(tmp_path, backend, replay):
+    h = harness(tmp_path, backend)
+    outcome = h.run()
+    assert outcome.ok and outcome.status == "ok"
+
+    records = h.records
+    kinds = [r["type"] for r in records]
+    condensed = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+    assert condensed == ["cell", "run", "measurement", "summary", "run", "measurement", "summary", "cell_end"]
+    assert all(r["cell"] == "default" and r["scenario"] == "fake-two-node" for r in records)
+
+    cell = records[0]
+    assert cell["rig"]["backend"] == "fake" and cell["rig"]["accel"] == "tcg"
+    assert cell["host"]["python"]
+    assert cell["network"]["interfaces"]["a/link0"]["address"] == "198.18.0.1/24"
+    assert cell["network"]["observed"]["b"]["port link0"]["driver"] == "e1000"
+    assert cell["nodes"]["b"]["interfaces"]["link0"]["pci_id"] == "8086:100e"
+    assert "boot_s" in cell["timings"] and "agents_ready_since_start_s" in cell["timings"]
+
+    stream = keyvals(replay.result(NETPERF_STREAM, node="a").stdout)
+    rr = keyvals(replay.result(NETPERF_RR, node="a").stdout)
+    measured = {r["name"]: r["value"] for r in h.of("measurement")}
+    assert measured["netperf.TCP_STREAM.throughput_mbps"] == stream["THROUGHPUT"]
+    assert measured["netperf.TCP_STREAM.retransmits"] == stream["LOCAL_TRANSPORT_RETRANS"]
+    assert measured["netperf.TCP_RR.transaction_rate"] == rr["THROUGHPUT"]
+    assert measured["netperf.TCP_RR.latency_mean_us"] == rr["MEAN_LATENCY"]
+
+    run = h.of("run", benchmark="netperf TCP_STREAM")[0]
+    assert (run["run"], run["client"], run["server"], run["link"], run["repeat"], run["repeats"]) == (
+        "0.1", "a", "b", 0, 1, 1)
+    assert run["accel"] == "tcg" and run["nics"]["a"]["driver"] == "e1000"
+    # the NIC counters read before and after the stream, as replayed in that order
+    reads = [c["result"]["stdout"] for c in replay.calls
+             if c["node"] == "a" and c["op"] == "run" and "statistics/$c" in c["command"]]
+    assert run["counters"]["a"]["link0"]["tx_packets"] == (
+        counters(reads[1])["tx_packets"] - counters(reads[0])["tx_packets"]) > 0
+    assert all(m["run"] == "0.1" for m in h.of("measurement", benchmark="netperf", test="TCP_STREAM"))
+
+    summary = h.of("summary", name="netperf.TCP_STREAM.throughput_mbps")[0]
+    assert summary["n"] == 1 and summary["samples"] == [stream["THROUGHPUT"]] and summary["runs"] == ["0.1"]
+    assert set(h.records[-1]["nodes"]) == {"a", "b"}
+
+    info = h.info()
+    assert info["status"] == "ok" and info["message"] == "" and info["error"] is None
+    assert info["finished_at"] is not None and info["cells"] == ["default"]
+    assert "THROUGHPUT=" in (h.run_dir.raw_dir("default") / "netperf-TCP_STREAM-1.txt").read_text()
+    assert "network up and checked" in (h.run_dir.cell_dir("default") / "cell.log").read_text()
+
+
+def test_run_json_is_running_while_a_cell_runs_and_ends_ok(tmp_path, backend):
+    h = harness(tmp_path, backend)
+    seen = []
+    backend.when(NETPERF_STREAM, node="a", call=lambda node, command: seen.append(h.info()))
+    h.run()
+    assert [(s["status"], s["finished_at"]) for s in seen] == [("running", None)]
+    final(h.info())
+    assert h.info()["status"] == "ok"
+
+
+@pytest.mark.parametrize("scenario_repeat, runner_repeat", [(None, 3), (3, None), (2, 3)])
+def test_repeats_give_a_run_record_each_and_one_summary_of_every_sample(tmp_path, backend, replay,
+                                                                        scenario_repeat, runner_repeat):
+    text = SCENARIO + (f"repeat: {scenario_repeat}\n" if scenario_repeat else "")
+    h = harness(tmp_path, backend, text, repeat=runner_repeat)
+    recorded = replay.result(NETPERF_STREAM, node="a")
+    backend.when(NETPERF_STREAM, node="a", results=[with_throughput(recorded, v) for v in (400.0, 410.0, 420.0)])
+    assert h.run().ok
+
+    for index, benchmark in enumerate(("netperf TCP_STREAM", "netperf TCP_RR")):
+        runs = h.of("run", benchmark=benchmark)
+        assert [(r["run"], r["repeat"], r["repeats"]) for r in runs] == [(f"{index}.{n}", n, 3) for n in (1, 2, 3)]
+    throughput = h.of("measurement", name="netperf.TCP_STREAM.throughput_mbps")
+    assert [(m["run"], m["value"]) for m in throughput] == [("0.1", 400.0), ("0.2", 410.0), ("0.3", 420.0)]
+    summaries = h.of("summary", name="netperf.TCP_STREAM.throughput_mbps")
+    assert len(summaries) == 1
+    summary = summaries[0]
+    assert summary["n"] == 3 and summary["samples"] == [400.0, 410.0, 420.0]
+    assert summary["runs"] == ["0.1", "0.2", "0.3"]
+    assert summary["mean"] == pytest.approx(410.0) and summary["stdev"] == pytest.approx(10.0)
+    assert summary["ci_low"] < 410.0 < summary["ci_high"]
+    rr = h.of("summary", name="netperf.TCP_RR.transaction_rate")[0]
+    assert rr["n"] == 3 and len(set(rr["samples"])) == 1  # the replay repeats its one answer
+
+
+# -- expectations ----------------------------------------------------------------
+
+
+def test_expectations_that_hold_are_recorded_as_passed(tmp_path, backend, replay):
+    rate = keyvals(replay.result(NETPERF_RR, node="a").stdout)["THROUGHPUT"]
+    gbits = keyvals(replay.result(NETPERF_STREAM, node="a").stdout)["THROUGHPUT"] * 0.9 / 1000
+    text = SCENARIO + (f"expect:\n  - netperf.TCP_STREAM.throughput_mbps > {gbits:.4f} Gbit/s\n"
+                       f"  - netperf.TCP_RR.transaction_rate >= {rate}\n")
+    h = harness(tmp_path, backend, text)
+    outcome = h.run()
+    assert outcome.ok and h.info()["status"] == "ok"
+    found = h.of("expectation")
+    assert [(e["expectation"], e["passed"]) for e in found] == [
+        (f"netperf.TCP_STREAM.throughput_mbps > {gbits:.4f} Gbit/s", True),
+        (f"netperf.TCP_RR.transaction_rate >= {rate}", True)]
+    assert found[1]["measured"] == rate and found[1]["unit"] == "/s" and found[1]["samples"] == 1
+
+
+def test_a_missed_expectation_fails_the_run_and_says_which(tmp_path, backend, replay):
+    rate = keyvals(replay.result(NETPERF_RR, node="a").stdout)["THROUGHPUT"]
+    text = SCENARIO + ("expect:\n  - netperf.TCP_STREAM.throughput_mbps > 1\n"
+                       f"  - netperf.TCP_RR.transaction_rate > {rate * 2:.0f}\n")
+    h = harness(tmp_path, backend, text)
+    outcome = h.run()
+    assert not outcome.ok and outcome.status == "failed"
+    assert [e["passed"] for e in h.of("expectation")] == [True, False]
+    missed = h.of("expectation", passed=False)[0]
+    assert missed["measured"] == rate
+    assert [v.expectation.text for v in outcome.cells[0].missed] == [f"netperf.TCP_RR.transaction_rate > {rate * 2:.0f}"]
+    assert outcome.cells[0].errors == []
+    info = h.info()
+    assert info["status"] == "failed" and "expectation missed" in info["message"]
+    assert "netperf.TCP_RR.transaction_rate" in info["message"] and info["error"] is None
+
+
+# -- failures ----------------------------------------------------------------------
+
+
+def test_a_failed_benchmark_is_recorded_and_the_next_benchmark_runs(tmp_path, backend, replay):
+    refused = replay.result(r"-p 12866 ", node="a", note="probe")  # what netperf said with no server there
+    backend.when(NETPERF_STREAM, node="a", result=refused)
+    h = harness(tmp_path, backend)
+    outcome = h.run()
+
+    errors = h.of("error")
+    assert len(errors) == 1
+    error = errors[0]
+    assert (error["stage"], error["benchmark"], error["run"]) == ("benchmark", "netperf TCP_STREAM", "0.1")
+    assert f"exited {refused.returncode}" in error["message"] and "establish control" in error["message"]
+    assert "traceback" not in error
+    raw = re.search(r"raw output: (\S+)\)", error["message"])[1]
+    assert "establish control" in Path(raw).read_text()
+    assert h.of("measurement", test="TCP_STREAM") == [] and h.of("run", benchmark="netperf TCP_STREAM") == []
+    assert h.of("summary", name="netperf.TCP_RR.transaction_rate")  # the next benchmark ran
+    assert h.of("cell_end")
+    assert outcome.status == "failed" and len(outcome.cells[0].errors) == 1
+    assert outcome.cells[0].errors[0].startswith("netperf TCP_STREAM: netperf TCP_STREAM exited")
+    info = h.info()
+    assert info["status"] == "failed" and "netperf TCP_STREAM" in info["message"]
+
+
+def test_a_cell_that_cannot_boot_is_recorded_and_the_next_cell_runs(tmp_path, backend):
+    backend.fail_realize(BootError("guest(s) did not come up: a: the guest agent did not answer in time\n"
+                                   "--- the end of a.serial.log:\n(empty)"), at=1)
+    h = harness(tmp_path, backend, TWO_CELLS)
+    outcome = h.run()
+
+    first, second = (c.id for c in h.cells)
+    assert (first, second) == ("secs=5", "secs=4")
+    errors = h.of("error")
+    assert [(e["cell"], e["stage"]) for e in errors] == [(first, "cell")]
+    assert errors[0]["message"].startswith("guest(s) did not come up: a: the guest agent did not answer in time")
+    assert "traceback" not in errors[0]
+    assert h.of("cell", cell=first) == [] and h.of("run", cell=first) == []
+
+    assert h.of("cell", cell=second) and h.of("cell_end", cell=second)
+    assert h.of("measurement", cell=second, name="netperf.TCP_STREAM.throughput_mbps")
+    assert not h.of("error", cell=second)
+    assert backend.realizations[1].ran("a", r"-t TCP_STREAM -l 4 ")  # the second cell's own stream
+    assert [c.ok for c in outcome.cells] == [False, True]
+    info = h.info()
+    assert info["status"] == "failed" and "did not come up" in info["message"]
+
+
+@pytest.mark.parametrize("how", [{"on": NETPERF_STREAM}, {"after": 5}], ids=["at-the-stream", "after-5-commands"])
+def test_a_node_that_dies_mid_benchmark_ends_its_cell_saying_which_and_why(tmp_path, backend, how):
+    backend.kill("a", **how)
+    h = harness(tmp_path, backend, TWO_CELLS)
+    outcome = h.run()
+
+    first, second = (c.id for c in h.cells)
+    errors = h.of("error", cell=first)
+    assert [(e["stage"], e.get("benchmark")) for e in errors] == [("benchmark", "netperf TCP_STREAM"), ("cell", None)]
+    assert "a: lost the guest agent connection" in errors[0]["message"]
+    assert errors[1]["message"] == "node a is gone: process qemu-a (pid 1) was killed by signal 9"
+    assert h.of("run", cell=first) == [] and h.of("cell_end", cell=first) == []
+    assert not backend.realizations[0].ran("a", NETPERF_RR)  # nothing more ran in that cell
+    assert any("killed by signal 9" in e for e in outcome.cells[0].errors)
+
+    assert not h.of("error", cell=second) and h.of("cell_end", cell=second)
+    assert outcome.cells[1].ok and h.info()["status"] == "failed"
+
+
+def test_a_node_that_dies_while_the_cell_is_set_up_is_named_with_why(tmp_path, backend):
+    backend.kill("a", after=3)  # dies at its 4th command: the facts read after netconf
+    h = harness(tmp_path, backend)
+    h.run()
+    errors = h.of("error")
+    assert [e["stage"] for e in errors] == ["cell"]
+    assert "killed by signal 9" in errors[0]["message"]
+
+
+def test_an_unexpected_exception_is_kept_with_its_traceback_and_the_run_goes_on(tmp_path, backend):
+    backend.when(NETPERF_STREAM, node="a", raises=RuntimeError("replayed bug"), realization=1)
+    h = harness(tmp_path, backend, TWO_CELLS)
+    outcome = h.run()
+
+    first, second = (c.id for c in h.cells)
+    errors = h.of("error")
+    assert len(errors) == 1 and errors[0]["cell"] == first
+    error = errors[0]
+    assert error["stage"] == "cell"  # a bug ends its cell (runner docstring)
+    assert error["message"].startswith("internal error: RuntimeError: replayed bug (traceback in ")
+    assert "Traceback (most recent call last)" in error["traceback"]
+    assert "RuntimeError: replayed bug" in error["traceback"]
+    log = (h.run_dir.cell_dir(first) / "cell.log").read_text()
+    assert "Traceback (most recent call last)" in log and "RuntimeError: replayed bug" in log
+    assert str(h.run_dir.cell_dir(first) / "cell.log") in error["message"]
+
+    [shown] = outcome.cells[0].errors
+    assert "\n" not in shown and "Traceback" not in shown and "RuntimeError: replayed bug" in shown
+    assert outcome.cells[1].ok and h.of("cell_end", cell=second)
+    info = h.info()
+    assert info["status"] == "failed" and info["error"] is None and "Traceback" not in info["message"]
+
+
+def test_an_unexpected_exception_in_a_parallel_node_job_keeps_its_traceback(tmp_path, backend):
+    backend.when(r"statistics/\$c", node="b", raises=RuntimeError("replayed bug"), times=1)  # the first counters read
+    h = harness(tmp_path, backend)
+    h.run()
+    [error] = h.of("error")
+    assert "RuntimeError: replayed bug" in error.get("traceback", "")
+    assert error["message"].startswith("internal error: RuntimeError")
+
+
+def test_keyboard_interrupt_marks_the_run_interrupted_and_propagates(tmp_path, backend):
+    backend.when(NETPERF_RR, node="a", raises=KeyboardInterrupt)
+    h = harness(tmp_path, backend, TWO_CELLS)
+    with pytest.raises(KeyboardInterrupt):
+        h.run()
+    info = h.info()
+    assert info["status"] == "interrupted" and info["finished_at"] is not None
+    assert "interrupted" in info["message"]
+    assert len(backend.realizations) == 1 and backend.realizations[0].closed  # the guests were stopped
+    assert h.of("summary", name="netperf.TCP_STREAM.throughput_mbps")  # what was measured is kept
+    assert h.of("run", benchmark="netperf TCP_RR") == []
+
+
+def test_a_run_directory_that_cannot_be_written_aborts_the_run_with_one_line(tmp_path, backend):
+    h = harness(tmp_path, backend, TWO_CELLS)
+
+    backend.when(NETPERF_RR, node="a", call=lambda node, command: break_results(h))
+    with pytest.raises(RunAborted) as caught:
+        h.run()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("the run stopped early: ")
+    assert str(h.run_dir.results) in message and "Is a directory" in message
+    assert str(h.run_dir.path / "run.json") in message
+    info = h.info()
+    assert info["status"] == "failed" and info["finished_at"] is not None
+    assert "Is a directory" in info["error"]["message"]
+    assert "IsADirectoryError" in info["error"]["traceback"]
+    assert len(backend.realizations) == 1 and backend.realizations[0].closed  # no second cell, guests stopped
+
+
+def test_a_kvm_fallback_is_a_warning_of_the_run(tmp_path, replay):
+    fallback = "KVM did not work here (a: hung); stopped the guests and booted them under TCG"
+    backend = FakeBackend(replay, facts={"accel_fallback": fallback})
+    h = harness(tmp_path, backend, TWO_CELLS)
+    assert h.run().ok
+    assert h.info()["warnings"] == [fallback]  # once, though both cells fell back
+    assert sum(f"warning: {fallback}" in line for line in h.lines) == 2
+    assert all(c["rig"]["accel_fallback"] == fallback for c in h.of("cell"))
+
+
+def break_results(h: Harness) -> None:
+    """Make results.jsonl unwritable: a directory in its place (chmod does not stop root)."""
+    h.run_dir.results.unlink()
+    h.run_dir.results.mkdir()
+
+
+@pytest.mark.parametrize("fault, status", [
+    ("none", "ok"), ("boot", "failed"), ("benchmark", "failed"), ("death", "failed"), ("bug", "failed"),
+    ("interrupt", "interrupted"), ("unwritable", "failed"),
+])
+def test_run_json_always_ends_in_a_final_status(tmp_path, backend, replay, fault, status):
+    h = harness(tmp_path, backend)
+    if fault == "boot":
+        backend.fail_realize(NiclabError("no image"))
+    elif fault == "benchmark":
+        backend.when(NETPERF_RR, node="a", result=replay.result(r"-p 12866 ", node="a", note="probe"))
+    elif fault == "death":
+        backend.kill("b", on=r"^netserver")
+    elif fault == "bug":
+        backend.when(NETPERF_RR, node="a", raises=ValueError("bug"))
+    elif fault == "interrupt":
+        backend.when(NETPERF_STREAM, node="a", raises=KeyboardInterrupt)
+    elif fault == "unwritable":
+        backend.when(NETPERF_STREAM, node="a", call=lambda node, command: break_results(h))
+    try:
+        h.run()
+    except (KeyboardInterrupt, RunAborted):
+        pass
+    info = h.info()
+    final(info)
+    assert info["status"] == status
