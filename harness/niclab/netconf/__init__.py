@@ -52,9 +52,11 @@ def parallel(jobs: dict[str, callable]) -> dict[str, object]:
     for thread in threads:
         thread.join()
     failed = [(key, errors[key]) for key in jobs if key in errors]
-    unexpected = [exc for _, exc in failed if not isinstance(exc, NiclabError)]
+    unexpected = [(key, exc) for key, exc in failed if not isinstance(exc, NiclabError)]
     if unexpected:  # a bug (or Ctrl-C) is raised as itself, with its traceback, not dressed as a known failure
-        raise unexpected[0]
+        key, exc = unexpected[0]
+        exc.add_note(f"(in the job of node {key})")
+        raise exc
     if len(failed) == 1:
         raise failed[0][1]
     if failed:
