@@ -43,8 +43,8 @@ def main() -> None:
         read = "for p in " + " ".join(ports) + "; do cat /sys/class/net/$p/statistics/tx_packets; done"
         before = [int(n) for n in s.node("a").run(read).stdout.split()]
         bonded = metric(s.bench("netperf", test="TCP_STREAM", link=4, seconds=5), "throughput_mbps")
-        sent = [b - a for a, b in zip(before, [int(n) for n in s.node("a").run(read).stdout.split()])]
-        shares = ", ".join(f"{p} {n / sum(sent):.1%}" for p, n in zip(ports, sent))
+        sent = [b - a for a, b in zip(before, [int(n) for n in s.node("a").run(read).stdout.split()], strict=True)]
+        shares = ", ".join(f"{p} {n / sum(sent):.1%}" for p, n in zip(ports, sent, strict=True))
         print(f"bond balance-rr x3    TCP {bonded:.1f} Mbit/s; packets per port: {shares}")
         lost = {f"{a}->{b}": metric(s.bench("ping", link=5, count=5, interval=0.1, **{"from": a, "to": b}),
                                     "loss_pct") for a in "abc" for b in "abc" if a != b}

@@ -160,7 +160,8 @@ def cmd_nics(args) -> int:
     if notes:
         print()
         for model in notes:
-            print(f"{model.name}: {model.notes}" + (f" (QEMU: {model.qemu_properties})" if model.qemu_properties else ""))
+            qemu = f" (QEMU: {model.qemu_properties})" if model.qemu_properties else ""
+            print(f"{model.name}: {model.notes}{qemu}")
     return EXIT_OK
 
 
@@ -278,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cell", action="append", metavar="ID",
                      help="run only this matrix cell (e.g. nic=e1000); repeat for several")
     run.add_argument("--backend", default="qemu", help="how nodes are realized (default: qemu)")
-    run.add_argument("--repeat", type=positive_int, metavar="N", help="run every benchmark N times (overrides the scenario)")
+    run.add_argument("--repeat", type=positive_int, metavar="N",
+                     help="run every benchmark N times (overrides the scenario)")
     run.add_argument("--shard", metavar="I/N", help="run only the cells of shard I of N (stable across machines)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)

@@ -12,6 +12,7 @@ import shlex
 from niclab.backends.base import Node
 from niclab.guestsh import PCI_DIR, sections
 
+
 def node_script(ifnames: list[str]) -> str:
     lines = [PCI_DIR, 'echo "kernel=$(uname -r)"']
     for name in ifnames:
@@ -110,8 +111,8 @@ def counter_deltas(before: dict[str, dict], after: dict[str, dict]) -> dict[str,
         shared = []
         for irq, state in end["irqs"].items():
             first = start.get("irqs", {}).get(irq, {"cpus": [0] * len(state["cpus"])})["cpus"]
-            counts = [b - a for a, b in zip(first, state["cpus"])]
-            per_cpu = [x + y for x, y in zip(per_cpu, counts)] if per_cpu else counts
+            counts = [b - a for a, b in zip(first, state["cpus"], strict=False)]
+            per_cpu = [x + y for x, y in zip(per_cpu, counts, strict=False)] if per_cpu else counts
             if "," in state["names"]:
                 shared.append(f"{irq} ({state['names']})")
         delta["interrupts_per_cpu"] = per_cpu

@@ -365,13 +365,14 @@ class AgentProcess:
 
     def stop(self, grace: float = 5.0) -> CommandResult:
         """SIGTERM, then SIGKILL after `grace` seconds; returns what it printed."""
-        if self.poll() is None:
+        done = self.poll()
+        if done is None:
             self._agent.kill(self.pid, "TERM")
             try:
                 return self.wait(grace)
             except GuestCommandError:  # wait() already sent SIGKILL
                 return self.wait(10)
-        return self._result
+        return done
 
 
 class AgentNode:

@@ -37,7 +37,7 @@ def estimate(cell: Cell) -> CellEstimate:
 
 
 def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds} s"
     minutes, seconds = divmod(seconds, 60)

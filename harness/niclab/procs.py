@@ -19,9 +19,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from niclab.paths import live_dir
 
@@ -78,7 +78,7 @@ class Supervisor:
         self.children: list[Child] = []
         self._live_entry = live_dir() / f"{os.getpid()}-{int(time.time() * 1000)}.json"
 
-    def __enter__(self) -> "Supervisor":
+    def __enter__(self) -> Supervisor:
         self.pid_dir.mkdir(parents=True, exist_ok=True)
         self._live_entry.parent.mkdir(parents=True, exist_ok=True)
         self._live_entry.write_text(json.dumps({

@@ -27,13 +27,17 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from niclab.errors import NiclabError, UsageError
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr, TracebackStyle
 
 SLOW_S = 120.0
 
@@ -129,7 +133,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     """Cells of other shards are deselected, so each runner reports only its own."""
     if not config.getoption("niclab_shard"):
         return
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         (dropped if item.get_closest_marker("niclab_other_shard") else kept).append(item)
     if dropped:
@@ -149,10 +154,11 @@ class InvalidScenario(pytest.Item):
     def runtest(self) -> None:
         raise ScenarioInvalid(str(self.error))
 
-    def repr_failure(self, excinfo):
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: TracebackStyle | None = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, ScenarioInvalid):
             return f"{self.path.name} does not validate:\n{excinfo.value}"
-        return super().repr_failure(excinfo)
+        return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
         return self.path, None, f"{self.path.name}::validate"
@@ -199,10 +205,11 @@ class ScenarioCell(pytest.Item):
             lines.append(f"run directory: {run_dir.path}")
             raise CellFailed("\n".join(lines))
 
-    def repr_failure(self, excinfo):
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: TracebackStyle | None = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, (CellFailed, NiclabError)):
             return str(excinfo.value)
-        return super().repr_failure(excinfo)
+        return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
         return self.path, None, f"{self.path.name}::{self.cell.id}"

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from niclab import expect, stats
 from niclab.backends.base import Backend, NodeGone

@@ -11,10 +11,11 @@ the scenario's benchmarks through it, and tests use it directly::
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Callable
 
 from niclab import bench as benchmarks
 from niclab import facts, netconf
@@ -22,8 +23,8 @@ from niclab.backends.base import Backend, Node, NodeGone, Rig
 from niclab.bench.base import BenchContext, Endpoints, Measurement
 from niclab.errors import NiclabError, UsageError
 from niclab.scenario import BenchmarkSpec, Cell
-from niclab.scenario.model import benchmark_problems, benchmark_spec
 from niclab.scenario.errors import Problems
+from niclab.scenario.model import benchmark_problems, benchmark_spec
 
 Progress = Callable[[str], None]
 
@@ -62,7 +63,7 @@ class Session:
         self.gone: dict[str, str] = {}  # nodes found dead when the session ended on an error: node -> why
         self._stack = ExitStack()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         started = time.monotonic()
         try:
             self.rig = self._stack.enter_context(
@@ -144,12 +145,16 @@ class Session:
         ends = self.endpoints(spec)
         ports = {node: [p.ifname for p in self.net.find(node, spec.options.link).ports]
                  for node in (ends.client.name, ends.server.name)}
-        before = netconf.parallel({n: (lambda n=n: facts.read_counters(self.node(n), ports[n])) for n in ports})
+
+        def read(n: str) -> dict[str, dict]:
+            return facts.read_counters(self.node(n), ports[n])
+
+        before = netconf.parallel({n: partial(read, n) for n in ports})
         started = time.monotonic()
         ctx = BenchContext(ends=ends, save_raw=self._save_raw, progress=self.progress)
         found = spec.plugin.run(ctx, spec.options)
         seconds = time.monotonic() - started
-        after = netconf.parallel({n: (lambda n=n: facts.read_counters(self.node(n), ports[n])) for n in ports})
+        after = netconf.parallel({n: partial(read, n) for n in ports})
         counters = {n: facts.counter_deltas(before[n], after[n]) for n in ports}
         return BenchRun(ends, found, counters, round(seconds, 2))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from scipy import stats as scipy_stats
@@ -31,12 +32,14 @@ class Summary:
 
     @property
     def ci_half_width(self) -> float | None:
-        return None if self.ci_low is None else (self.ci_high - self.ci_low) / 2
+        if self.ci_low is None or self.ci_high is None:
+            return None
+        return (self.ci_high - self.ci_low) / 2
 
     @property
     def ci_width_pct(self) -> float | None:
         """The interval's full width in % of the mean (as netperf's -I width)."""
-        if self.ci_low is None or self.mean == 0:
+        if self.ci_low is None or self.ci_high is None or self.mean == 0:
             return None
         return 100.0 * (self.ci_high - self.ci_low) / abs(self.mean)
 
@@ -71,7 +74,7 @@ class Limits:
     max_ci_width_pct: float | None = None
 
 
-def instability(summary: Summary, limits: Limits, warnings: list[str] = ()) -> list[str]:
+def instability(summary: Summary, limits: Limits, warnings: Sequence[str] = ()) -> list[str]:
     """Why this result should not be trusted as it stands (empty when it is stable)."""
     reasons = list(dict.fromkeys(warnings))
     if limits.max_cv_pct is not None and summary.cv_pct is not None and summary.cv_pct > limits.max_cv_pct:

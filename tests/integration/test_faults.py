@@ -143,7 +143,7 @@ def test_an_interrupt_at_any_moment_stops_every_guest_within_5_s(image, repo, tm
     assert qemus_under(tmp_path), "no guest was running at the moment of the signal"
     sent = time.monotonic()
     proc.send_signal(getattr(signal, how))
-    out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=60)
     left = wait_no_qemu(tmp_path, seconds=5)
     assert left == [] and time.monotonic() - sent < 5, f"guests left {time.monotonic() - sent:.1f} s after {how}"
     assert proc.returncode == 1
@@ -183,7 +183,7 @@ def test_two_runs_of_one_scenario_at_once_both_succeed(image, repo, tmp_path):
     out = tmp_path / "runs"
     procs = [niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(out)) for _ in range(2)]
     results = [proc.communicate(timeout=600) for proc in procs]
-    for proc, (stdout, stderr) in zip(procs, results):
+    for proc, (_stdout, stderr) in zip(procs, results, strict=True):
         assert proc.returncode == 0, stderr
     runs = sorted(out.iterdir())
     assert len(runs) == 2

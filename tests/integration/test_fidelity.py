@@ -61,9 +61,10 @@ def test_round_robin_bond_moves_traffic_over_every_port(session):
     before = [int(n) for n in session.node("a").run(read).stdout.split()]
     throughput = metric(session.bench("netperf", test="TCP_STREAM", link=4, seconds=5), "throughput_mbps")
     after = [int(n) for n in session.node("a").run(read).stdout.split()]
-    sent = [b - a for a, b in zip(before, after)]
+    sent = [b - a for a, b in zip(before, after, strict=True)]
     assert throughput > 0
-    assert all(n >= 0.2 * sum(sent) for n in sent), f"packets sent per port of the bond: {dict(zip(ports, sent))}"
+    per_port = dict(zip(ports, sent, strict=True))
+    assert all(n >= 0.2 * sum(sent) for n in sent), f"packets sent per port of the bond: {per_port}"
 
 
 def test_switched_segment_reaches_every_node_from_every_other(session):

@@ -7,6 +7,8 @@ NPtcp or lmbench process afterwards. About a minute in all (boot included).
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from niclab.backends.qemu import QemuBackend
@@ -52,7 +54,7 @@ def test_netpipe_sweep(session):
     curve = found["peak_throughput_mbps"].extra["curve"]
     sizes = [point[0] for point in curve]
     assert len(curve) >= 30 and sizes[0] == 1 and sizes[-1] == 262144
-    assert all(a < b for a, b in zip(sizes, sizes[1:])), sizes
+    assert all(a < b for a, b in itertools.pairwise(sizes)), sizes
     assert all(isinstance(s, int) and mbps > 0 and rtt > 0 for s, mbps, rtt in curve)
     assert max(mbps for _, mbps, _ in curve) == peak
     assert found["peak_size_bytes"].value in sizes

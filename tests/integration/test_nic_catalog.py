@@ -178,7 +178,7 @@ def mismatches(model: nics.NicModel, node: str, found: Measured) -> list[tuple[s
 def table(header: tuple[str, ...], rows: list[tuple]) -> str:
     cells = [tuple(str(c) for c in row) for row in [header, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
 def measured_table(facts: dict[str, dict[int, Measured]], pings: dict[int, bool]) -> str:

@@ -6,12 +6,10 @@ import json
 import time
 from pathlib import Path
 
-import pytest
-
 from niclab.accel import choose_accel
 from niclab.results import read_records
 
-from .conftest import niclab, qemus_under, wait_for_line, wait_no_qemu
+from .conftest import niclab, wait_for_line, wait_no_qemu
 
 
 def only_run_dir(out: Path) -> Path:
@@ -69,7 +67,7 @@ def test_guest_that_panics_is_reported_with_its_serial_log(image, repo, tmp_path
     bad = broken_image(image, tmp_path, "console=ttyS0 panic=-1 rdinit=/no/such/init")
     proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path / "runs"),
                   env={"NICLAB_IMAGE": str(bad)})
-    out, err = proc.communicate(timeout=300)
+    _out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1
     assert "did not come up" in err and "exited" in err
     assert "Kernel panic" in err or "No working init" in err or "rdinit" in err  # the serial tail
@@ -87,7 +85,7 @@ def test_guest_that_never_answers_times_out_and_is_stopped(image, repo, tmp_path
     started = time.monotonic()
     proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path / "runs"),
                   env={"NICLAB_IMAGE": str(bad), "NICLAB_BOOT_TIMEOUT": "15"})
-    out, err = proc.communicate(timeout=300)
+    _out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1
     assert "the guest agent did not answer in time" in err and "waited 15 s of 15" in err
     assert time.monotonic() - started < 120

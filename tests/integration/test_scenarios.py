@@ -8,8 +8,6 @@ The long sweeps run one representative cell each.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from niclab.results import read_records
@@ -22,7 +20,7 @@ def run_scenario(repo, tmp_path, name: str, cells: list[str]) -> tuple[dict, lis
     for cell in cells:
         args += ["--cell", cell]
     proc = niclab(*args)
-    out, err = proc.communicate(timeout=900)
+    _out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err
     run = next(tmp_path.iterdir())
     records = read_records(run / "results.jsonl")

@@ -21,7 +21,7 @@ def result(stdout: str = "", returncode: int = 0, stderr: str = "", node: str = 
 
 
 class FakeProcess:
-    def __init__(self, node: "FakeNode", command: str, output: CommandResult):
+    def __init__(self, node: FakeNode, command: str, output: CommandResult):
         self.node, self.command, self.output = node, command, output
 
     def poll(self):
@@ -185,8 +185,8 @@ def test_a_server_that_never_listens_is_stopped_and_the_client_never_runs(tmp_pa
 def test_hooks_run_around_the_stop_in_order_also_on_failure(tmp_path):
     for fail in (False, True):
         rig = Rig(tmp_path)
-        hooks = {"before_stop": lambda: rig.log.append(("hook", "b", "before")) or "# asked it to go",
-                 "after_stop": lambda: rig.log.append(("hook", "b", "after")) or "# swept"}
+        hooks = {"before_stop": lambda log=rig.log: log.append(("hook", "b", "before")) or "# asked it to go",
+                 "after_stop": lambda log=rig.log: log.append(("hook", "b", "after")) or "# swept"}
         try:
             with served(rig.ctx, "srv", 7, label=f"thing-{fail}", **hooks) as run:
                 run.run_client("cli", timeout=5)
@@ -272,7 +272,7 @@ def test_each_plugin_frees_its_port_first_and_records_what_it_ended(tmp_path, da
 
 @pytest.mark.parametrize("name", ["netperf", "iperf3", "lmbench", "netpipe"])
 def test_each_plugin_keeps_its_raw_output_when_the_client_breaks(tmp_path, data_dir, name):
-    plugin, options, port, proto, replies, files, raw_name = plugin_cases(data_dir)[name]
+    plugin, options, _port, _proto, replies, _files, raw_name = plugin_cases(data_dir)[name]
     [needle] = replies
     rig = Rig(tmp_path, client={needle: GuestCommandError(f"a: `{needle}` lost the agent")})
     # netpipe reads a killed sweep's partial curve: here there is none, so reading it fails

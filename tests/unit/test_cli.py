@@ -5,8 +5,8 @@ import pytest
 
 from niclab.cli import build_parser, main
 
-VERBS = [["run"], ["accel"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"], ["plan"],
-         ["metrics"], ["report"], ["compare"], ["export"]]
+VERBS = [["run"], ["accel"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"],
+         ["plan"], ["metrics"], ["report"], ["compare"], ["export"]]
 
 
 @pytest.mark.parametrize("verb", VERBS, ids=lambda v: " ".join(v))

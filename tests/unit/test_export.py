@@ -11,7 +11,8 @@ from niclab.cli import main
 
 def test_csv_and_parquet_carry_every_measurement_with_its_cell(data_dir, tmp_path):
     run = data_dir / "runs" / "nic-shootout"
-    measurements = sum(1 for line in (run / "results.jsonl").read_text().splitlines() if '"type": "measurement"' in line)
+    lines = (run / "results.jsonl").read_text().splitlines()
+    measurements = sum(1 for line in lines if '"type": "measurement"' in line)
     assert main(["export", str(run), "--out", str(tmp_path / "m.csv")]) == 0
     rows = list(csv.DictReader((tmp_path / "m.csv").open()))
     assert len(rows) == measurements

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from niclab.guest import AgentError, AgentNode, GuestAgent
 
 

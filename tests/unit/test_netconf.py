@@ -58,7 +58,8 @@ def test_node_script_names_ports_by_mac_and_sets_everything():
     assert 'ip link set dev "$dev" name link0' in script
     assert "ip link set dev link0 mtu 1500" in script
     assert "ethtool -K link0 tso off gro on" in script
-    assert "tc qdisc del dev link0 root >/dev/null 2>&1 || true\ntc qdisc add dev link0 root netem delay 10ms loss 1%" in script
+    assert ("tc qdisc del dev link0 root >/dev/null 2>&1 || true\n"
+            "tc qdisc add dev link0 root netem delay 10ms loss 1%") in script
     assert "ip link add bond2 type bond mode balance-rr miimon 100" in script
     assert "ip link set dev link2p1 master bond2" in script
     assert "ip addr add 198.18.3.1/24 dev bond2" in script
@@ -135,7 +136,7 @@ def test_parallel_raises_a_foreign_exception_as_itself_naming_the_node():
         raise RuntimeError("a bug")
 
     # not dressed as a NetconfError: the runner must see a bug as a bug, with its traceback
-    with pytest.raises(RuntimeError, match="^a bug") as caught:
+    with pytest.raises(RuntimeError, match=r"^a bug") as caught:
         netconf.parallel({"a": lambda: 1, "b": boom})
     assert caught.value.__notes__ == ["(in the job of node b)"]
     assert netconf.parallel({"a": lambda: 1, "b": lambda: 2}) == {"a": 1, "b": 2}

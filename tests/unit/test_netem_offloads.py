@@ -40,7 +40,8 @@ def test_read_back_of_tc_output():
                  rate="100mbit")
     assert mismatches(spec, installed) == []
     # tc rounds tiny probabilities: 0.001% reads back as 0.00100001%
-    assert mismatches(Netem(loss="0.001%"), parse_qdisc("qdisc netem 8001: root refcnt 2 limit 1000 loss 0.00100001%")) == []
+    rounded = parse_qdisc("qdisc netem 8001: root refcnt 2 limit 1000 loss 0.00100001%")
+    assert mismatches(Netem(loss="0.001%"), rounded) == []
     # leftovers of an earlier qdisc are differences too
     assert mismatches(Netem(delay="1.5ms"), parse_qdisc(
         "qdisc netem 8001: root refcnt 2 limit 1000 delay 1.5ms reorder 1% corrupt 0.01% rate 100Mbit")) == [

@@ -348,7 +348,7 @@ def test_lmbench_run_stops_its_server_with_S_and_sweeps_both_guests(tmp_path, da
 def test_lmbench_run_failure_still_stops_the_server(tmp_path, data_dir):
     client = FakeNode("a", {"lat_tcp -N": capture(data_dir, "lmbench", "lat_tcp_no_server")})
     server = FakeNode("b")
-    with pytest.raises(BenchmarkError, match="connection attempts to the server failed.*raw output: "):
+    with pytest.raises(BenchmarkError, match=r"connection attempts to the server failed.*raw output: "):
         lmbench.PLUGIN.run(context(tmp_path, client, server), LmbenchOptions(test="lat_tcp"))
     assert server.spawned[0].stopped and f"{lmbench.BIN}/lat_tcp -S {SERVER}" in server.commands
 

@@ -93,8 +93,8 @@ def test_a_job_error_is_a_failure_with_fios_message(data_dir):
 
 
 def test_no_json_is_a_failure_with_fios_message(data_dir):
-    with pytest.raises(BenchmarkError, match="printed no JSON: fio: file:options.c.*"
-                                             "/mnt/nosuchdir is not a directory"):
+    with pytest.raises(BenchmarkError, match=r"printed no JSON: fio: file:options.c.*"
+                                             r"/mnt/nosuchdir is not a directory"):
         nfs.parse("seqread", fio(data_dir, "no_directory.stdout.txt"), fio(data_dir, "no_directory.stderr.txt"))
     with pytest.raises(BenchmarkError, match=r"printed no JSON: \(nothing\)"):
         nfs.parse("seqread", "")
@@ -248,13 +248,13 @@ def test_a_failed_step_is_named_and_everything_is_still_undone():
 
 def test_a_missing_program_says_so():
     server = FakeNode("b", fail="command -v rpc.nfsd", error="rpc.nfsd is not in the guest image")
-    with pytest.raises(BenchmarkError, match="find the NFS server programs on b failed.*rpc.nfsd is not in the guest"):
+    with pytest.raises(BenchmarkError, match=r"find the NFS server programs on b failed.*rpc.nfsd is not in the guest"):
         nfs.PLUGIN.run(context(FakeNode("a"), server, []), nfs.NfsOptions())
 
 
 def test_a_fio_time_out_is_a_benchmark_error_naming_the_pattern():
     client = FakeNode("a", timeout_on="--rw=read ")
-    with pytest.raises(BenchmarkError, match="nfs: fio seqread on a failed: .*did not finish"):
+    with pytest.raises(BenchmarkError, match=r"nfs: fio seqread on a failed: .*did not finish"):
         nfs.PLUGIN.run(context(client, FakeNode("b"), []), nfs.NfsOptions())
     assert any("umount" in c for c in client.commands)
 

@@ -8,9 +8,11 @@ benchmarks, provenance) talks only to `Node` handles.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Protocol, Sequence
+from typing import Protocol
 
 from niclab.errors import NiclabError
 from niclab.topology import Port, Topology
@@ -44,7 +46,7 @@ class CommandResult:
     def ok(self) -> bool:
         return self.returncode == 0
 
-    def check(self) -> "CommandResult":
+    def check(self) -> CommandResult:
         if self.returncode != 0:
             shown = self.argv[-1] if self.argv[:2] == ("/bin/sh", "-c") else shlex.join(self.argv)
             detail = (self.stderr.strip() or self.stdout.strip())[-800:]
@@ -99,6 +101,6 @@ class Rig:
 class Backend(Protocol):
     name: str
 
-    def realize(self, topology: Topology, workdir: Path, progress: Progress) -> ContextManager[Rig]:
+    def realize(self, topology: Topology, workdir: Path, progress: Progress) -> AbstractContextManager[Rig]:
         """Start every node; on exit stop them all, whatever happened inside."""
         ...

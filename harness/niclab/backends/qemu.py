@@ -27,10 +27,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from niclab import nics
 from niclab.accel import AccelChoice, choose_accel, mark_kvm_unusable, now, qemu_binary
@@ -157,7 +157,7 @@ class QemuBackend:
         sockets: Path | None = None
         for wire in topology.wires:
             if len(wire.ports) == 2:
-                for port, sock in zip(wire.ports, udp_cable()):
+                for port, sock in zip(wire.ports, udp_cable(), strict=True):
                     fds.callback(sock.close)
                     attachments[port.key] = Attachment(f"dgram,local.type=fd,local.str={sock.fileno()}",
                                                        sock.fileno())

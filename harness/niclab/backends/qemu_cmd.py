@@ -76,6 +76,7 @@ def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
         argv += [
             "-netdev", f"{nic.netdev},id={nic.netdev_id}",
             "-device", f"{nic.model.qemu_device},netdev={nic.netdev_id},mac={nic.mac},"
-                       f"bus=pci.0,addr={slot:#x}" + (f",{nic.model.qemu_properties}" if nic.model.qemu_properties else ""),
+                       f"bus=pci.0,addr={slot:#x}"
+                       + (f",{nic.model.qemu_properties}" if nic.model.qemu_properties else ""),
         ]
     return argv

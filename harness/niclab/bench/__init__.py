@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from niclab.bench.base import Benchmark, BenchContext, BenchOptions, Endpoints, Measurement, MetricInfo
+from niclab.bench.base import BenchContext, Benchmark, BenchOptions, Endpoints, Measurement, MetricInfo
 
 
 def _discover() -> dict[str, Benchmark]:

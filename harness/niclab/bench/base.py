@@ -8,10 +8,11 @@ knows nothing of QEMU or libvirt.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ClassVar, Iterator, Protocol, Sequence
+from typing import ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -127,9 +128,11 @@ def free_port(node: Node, port: int, proto: str = "tcp", timeout: float = 10.0) 
     """
     flag = "t" if proto == "tcp" else "u"
     script = "ended=''; " + poll_script(
-        f"pids=$(netstat -ln{flag}p 2>/dev/null | awk '$4 ~ /:{port}$/ {{split($NF, p, \"/\"); print p[1]}}' | sort -u); "
+        f"pids=$(netstat -ln{flag}p 2>/dev/null | awk '$4 ~ /:{port}$/ {{split($NF, p, \"/\"); print p[1]}}' "
+        "| sort -u); "
         f"[ -z \"$pids\" ] && {{ echo \"$ended\"; exit 0; }}; "
-        f"for p in $pids; do [ \"$p\" -gt 1 ] 2>/dev/null && ended=\"$ended $p:$(cat /proc/$p/comm)\" && kill -9 $p; done",
+        f"for p in $pids; do [ \"$p\" -gt 1 ] 2>/dev/null && ended=\"$ended $p:$(cat /proc/$p/comm)\" "
+        "&& kill -9 $p; done",
         timeout, 0.1, give_up='echo "$ended"; exit 1')
     result = node.run(script, timeout=timeout + 10, check=False)
     if not result.ok:
@@ -174,6 +177,11 @@ class Served:
         return self.result
 
     @property
+    def server_exit(self) -> str:
+        """The server's exit status, for the raw output ("?" while it was not stopped)."""
+        return str(self.stopped.returncode) if self.stopped else "?"
+
+    @property
     def server_output(self) -> str:
         return f"{self.stopped.stdout}{self.stopped.stderr}" if self.stopped else ""
 
@@ -204,7 +212,8 @@ class Served:
             if before_stop is not None:
                 self.before = before_stop()
         finally:
-            self.stopped = self.process.stop()
+            if self.process is not None:  # None only before `served` spawned the server
+                self.stopped = self.process.stop()
             if after_stop is not None:
                 self.after = after_stop()
 

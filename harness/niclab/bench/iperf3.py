@@ -30,7 +30,7 @@ class Iperf3Options(BenchOptions):
     length: int | None = Field(None, ge=16, le=65507, description="datagram (UDP) or buffer (TCP) bytes (-l)")
 
     @model_validator(mode="after")
-    def _one_direction_option(self) -> "Iperf3Options":
+    def _one_direction_option(self) -> Iperf3Options:
         if self.reverse and self.bidir:
             raise ValueError("reverse and bidir exclude each other: bidir already sends both ways")
         return self

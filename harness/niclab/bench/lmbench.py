@@ -37,8 +37,16 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from niclab.backends.base import CommandResult, GuestCommandError
-from niclab.bench.base import (BenchContext, BenchmarkError, BenchOptions, Endpoints, Measurement, MetricInfo, quote,
-                               served)
+from niclab.bench.base import (
+    BenchContext,
+    BenchmarkError,
+    BenchOptions,
+    Endpoints,
+    Measurement,
+    MetricInfo,
+    quote,
+    served,
+)
 
 BIN = "/usr/lib/lmbench/bin/x86_64-linux-gnu"
 PORTS = {"bw_tcp": (31236, "tcp"), "lat_tcp": (31234, "tcp"), "lat_udp": (34298, "udp"),
@@ -72,7 +80,7 @@ class LmbenchOptions(BenchOptions):
                                          "lat_udp 1 s")
 
     @model_validator(mode="after")
-    def _fits_the_test(self) -> "LmbenchOptions":
+    def _fits_the_test(self) -> LmbenchOptions:
         if self.test == "lat_connect" and (self.message_size is not None or self.warmup is not None):
             raise ValueError("lat_connect takes neither message_size nor warmup")
         if self.test == "lat_udp" and self.message_size is not None and not 4 <= self.message_size <= 65507:
@@ -114,7 +122,7 @@ def snapshots(text: str) -> list[dict[str, int]]:
         if not re.fullmatch(r"-?\d+", fields[0]):
             headers[proto] = fields
             continue
-        values = {f"{proto}.{key}": int(value) for key, value in zip(headers.get(proto, []), fields)}
+        values = {f"{proto}.{key}": int(value) for key, value in zip(headers.get(proto, []), fields, strict=False)}
         if not found or values.keys() & found[-1].keys():
             found.append({})
         found[-1].update(values)
@@ -197,7 +205,7 @@ class Lmbench:
         with served(ctx, server_argv(test), port, proto, label=f"lmbench-{test}",
                     before_stop=lambda: self._shutdown(ends, test), after_stop=lambda: self._sweep(ends)) as run:
             result = run.run_client(client_command(argv), timeout=self.estimate_seconds(options) * 3 + 60)
-        stopped = "\n".join(note for note in (run.before, f"# server (exit {run.stopped.returncode}): "
+        stopped = "\n".join(note for note in (run.before, f"# server (exit {run.server_exit}): "
                                                            f"{run.server_output}".rstrip(), run.after) if note)
         path = run.save(f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
                         f"{result.stderr}\n# counters:\n{result.stdout}\n{stopped}{run.leftovers}\n")

@@ -18,8 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from niclab.backends.base import GuestCommandError
 from niclab.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
-from niclab.bench.netperf_parse import (LATENCIES, REQUEST_RESPONSE, SELECTORS, STREAMS, measurements,
-                                        parse_keyvals)
+from niclab.bench.netperf_parse import LATENCIES, REQUEST_RESPONSE, SELECTORS, STREAMS, measurements, parse_keyvals
 
 PORT = 12865
 
@@ -50,7 +49,7 @@ class NetperfOptions(BenchOptions):
     iterations: tuple[int, int] | None = Field(None, description="[min, max] iterations for confidence (-i)")
 
     @model_validator(mode="after")
-    def _fits_the_test(self) -> "NetperfOptions":
+    def _fits_the_test(self) -> NetperfOptions:
         if self.test in STREAMS and (self.request_size or self.response_size):
             raise ValueError(f"request_size and response_size are for request/response tests, not {self.test}")
         if self.test in REQUEST_RESPONSE and self.message_size:
@@ -72,6 +71,7 @@ def client_argv(options: NetperfOptions, server_address: str) -> list[str]:
     if options.cpu:
         argv += ["-c", "-C"]
     if options.confidence is not None:
+        assert options.iterations is not None, "NetperfOptions sets iterations along with confidence"
         low, high = options.iterations
         argv += ["-i", f"{high},{low}", "-I", f"{options.confidence.level},{options.confidence.width:g}"]
     argv += ["-P", "0", "--"]

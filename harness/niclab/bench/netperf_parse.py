@@ -65,21 +65,23 @@ def _optional(values: dict[str, str], key: str) -> float | None:
 def confidence(values: dict[str, str], cpu: bool) -> tuple[dict, str | None]:
     """What netperf's confidence iteration achieved, and a warning when it missed the target."""
     wanted = _optional(values, "CONFIDENCE_INTERVAL")
-    if not wanted or _optional(values, "CONFIDENCE_LEVEL") in (None, 0):
+    level = _optional(values, "CONFIDENCE_LEVEL")
+    if not wanted or not level:  # not asked for (absent, -1 or 0)
         return {}, None
+    iterations = _optional(values, "CONFIDENCE_ITERATION")
     achieved = {"throughput": _optional(values, "THROUGHPUT_CONFID")}
     if cpu:
-        achieved.update(local_cpu=_optional(values, "LOCAL_CPU_CONFID"), remote_cpu=_optional(values, "REMOTE_CPU_CONFID"))
+        achieved.update(local_cpu=_optional(values, "LOCAL_CPU_CONFID"),
+                        remote_cpu=_optional(values, "REMOTE_CPU_CONFID"))
     missed = {k: v for k, v in achieved.items() if v is not None and v > wanted}
-    facts = {"confidence_level": _optional(values, "CONFIDENCE_LEVEL"), "confidence_width_pct": wanted,
+    facts = {"confidence_level": level, "confidence_width_pct": wanted,
              "confidence_achieved_width_pct": {k: v for k, v in achieved.items() if v is not None},
-             "confidence_iterations": _optional(values, "CONFIDENCE_ITERATION"), "confidence_met": not missed}
+             "confidence_iterations": iterations, "confidence_met": not missed}
     if not missed:
         return facts, None
-    level = int(facts["confidence_level"])
     detail = ", ".join(f"{k.replace('_', ' ')} ±{v / 2:.1f} %" for k, v in missed.items())
-    return facts, (f"netperf's {level} % confidence target (±{wanted / 2:g} %) was missed after "
-                   f"{int(facts['confidence_iterations'] or 0)} iterations: {detail}")
+    return facts, (f"netperf's {int(level)} % confidence target (±{wanted / 2:g} %) was missed after "
+                   f"{int(iterations or 0)} iterations: {detail}")
 
 
 def measurements(test: str, values: dict[str, str], cpu: bool = False) -> list[Measurement]:
@@ -101,7 +103,8 @@ def measurements(test: str, values: dict[str, str], cpu: bool = False) -> list[M
             Measurement("netperf", test, "recv_throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s",
                         extra, warning=warning),
             Measurement("netperf", test, "loss_pct", 100.0 * lost / sent if sent else 0.0, "%",
-                        {"sent_datagrams": int(sent), "received_datagrams": int(received), "lost_datagrams": int(lost)}),
+                        {"sent_datagrams": int(sent), "received_datagrams": int(received),
+                         "lost_datagrams": int(lost)}),
         ]
     elif test in STREAMS:
         found.append(Measurement("netperf", test, "throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s",

@@ -21,10 +21,9 @@ both ends. Facts the code relies on (NetPIPE's netpipe.c, checked in the guest):
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import os
 import re
+from dataclasses import replace
 from typing import ClassVar
 
 from pydantic import Field, model_validator
@@ -53,7 +52,7 @@ class NetpipeOptions(BenchOptions):
                                            "warning (a card whose TCP collapses can take many minutes)")
 
     @model_validator(mode="after")
-    def _sizes_in_order(self) -> "NetpipeOptions":
+    def _sizes_in_order(self) -> NetpipeOptions:
         if self.start > self.end:
             raise ValueError(f"start ({self.start}) is larger than end ({self.end})")
         return self
@@ -79,7 +78,8 @@ def sender_argv(options: NetpipeOptions, server_address: str) -> list[str]:
 
 def sizes(start: int, end: int, perturbation: int) -> list[int]:
     """The message sizes NPtcp measures (its main loop), before its 1 s stop rule."""
-    found, inc, nq, length = [], (start // 2 if start > 1 else 1), (1 if start > 1 else 0), start
+    found: list[int] = []
+    inc, nq, length = (start // 2 if start > 1 else 1), (1 if start > 1 else 0), start
     while length <= end and len(found) < 8000 - 3:
         if nq > 2 and nq % 2:
             inc += inc
@@ -166,7 +166,7 @@ class Netpipe:
                 table = ends.client.get(OUTPUT).decode(errors="replace")
                 summary = f"# {cut_short}\n"
         raw = (f"$ {quote(argv)}\n{summary}\n# {OUTPUT}:\n{table}\n"
-               f"# receiver (exit {run.stopped.returncode}): {run.server_output}{run.leftovers}")
+               f"# receiver (exit {run.server_exit}): {run.server_output}{run.leftovers}")
         path = run.save(raw)
         try:
             if result is not None and not result.ok:

@@ -80,7 +80,7 @@ class NfsOptions(BenchOptions):
     direct: bool = Field(True, description="O_DIRECT on the client (direct=1), so every I/O crosses the link")
 
     @model_validator(mode="after")
-    def _files_fit(self) -> "NfsOptions":
+    def _files_fit(self) -> NfsOptions:
         files = self.numjobs * size_bytes(self.file_size)
         if files + 2**20 > size_bytes(self.export_size):
             raise ValueError(f"numjobs x file_size ({files / 2**20:g} MiB) does not fit in export_size "

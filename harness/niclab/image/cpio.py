@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import stat
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,14 @@ def _pad(n: int) -> bytes:
     return b"\0" * ((4 - n % 4) % 4)
 
 
+class ByteSink(Protocol):
+    """Where the archive goes: a binary file, a GzipFile, a BytesIO."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+
 class CpioWriter:
-    def __init__(self, out: BinaryIO):
+    def __init__(self, out: ByteSink):
         self._out = out
         self._ino = 0
 

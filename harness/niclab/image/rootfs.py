@@ -11,8 +11,8 @@ import shlex
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from niclab.errors import NiclabError
 from niclab.image.mirror import debian_mirror

@@ -14,10 +14,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from niclab.errors import NiclabError
 from niclab.image.assemble import assemble

@@ -29,7 +29,7 @@ class TarTree:
     def close(self) -> None:
         self._tar.close()
 
-    def __enter__(self) -> "TarTree":
+    def __enter__(self) -> TarTree:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -10,8 +10,11 @@ import re
 import shlex
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
 
-from niclab.backends.base import GuestCommandError, Rig
+from niclab.backends.base import Rig
 from niclab.errors import NiclabError
 from niclab.netconf import verify
 from niclab.netconf.plan import PREFIX, Iface, NetconfError, NetPlan, plan, subnet
@@ -19,6 +22,7 @@ from niclab.netconf.script import CARRIER_TIMEOUT_S, node_script
 
 PING_TIMEOUT_S = 20
 RTT_RE = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)")
+T = TypeVar("T")
 
 __all__ = ["Iface", "NetPlan", "NetconfError", "PREFIX", "configure", "node_script", "plan", "subnet"]
 
@@ -34,13 +38,13 @@ def ping_script(source: Iface, targets: list[Iface]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parallel(jobs: dict[str, callable]) -> dict[str, object]:
+def parallel(jobs: dict[str, Callable[[], T]]) -> dict[str, T]:
     """Run one job per node at once. Failures are raised in the caller's thread, all of them, in node order
     (so the message does not depend on which thread lost the race)."""
-    results: dict[str, object] = {}
+    results: dict[str, T] = {}
     errors: dict[str, BaseException] = {}
 
-    def run(key, job):
+    def run(key: str, job: Callable[[], T]) -> None:
         try:
             results[key] = job()
         except BaseException as exc:
@@ -94,7 +98,7 @@ def _reachability(rig: Rig, net: NetPlan) -> dict[str, float]:
                 raise NetconfError(f"{node}: ping failed: {(result.stderr or result.stdout).strip()}")
         return rtts
 
-    found = parallel({node: (lambda n=node: ping_from(n)) for node in jobs})
+    found = parallel({node: partial(ping_from, node) for node in jobs})
     return {key: value for rtts in found.values() for key, value in rtts.items()}
 
 
@@ -117,7 +121,7 @@ def configure(rig: Rig, net: NetPlan, progress) -> dict:
             raise NetconfError(f"{node}: the network is not what the scenario asks:\n  " + "\n  ".join(problems))
         return verify.summary(state)
 
-    states = parallel({node: (lambda n=node: configure_node(n)) for node in rig.nodes})
+    states = parallel({node: partial(configure_node, node) for node in rig.nodes})
     configured = time.monotonic() - started
     rtts = _reachability(rig, net)
     progress(f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "

@@ -12,6 +12,7 @@ import shlex
 from niclab import offloads
 from niclab.guestsh import BY_MAC
 from niclab.netconf.plan import PREFIX, Iface
+from niclab.scenario import Bond
 
 CARRIER_TIMEOUT_S = 20
 
@@ -31,8 +32,8 @@ def _ports_script(iface: Iface, macs: dict[tuple[str, int, int], str]) -> list[s
     return lines
 
 
-def _bond_script(iface: Iface) -> list[str]:
-    bond, name = iface.bond, shlex.quote(iface.name)
+def _bond_script(iface: Iface, bond: Bond) -> list[str]:
+    name = shlex.quote(iface.name)
     options = f"mode {bond.mode} miimon {bond.miimon}"
     if bond.xmit_hash_policy:
         options += f" xmit_hash_policy {bond.xmit_hash_policy}"
@@ -62,7 +63,7 @@ def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> s
         lines += _ports_script(iface, macs)
     for iface in ifaces:
         if iface.bond is not None:
-            lines += _bond_script(iface)
+            lines += _bond_script(iface, iface.bond)
     for iface in ifaces:
         lines += _l3_script(iface)
     watched = " ".join(shlex.quote(n) for n in dict.fromkeys(

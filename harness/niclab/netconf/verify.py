@@ -15,7 +15,6 @@ from niclab import nics, offloads
 from niclab.guestsh import sections
 from niclab.netconf.plan import Iface
 
-
 # ethtool -k lines as feature.NAME=VALUE, and the indented parts of a group as
 # subfeature.NAME=VALUE (a group is fixed when all its parts are).
 FEATURE_AWK = ('{ part = ($0 ~ /^[ \\t]/); sub(/^[ \\t]+/, ""); k = $0; sub(/:.*/, "", k); v = $0; '
@@ -111,7 +110,8 @@ def summary(state: dict[str, dict]) -> dict:
         entry = {k: v for k, v in values.items() if not k.startswith(("feature.", "subfeature."))}
         features = offloads.parse_features(_ethtool_text(values))
         if features:
-            entry["offloads"] = {name: ("on" if features[name][0] else "off") + (" [fixed]" if features[name][1] else "")
-                                 for name in offloads.SHORT_NAMES.values() if name in features}
+            entry["offloads"] = {
+                name: ("on" if features[name][0] else "off") + (" [fixed]" if features[name][1] else "")
+                for name in offloads.SHORT_NAMES.values() if name in features}
         out[section] = entry
     return out

@@ -123,7 +123,7 @@ def merge_runs(runs: list[RunData]) -> list[RunData]:
     for run in runs:
         groups.setdefault(run.scenario, []).append(run)
     merged = []
-    for scenario, group in groups.items():
+    for group in groups.values():
         if len(group) == 1:
             merged.append(group[0])
             continue

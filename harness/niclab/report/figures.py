@@ -9,6 +9,7 @@ import base64
 import io
 from dataclasses import dataclass
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -22,7 +23,7 @@ class Plot:
     caption: str
 
 
-def new_figure(width: float = 7.5, height: float = 4.2) -> tuple[Figure, object]:
+def new_figure(width: float = 7.5, height: float = 4.2) -> tuple[Figure, Axes]:
     figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
     return figure, figure.subplots()
 
@@ -33,7 +34,7 @@ def to_plot(figure: Figure, title: str, caption: str) -> Plot:
     return Plot(title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(), caption)
 
 
-def grouped_bars(ax, groups: list[str], series: dict[str, list[tuple[float | None, float | None]]],
+def grouped_bars(ax: Axes, groups: list[str], series: dict[str, list[tuple[float | None, float | None]]],
                  unit: str) -> None:
     """Bars per group, one per series, each (value, half-width of its interval or None)."""
     count = max(len(series), 1)
@@ -59,7 +60,7 @@ def size_label(value: float, _position=None) -> str:
     return f"{value:g}"
 
 
-def bytes_axis(ax) -> None:
+def bytes_axis(ax: Axes) -> None:
     from matplotlib.ticker import FuncFormatter, LogLocator
 
     ax.set_xscale("log", base=2)

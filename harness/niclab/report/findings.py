@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from niclab.report.data import RunData
-from niclab.report.plots import netpipe_curve
 from niclab.report.figures import size_label
+from niclab.report.plots import netpipe_curve
 
 DIP_DEPTH = 0.15          # a dip is at least 15 % below the lower of its two neighbours
 UDP_RECEIVER_SHARE = 0.5  # the receiver got less than half of what was sent
@@ -33,7 +33,7 @@ class Finding:
 def dips(curve: list[list[float]], depth: float = DIP_DEPTH) -> list[tuple[int, float, float]]:
     """(size, throughput, the lower neighbour's throughput) of each point well below both neighbours."""
     found = []
-    for left, point, right in zip(curve, curve[1:], curve[2:]):
+    for left, point, right in zip(curve, curve[1:], curve[2:], strict=False):
         floor = min(left[1], right[1])
         if floor > 0 and point[1] < (1 - depth) * floor:
             found.append((int(point[0]), point[1], floor))
@@ -71,7 +71,7 @@ def _bond_irqs(cell, where: str) -> list[Finding]:
             per_cpu: list[int] = []
             for port in run.get("counters", {}).get(node, {}).values():
                 counts = port.get("interrupts_per_cpu", [])
-                per_cpu = [a + b for a, b in zip(per_cpu, counts)] if per_cpu else list(counts)
+                per_cpu = [a + b for a, b in zip(per_cpu, counts, strict=False)] if per_cpu else list(counts)
             total = sum(per_cpu)
             if len(per_cpu) >= 2 and total and max(per_cpu) > IRQ_ONE_CPU_SHARE * total:
                 cpu = per_cpu.index(max(per_cpu))

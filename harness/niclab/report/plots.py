@@ -79,13 +79,14 @@ def netpipe_plots(run: RunData) -> list[Plot]:
     return plots
 
 
-def _bars(run: RunData, title: str, caption: str, unit: str, series: dict[str, str], link: int | None = None) -> Plot | None:
+def _bars(run: RunData, title: str, caption: str, unit: str, series: dict[str, str],
+          link: int | None = None) -> Plot | None:
     """Bars per cell for the named summaries (series label -> metric name)."""
     cells = [c for c in run.cells if any(c.summary(name, link) for name in series.values())]
     if not cells:
         return None
     figure, ax = new_figure()
-    data = {label: [((s := cell.summary(name, link)) and s["mean"], half_width(cell.summary(name, link)))
+    data = {label: [(s["mean"] if (s := cell.summary(name, link)) else None, half_width(s))
                     for cell in cells] for label, name in series.items()}
     grouped_bars(ax, [c.card if run.axes == ["nic"] else c.id for c in cells], data, unit)
     return to_plot(figure, title, caption)
@@ -172,6 +173,7 @@ def nfs_plot(run: RunData) -> Plot | None:
         return None
     figure, ax = new_figure()
     data = {cell.card if run.axes == ["nic"] else cell.id: [
-        ((s := cell.summary(name)) and s["mean"], half_width(s)) for _, name in NFS_PATTERNS] for cell in cells}
+        (s["mean"] if (s := cell.summary(name)) else None, half_width(s)) for _, name in NFS_PATTERNS]
+        for cell in cells}
     grouped_bars(ax, [label for label, _ in NFS_PATTERNS], data, "MB/s (10^6 bytes)")
     return to_plot(figure, "fio over NFS: bandwidth per pattern", f"{run.scenario}: NFSv4 on a tmpfs across the link.")

@@ -39,7 +39,7 @@ def interfaces(cell: CellData) -> list[dict]:
 def interrupt_spread(cell: CellData) -> list[dict]:
     """Per benchmark run and node: each port's interrupts during the run, per CPU."""
     rows = []
-    for run_id, run in sorted(cell.runs.items()):
+    for _run_id, run in sorted(cell.runs.items()):
         for node, ports in sorted(run.get("counters", {}).items()):
             for port, counts in sorted(ports.items()):
                 rows.append({"run": f"{run['benchmark']} #{run.get('repeat', 1)}", "node": node, "port": port,

@@ -69,7 +69,8 @@ class Table:
     def markdown(self) -> str:
         lines = ["| test | unit | " + " | ".join(self.columns) + " |",
                  "|---|---|" + "---|" * len(self.columns)]
-        lines += [f"| {test} | {unit} | " + " | ".join(c.text() for c in cells) + " |" for test, unit, cells in self.rows]
+        lines += [f"| {test} | {unit} | " + " | ".join(c.text() for c in cells) + " |"
+                  for test, unit, cells in self.rows]
         return "\n".join(lines + [""] + [f"{note}" for note in self.notes]) + "\n"
 
 
@@ -94,9 +95,10 @@ def summary_table(run: RunData) -> Table:
     for name, link, label in keys:
         cells = []
         for cell in run.cells:
-            s = cell.summary(name, link)
-            half = (s["ci_high"] - s["ci_low"]) / 2 if s and s["n"] > 1 and s.get("ci_low") is not None else None
-            cells.append(Cell(s["mean"] if s else None, half, bool(s and s["unstable"])))
+            found = cell.summary(name, link)
+            half = ((found["ci_high"] - found["ci_low"]) / 2
+                    if found and found["n"] > 1 and found.get("ci_low") is not None else None)
+            cells.append(Cell(found["mean"] if found else None, half, bool(found and found["unstable"])))
         rows.append((label + (f" (link {link})" if len(links) > 1 else ""), units[(name, link)], cells))
     levels = {s["ci_level"] for c in run.cells for s in c.summaries if s["n"] > 1}
     notes = []
