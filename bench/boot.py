@@ -25,14 +25,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 def one_run(scenario: Path, out: Path) -> tuple[float, float]:
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"], capture_output=True, text=True
+    )
     wall = time.monotonic() - started
     if result.returncode != 0:
         sys.exit(f"niclab run failed:\n{result.stderr}")
     run = max(out.iterdir(), key=lambda p: p.stat().st_mtime)
-    cells = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()
-             if json.loads(line)["type"] == "cell"]
+    cells = [
+        json.loads(line)
+        for line in (run / "results.jsonl").read_text().splitlines()
+        if json.loads(line)["type"] == "cell"
+    ]
     return cells[0]["timings"]["agents_ready_since_start_s"], wall
 
 
@@ -49,8 +53,10 @@ def main() -> None:
             walls.append(wall)
             print(f"run {n}: guests answering after {boot:5.1f} s of a {wall:5.1f} s run ({boot / wall:5.1%})")
     boot, wall = statistics.median(boots), statistics.median(walls)
-    print(f"median: boot {boot:.1f} s, run {wall:.1f} s, boot share {boot / wall:.1%} "
-          f"(harness start to every agent answering; first cell)")
+    print(
+        f"median: boot {boot:.1f} s, run {wall:.1f} s, boot share {boot / wall:.1%} "
+        f"(harness start to every agent answering; first cell)"
+    )
 
 
 if __name__ == "__main__":

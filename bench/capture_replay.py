@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.fakes import main
+from tests.fakes import main  # noqa: E402 (tests/ is importable only once the repository is on sys.path)
 
 if __name__ == "__main__":
     sys.exit(main(["capture", *sys.argv[1:]]))

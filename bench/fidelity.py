@@ -29,12 +29,16 @@ def metric(found, name):
 
 def main() -> None:
     cell = load_scenario(SCENARIO).cells[0]
-    with tempfile.TemporaryDirectory(prefix="niclab-fidelity-") as work, \
-            Session(cell, get_backend("qemu"), Path(work), lambda m: print(f"  {m}", file=sys.stderr)) as s:
+    with (
+        tempfile.TemporaryDirectory(prefix="niclab-fidelity-") as work,
+        Session(cell, get_backend("qemu"), Path(work), lambda m: print(f"  {m}", file=sys.stderr)) as s,
+    ):
         base = metric(s.bench("ping", link=0, count=30, interval=0.1), "rtt_avg_ms")
         delayed = metric(s.bench("ping", link=1, count=30, interval=0.1), "rtt_avg_ms")
-        print(f"delay 10ms each end   expected RTT {20 + base:6.2f} ms   measured {delayed:6.2f} ms   "
-              f"ratio {delayed / (20 + base):.3f}   (unimpaired {base:.2f} ms)")
+        print(
+            f"delay 10ms each end   expected RTT {20 + base:6.2f} ms   measured {delayed:6.2f} ms   "
+            f"ratio {delayed / (20 + base):.3f}   (unimpaired {base:.2f} ms)"
+        )
         loss = metric(s.bench("iperf3", link=2, protocol="udp", bitrate="10M", length=1000, seconds=10), "loss_pct")
         print(f"loss 5%               expected  5.00 %      measured {loss:6.2f} %    ratio {loss / 5:.3f}")
         rate = metric(s.bench("netperf", test="TCP_STREAM", link=3, seconds=10), "throughput_mbps")
@@ -46,8 +50,12 @@ def main() -> None:
         sent = [b - a for a, b in zip(before, [int(n) for n in s.node("a").run(read).stdout.split()], strict=True)]
         shares = ", ".join(f"{p} {n / sum(sent):.1%}" for p, n in zip(ports, sent, strict=True))
         print(f"bond balance-rr x3    TCP {bonded:.1f} Mbit/s; packets per port: {shares}")
-        lost = {f"{a}->{b}": metric(s.bench("ping", link=5, count=5, interval=0.1, **{"from": a, "to": b}),
-                                    "loss_pct") for a in "abc" for b in "abc" if a != b}
+        lost = {
+            f"{a}->{b}": metric(s.bench("ping", link=5, count=5, interval=0.1, **{"from": a, "to": b}), "loss_pct")
+            for a in "abc"
+            for b in "abc"
+            if a != b
+        }
         print("segment of 3 nodes    ping loss " + ", ".join(f"{k} {v:g}%" for k, v in lost.items()))
 
 

@@ -46,8 +46,13 @@ def restore_sigint() -> None:
 
 
 def one_run(scenario: Path, out: Path, at: str) -> tuple[float, float]:
-    proc = subprocess.Popen([sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=restore_sigint)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=restore_sigint,
+    )
     assert proc.stderr is not None
     for line in proc.stderr:
         if at in line:
@@ -84,8 +89,10 @@ def main() -> None:
             gones.append(gone)
             exits.append(exited)
             print(f"run {n}: no guest left {gone:.2f} s after SIGINT; niclab exited after {exited:.2f} s")
-    print(f"median of {args.runs}: no guest left {statistics.median(gones):.2f} s, "
-          f"niclab exited {statistics.median(exits):.2f} s after SIGINT (at {args.at!r})")
+    print(
+        f"median of {args.runs}: no guest left {statistics.median(gones):.2f} s, "
+        f"niclab exited {statistics.median(exits):.2f} s after SIGINT (at {args.at!r})"
+    )
 
 
 if __name__ == "__main__":

@@ -45,16 +45,24 @@ def main() -> None:
         run = next(Path(out).iterdir())
         records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     if result.returncode != 0:
-        print(f"(the run exited {result.returncode}; the split below covers what it recorded)\n"
-              f"{result.stderr.strip()[-600:]}", file=sys.stderr)
+        print(
+            f"(the run exited {result.returncode}; the split below covers what it recorded)\n"
+            f"{result.stderr.strip()[-600:]}",
+            file=sys.stderr,
+        )
     cells = [r for r in records if r["type"] == "cell"]
     runs = [r for r in records if r["type"] == "run"]
     boot = sum(c["timings"]["boot_s"] for c in cells)
     network = sum(c["timings"]["network_s"] for c in cells)
     in_runs = sum(r["seconds"] for r in runs)
     tools = sum(min(r["options"].get("seconds", r["seconds"]), r["seconds"]) for r in runs)
-    parts = [("boot", boot), ("network set-up and check", network), ("tools measuring", tools),
-             ("around the tools", in_runs - tools), ("other", wall - boot - network - in_runs)]
+    parts = [
+        ("boot", boot),
+        ("network set-up and check", network),
+        ("tools measuring", tools),
+        ("around the tools", in_runs - tools),
+        ("other", wall - boot - network - in_runs),
+    ]
     print(f"{Path(args.scenario).name}: {len(cells)} cell(s), {len(runs)} benchmark run(s), {wall:.1f} s in all")
     for name, seconds in parts:
         print(f"  {name:<26}{seconds:8.1f} s  {seconds / wall:6.1%}")

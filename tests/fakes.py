@@ -88,17 +88,18 @@ FORMAT = "niclab-replay/1"
 
 #: What varies from run to run inside a command, replaced on both sides before the second matching pass.
 DEFAULT_NORMALIZE = [
-    [r"(?<= -l )\d+(?:\.\d+)?(?= )", "<seconds>"],       # netperf -l SECONDS, iperf3 -l LENGTH
-    [r"(?<= -t )\d+(?:\.\d+)?(?= )", "<seconds>"],       # iperf3 -t SECONDS
-    [r"(?<= -c )\d+(?= )", "<count>"],                   # ping -c COUNT
-    [r"(?<= -i )\d+(?:\.\d+)?(?= )", "<interval>"],      # ping -i INTERVAL
-    [r"(kill -s [A-Z]+ -?)\d+", r"\1<pid>"],             # signals to a guest process
+    [r"(?<= -l )\d+(?:\.\d+)?(?= )", "<seconds>"],  # netperf -l SECONDS, iperf3 -l LENGTH
+    [r"(?<= -t )\d+(?:\.\d+)?(?= )", "<seconds>"],  # iperf3 -t SECONDS
+    [r"(?<= -c )\d+(?= )", "<count>"],  # ping -c COUNT
+    [r"(?<= -i )\d+(?:\.\d+)?(?= )", "<interval>"],  # ping -i INTERVAL
+    [r"(kill -s [A-Z]+ -?)\d+", r"\1<pid>"],  # signals to a guest process
     [r"/tmp/niclab-[A-Za-z0-9_]+", "/tmp/niclab-<random>"],  # temporary names
 ]
 
 #: Exception types a recorded call may have raised, by name.
-ERRORS: dict[str, type[Exception]] = {cls.__name__: cls for cls in (
-    GuestCommandError, AgentError, BenchmarkError, NodeGone, NiclabError)}
+ERRORS: dict[str, type[Exception]] = {
+    cls.__name__: cls for cls in (GuestCommandError, AgentError, BenchmarkError, NodeGone, NiclabError)
+}
 
 KILLED = "process qemu-{node} (pid 1) was killed by signal 9"
 
@@ -119,8 +120,12 @@ def _stored(argv: tuple[str, ...]) -> str | list[str]:
 
 
 def result_dict(result: CommandResult) -> dict:
-    return {"returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr,
-            "seconds": round(result.seconds, 3)}
+    return {
+        "returncode": result.returncode,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "seconds": round(result.seconds, 3),
+    }
 
 
 def make_result(value: Any, node: str, argv: tuple[str, ...]) -> CommandResult:
@@ -130,8 +135,14 @@ def make_result(value: Any, node: str, argv: tuple[str, ...]) -> CommandResult:
     if isinstance(value, str):
         return CommandResult(node, argv, 0, value, "", 0.0)
     if isinstance(value, dict):
-        return CommandResult(node, argv, int(value.get("returncode", 0)), value.get("stdout", ""),
-                             value.get("stderr", ""), float(value.get("seconds", 0.0)))
+        return CommandResult(
+            node,
+            argv,
+            int(value.get("returncode", 0)),
+            value.get("stdout", ""),
+            value.get("stderr", ""),
+            float(value.get("seconds", 0.0)),
+        )
     raise TypeError(f"not a command result: {value!r}")
 
 
@@ -151,13 +162,23 @@ class Replay:
         data = json.loads(Path(path).read_text())
         if data.get("format") != FORMAT:
             raise ValueError(f"{path}: not a {FORMAT} file (format {data.get('format')!r})")
-        return cls(calls=data["calls"], rig=data["rig"], normalize=data.get("normalize", []),
-                   captured=data.get("captured", {}), path=Path(path))
+        return cls(
+            calls=data["calls"],
+            rig=data["rig"],
+            normalize=data.get("normalize", []),
+            captured=data.get("captured", {}),
+            path=Path(path),
+        )
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"format": FORMAT, "captured": self.captured, "rig": self.rig, "normalize": self.normalize,
-                "calls": self.calls}
+        data = {
+            "format": FORMAT,
+            "captured": self.captured,
+            "rig": self.rig,
+            "normalize": self.normalize,
+            "calls": self.calls,
+        }
         path.write_text(json.dumps(data, indent=1) + "\n")
 
     def normalized(self, text: str) -> str:
@@ -199,8 +220,9 @@ class Replay:
                 continue
             if re.search(pattern, self.text_of(call)):
                 return call
-        raise KeyError(f"no recorded {op} on {node or 'any node'} matches {pattern!r}"
-                       + (f" with note {note!r}" if note else ""))
+        raise KeyError(
+            f"no recorded {op} on {node or 'any node'} matches {pattern!r}" + (f" with note {note!r}" if note else "")
+        )
 
     def result(self, pattern: str, node: str | None = None, note: str | None = None) -> CommandResult:
         """What a recorded command printed, as a CommandResult (for a test to give another command)."""
@@ -234,9 +256,13 @@ class Rule:
     hits: int = 0
 
     def applies(self, node: str, op: str, text: str, realization: int) -> bool:
-        return (op == self.op and (self.node is None or self.node == node)
-                and (self.realization is None or self.realization == realization)
-                and (self.times is None or self.hits < self.times) and re.search(self.pattern, text) is not None)
+        return (
+            op == self.op
+            and (self.node is None or self.node == node)
+            and (self.realization is None or self.realization == realization)
+            and (self.times is None or self.hits < self.times)
+            and re.search(self.pattern, text) is not None
+        )
 
 
 @dataclass
@@ -258,15 +284,18 @@ class Realization:
     topology: Topology
     workdir: Path
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, command text)
-    counts: dict[str, int] = field(default_factory=dict)   # commands per node
+    counts: dict[str, int] = field(default_factory=dict)  # commands per node
     cursors: dict[tuple[str, str, str], int] = field(default_factory=dict)
     dead: dict[str, str] = field(default_factory=dict)
     closed: bool = False
 
     def ran(self, node: str | None = None, pattern: str = "") -> list[str]:
         """The commands run (op run or spawn) on `node` (all nodes: None) that `pattern` finds."""
-        return [text for n, op, text in self.calls
-                if (node is None or n == node) and op in ("run", "spawn") and re.search(pattern, text)]
+        return [
+            text
+            for n, op, text in self.calls
+            if (node is None or n == node) and op in ("run", "spawn") and re.search(pattern, text)
+        ]
 
 
 class FakeBackend:
@@ -297,8 +326,15 @@ class FakeBackend:
         """The `at`-th realize (1-based: the `at`-th cell) raises `error` before any node exists."""
         self.realize_failures[at] = error
 
-    def kill(self, node: str, *, after: int | None = None, on: str | None = None, realization: int | None = 1,
-             why: str | None = None) -> Death:
+    def kill(
+        self,
+        node: str,
+        *,
+        after: int | None = None,
+        on: str | None = None,
+        realization: int | None = 1,
+        why: str | None = None,
+    ) -> Death:
         """Declare `node` dead after `after` commands, or at the first command that `on` finds.
 
         The command that kills it raises AgentError (the agent's connection reset),
@@ -326,15 +362,24 @@ class FakeBackend:
         names = [spec.name for spec in topology.nodes]
         source = self.replay.path.name if self.replay.path else "a replay"
         progress(f"booting {len(names)} guests (fake: replaying {source})")
-        facts = {**self.replay.rig.get("facts", {}), "backend": self.name, "accel": self.accel,
-                 "accel_reason": f"replayed from {source}", "agent_ready_s": {n: 0.0 for n in names},
-                 "accel_fallback": None, **self.facts}
+        facts = {
+            **self.replay.rig.get("facts", {}),
+            "backend": self.name,
+            "accel": self.accel,
+            "accel_reason": f"replayed from {source}",
+            "agent_ready_s": {n: 0.0 for n in names},
+            "accel_fallback": None,
+            **self.facts,
+        }
         try:
             yield Rig(
                 topology=topology,
                 nodes={name: FakeNode(name, self, realization) for name in names},
-                macs={port.key: mac_address(spec.index, port.link, port.lane)
-                      for spec in topology.nodes for port in spec.ports},
+                macs={
+                    port.key: mac_address(spec.index, port.link, port.lane)
+                    for spec in topology.nodes
+                    for port in spec.ports
+                },
                 facts=facts,
                 gone=lambda: dict(realization.dead),
             )
@@ -354,7 +399,8 @@ class FakeBackend:
                 if death.node != node or death.realization not in (None, realization.index):
                     continue
                 if (death.after is not None and count > death.after) or (
-                        death.on is not None and re.search(death.on, text)):
+                    death.on is not None and re.search(death.on, text)
+                ):
                     realization.dead[node] = death.why
                     raise AgentError(f"{node}: lost the guest agent connection ([Errno 104] Connection reset by peer)")
 
@@ -386,8 +432,10 @@ class FakeBackend:
     def _recorded(self, realization: Realization, node: str, op: str, text: str) -> dict:
         key, found = self.replay.candidates(node, op, text)
         if not found:
-            message = (f"{node}: no recorded {op} answers {text[:300]!r}; the nearest recorded: "
-                       f"{self.replay.nearest(node, op, text)[:300]!r}")
+            message = (
+                f"{node}: no recorded {op} answers {text[:300]!r}; the nearest recorded: "
+                f"{self.replay.nearest(node, op, text)[:300]!r}"
+            )
             with self._lock:
                 self.misses.append(message)
             raise ReplayMiss(message)
@@ -440,8 +488,9 @@ class FakeBackend:
 class FakeProcess:
     """A replayed background command: running until stopped or waited for, then what the real one printed."""
 
-    def __init__(self, backend: FakeBackend, realization: Realization, node: str, argv: tuple[str, ...],
-                 events: list[dict]):
+    def __init__(
+        self, backend: FakeBackend, realization: Realization, node: str, argv: tuple[str, ...], events: list[dict]
+    ):
         self._backend, self._realization, self.node, self.argv = backend, realization, node, argv
         self._events = events
         self._result: CommandResult | None = None
@@ -455,8 +504,9 @@ class FakeProcess:
 
     def poll(self) -> CommandResult | None:
         self._backend._check_alive(self._realization, self.node)
-        if self._result is None and (self._events and self._events[0].get("call") == "poll"
-                                     and self._events[0].get("result") is not None):
+        if self._result is None and (
+            self._events and self._events[0].get("call") == "poll" and self._events[0].get("result") is not None
+        ):
             self._result = self._event("poll")  # it had already exited when it was first polled
         return self._result
 
@@ -469,8 +519,7 @@ class FakeProcess:
     def stop(self, grace: float = 5.0) -> CommandResult:
         self._backend._check_alive(self._realization, self.node)
         if self._result is None:
-            self._result = (self._event("stop", "wait")
-                            or CommandResult(self.node, self.argv, 143, "", "", 0.0))
+            self._result = self._event("stop", "wait") or CommandResult(self.node, self.argv, 143, "", "", 0.0)
         return self._result
 
 
@@ -554,8 +603,9 @@ class RecordingNode:
 
     def run(self, command, timeout: float = 60.0, check: bool = True) -> CommandResult:
         argv = as_argv(command)
-        entry = self._recorder.add({"node": self.name, "op": "run", "command": _stored(argv), "timeout": timeout,
-                                    "check": check})
+        entry = self._recorder.add(
+            {"node": self.name, "op": "run", "command": _stored(argv), "timeout": timeout, "check": check}
+        )
         try:
             result = self._inner.run(command, timeout=timeout, check=False)
         except Exception as exc:
@@ -575,8 +625,9 @@ class RecordingNode:
         return RecordingProcess(process, entry)
 
     def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        entry = self._recorder.add({"node": self.name, "op": "put", "path": path, "mode": mode,
-                                    "data_b64": base64.b64encode(data).decode()})
+        entry = self._recorder.add(
+            {"node": self.name, "op": "put", "path": path, "mode": mode, "data_b64": base64.b64encode(data).decode()}
+        )
         try:
             self._inner.put(path, data, mode)
         except Exception as exc:
@@ -605,14 +656,26 @@ class RecordingBackend:
     @contextmanager
     def realize(self, topology: Topology, workdir: Path, progress) -> Iterator[Rig]:
         with self.inner.realize(topology, workdir, progress) as rig:
-            self.recorder.rig = {"nodes": list(rig.nodes), "facts": rig.facts,
-                                 "macs": {"/".join(map(str, key)): mac for key, mac in rig.macs.items()}}
-            yield Rig(topology=rig.topology, macs=rig.macs, facts=rig.facts, gone=rig.gone,
-                      nodes={name: RecordingNode(node, self.recorder) for name, node in rig.nodes.items()})
+            self.recorder.rig = {
+                "nodes": list(rig.nodes),
+                "facts": rig.facts,
+                "macs": {"/".join(map(str, key)): mac for key, mac in rig.macs.items()},
+            }
+            yield Rig(
+                topology=rig.topology,
+                macs=rig.macs,
+                facts=rig.facts,
+                gone=rig.gone,
+                nodes={name: RecordingNode(node, self.recorder) for name, node in rig.nodes.items()},
+            )
 
 
-def capture(scenario: Path = REPO / "scenarios" / "two-node.yaml", out: Path = TWO_NODE_E1000,
-            cheap_extras: bool = True, progress: Callable[[str], None] | None = None) -> Replay:
+def capture(
+    scenario: Path = REPO / "scenarios" / "two-node.yaml",
+    out: Path = TWO_NODE_E1000,
+    cheap_extras: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Replay:
     """Boot the scenario's first cell for real, run its benchmarks (and iperf3, ping, one failing netperf),
     and write every guest call with its result to `out`."""
     from niclab import __version__
@@ -630,8 +693,10 @@ def capture(scenario: Path = REPO / "scenarios" / "two-node.yaml", out: Path = T
     recorder = Recorder()
     backend = RecordingBackend(QemuBackend(), recorder)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="niclab-capture-") as tmp, \
-            Session(cell, backend, Path(tmp) / "cell", progress) as session:
+    with (
+        tempfile.TemporaryDirectory(prefix="niclab-capture-") as tmp,
+        Session(cell, backend, Path(tmp) / "cell", progress) as session,
+    ):
         for spec in cell.scenario.benchmarks:
             found = session.run(spec).measurements
             progress(f"{spec.describe()}: " + ", ".join(f"{m.metric} {m.value:g} {m.unit}" for m in found))
@@ -642,17 +707,23 @@ def capture(scenario: Path = REPO / "scenarios" / "two-node.yaml", out: Path = T
             # Real failures, for the tests to hand to other commands.
             recorder.note = "probe: netperf with no netserver listening (exits non-zero)"
             server = session.iface("b", 0).address
-            session.node("a").run(f"netperf -H {server} -p 12866 -t TCP_STREAM -l 1 -P 0 -- -k THROUGHPUT",
-                                  timeout=30, check=False)
+            session.node("a").run(
+                f"netperf -H {server} -p 12866 -t TCP_STREAM -l 1 -P 0 -- -k THROUGHPUT", timeout=30, check=False
+            )
             recorder.note = ""
         session.facts_now()  # as the runner does at the end of a cell
     replay = Replay(
         calls=recorder.calls,
         rig=recorder.rig,
-        captured={"scenario": os.path.relpath(scenario, REPO) if scenario.is_absolute() else str(scenario),
-                  "cell": cell.id, "at": utc_now(), "niclab_version": __version__,
-                  "accel_env": os.environ.get("NICLAB_ACCEL"), "host": host_facts(),
-                  "seconds": round(time.monotonic() - started, 1)},
+        captured={
+            "scenario": os.path.relpath(scenario, REPO) if scenario.is_absolute() else str(scenario),
+            "cell": cell.id,
+            "at": utc_now(),
+            "niclab_version": __version__,
+            "accel_env": os.environ.get("NICLAB_ACCEL"),
+            "host": host_facts(),
+            "seconds": round(time.monotonic() - started, 1),
+        },
     )
     replay.save(out)
     progress(f"{len(recorder.calls)} calls recorded in {out}")

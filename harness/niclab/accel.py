@@ -67,29 +67,57 @@ def qemu_binary() -> str:
 
 def probe_argv(binary: str, accel: str, image: Image, serial: Path) -> list[str]:
     """Boot the image's kernel with busybox `echo PROBE_WORD` as init; its exit panics the kernel, QEMU quits."""
-    return [binary, "-machine", f"pc,accel={accel}", "-cpu", "host" if accel == "kvm" else "max",
-            "-m", "256M", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-            "-serial", f"file:{serial}", "-kernel", str(image.kernel), "-initrd", str(image.initrd),
-            "-append", f"{image.cmdline} panic=-1 rdinit=/usr/bin/busybox -- echo {PROBE_WORD}"]
+    return [
+        binary,
+        "-machine",
+        f"pc,accel={accel}",
+        "-cpu",
+        "host" if accel == "kvm" else "max",
+        "-m",
+        "256M",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-serial",
+        f"file:{serial}",
+        "-kernel",
+        str(image.kernel),
+        "-initrd",
+        str(image.initrd),
+        "-append",
+        f"{image.cmdline} panic=-1 rdinit=/usr/bin/busybox -- echo {PROBE_WORD}",
+    ]
 
 
 def probe(accel: str, binary: str, image: Image, timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
     """Boot the image under `accel` until userspace prints the probe word; (worked, what happened)."""
     with tempfile.TemporaryDirectory(prefix="niclab-accel-") as scratch:
         serial = Path(scratch) / "serial.out"
-        proc = subprocess.Popen(probe_argv(binary, accel, image, serial), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(
+            probe_argv(binary, accel, image, serial),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=die_with_parent,
+        )
         started = time.monotonic()
         try:
             while time.monotonic() - started < timeout:
                 if serial.exists() and PROBE_WORD.encode() in serial.read_bytes():
-                    return True, f"the image's kernel reached userspace under {accel} in " \
-                                 f"{time.monotonic() - started:.1f} s"
+                    return (
+                        True,
+                        f"the image's kernel reached userspace under {accel} in {time.monotonic() - started:.1f} s",
+                    )
                 if proc.poll() is not None:
                     assert proc.stderr is not None
                     err = proc.stderr.read().decode(errors="replace").strip().splitlines()
-                    return False, f"QEMU exited under {accel} before the guest's userspace ran: " \
-                                  f"{err[-1] if err else f'status {proc.returncode}'}"
+                    return (
+                        False,
+                        f"QEMU exited under {accel} before the guest's userspace ran: "
+                        f"{err[-1] if err else f'status {proc.returncode}'}",
+                    )
                 time.sleep(0.05)
             return False, f"the image's kernel did not reach userspace under {accel} in {timeout:.0f} s"
         finally:
@@ -109,8 +137,9 @@ def kvm_access() -> str | None:
     return None
 
 
-def decide(forced: str | None, cached: AccelChoice | None, access: str | None,
-           run_probe: Callable[[], tuple[bool, str]]) -> tuple[AccelChoice, bool]:
+def decide(
+    forced: str | None, cached: AccelChoice | None, access: str | None, run_probe: Callable[[], tuple[bool, str]]
+) -> tuple[AccelChoice, bool]:
     """The accelerator to use, and whether the verdict is new (to be cached). Boots nothing itself."""
     if forced:
         if forced not in ("kvm", "tcg"):
@@ -126,8 +155,10 @@ def decide(forced: str | None, cached: AccelChoice | None, access: str | None,
 
 def _cache_file(binary: str, image: Image) -> Path:
     stat = os.stat(binary)
-    text = (f"{platform.node()}|{platform.release()}|{binary}|{stat.st_size}|{stat.st_mtime_ns}|"
-            f"{kvm_access()}|{os.getuid()}|{image.id}")
+    text = (
+        f"{platform.node()}|{platform.release()}|{binary}|{stat.st_size}|{stat.st_mtime_ns}|"
+        f"{kvm_access()}|{os.getuid()}|{image.id}"
+    )
     return cache_dir() / "accel" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
 
 
@@ -145,12 +176,16 @@ def _write(path: Path, choice: AccelChoice) -> None:
     tmp.replace(path)
 
 
-def choose_accel(image: Image, refresh: bool = False,
-                 progress: Callable[[str], None] | None = None) -> AccelChoice:
-    """KVM or TCG for booting `image` here (cached; `refresh` probes again)."""
+def forced_choice() -> AccelChoice | None:
+    """The accelerator $NICLAB_ACCEL forces, if it is set (no image or probe needed)."""
     forced = os.environ.get("NICLAB_ACCEL")
-    if forced:
-        return decide(forced, None, None, lambda: (False, ""))[0]
+    return decide(forced, None, None, lambda: (False, ""))[0] if forced else None
+
+
+def choose_accel(image: Image, refresh: bool = False, progress: Callable[[str], None] | None = None) -> AccelChoice:
+    """KVM or TCG for booting `image` here (cached; `refresh` probes again)."""
+    if (choice := forced_choice()) is not None:
+        return choice
     binary = qemu_binary()
     cache = _cache_file(binary, image)
 

@@ -60,18 +60,23 @@ def cmd_run(args) -> int:
     try:
         run_dir = RunDir(new_run_dir(out, scenario_file.name))
     except OSError as exc:
-        raise NiclabError(f"cannot create a run directory in --out {out}: {exc.strerror}; "
-                          "choose a directory you can write to") from None
-    info = RunInfo(scenario=scenario_file.name, scenario_file=str(Path(args.scenario).resolve()),
-                   scenario_text=Path(args.scenario).read_text(errors="replace"), cells=[c.id for c in cells],
-                   backend=backend.name, host=host_facts())
+        raise NiclabError(
+            f"cannot create a run directory in --out {out}: {exc.strerror}; choose a directory you can write to"
+        ) from None
+    info = RunInfo(
+        scenario=scenario_file.name,
+        scenario_file=str(Path(args.scenario).resolve()),
+        scenario_text=Path(args.scenario).read_text(errors="replace"),
+        cells=[c.id for c in cells],
+        backend=backend.name,
+        host=host_facts(),
+    )
     progress(f"run directory {run_dir.path}")
     runner = Runner(backend, run_dir, info, progress, started=STARTED, repeat=args.repeat)
     try:
         outcome = runner.run(cells)
     except KeyboardInterrupt:
-        print(f"niclab: interrupted; the guests were stopped; partial results in {run_dir.results}",
-              file=sys.stderr)
+        print(f"niclab: interrupted; the guests were stopped; partial results in {run_dir.results}", file=sys.stderr)
         write_run_report(run_dir.path, progress)
         return EXIT_FAILED
     for cell in outcome.cells:
@@ -109,18 +114,30 @@ def cmd_image_info(args) -> int:
     image = find_image()
     if image is None:
         wanted = recipe()
-        print(f"image {wanted.name}-{wanted.input_hash()} is not built; run `niclab image build`",
-              file=sys.stderr)
+        print(f"image {wanted.name}-{wanted.input_hash()} is not built; run `niclab image build`", file=sys.stderr)
         return EXIT_FAILED
     m = image.manifest
     if args.json:
         print(json.dumps(m, indent=2))
         return EXIT_OK
-    print(f"image      {image.id}\ndirectory  {image.directory}\nbuilt      {m['built_at']} "
-          f"in {m['build_seconds']} s\nsuite      {m['suite']}\nkernel     {m['kernel_version']}\n"
-          f"initramfs  {m['initrd_bytes'] / 2**20:.1f} MiB\nmodules    {', '.join(m['modules'])}")
-    tools = ("linux-image-amd64", "netperf", "netpipe-tcp", "iperf3", "lmbench", "iproute2", "ethtool",
-             "qemu-guest-agent", "nfs-kernel-server", "busybox-static", "firmware-misc-nonfree")
+    print(
+        f"image      {image.id}\ndirectory  {image.directory}\nbuilt      {m['built_at']} "
+        f"in {m['build_seconds']} s\nsuite      {m['suite']}\nkernel     {m['kernel_version']}\n"
+        f"initramfs  {m['initrd_bytes'] / 2**20:.1f} MiB\nmodules    {', '.join(m['modules'])}"
+    )
+    tools = (
+        "linux-image-amd64",
+        "netperf",
+        "netpipe-tcp",
+        "iperf3",
+        "lmbench",
+        "iproute2",
+        "ethtool",
+        "qemu-guest-agent",
+        "nfs-kernel-server",
+        "busybox-static",
+        "firmware-misc-nonfree",
+    )
     print("packages   " + "\n           ".join(f"{p} {m['packages'].get(p, '?')}" for p in tools))
     for source, directory in m.get("built_from_source", {}).items():
         print(f"built      {source} from Debian source ({directory})")
@@ -266,98 +283,144 @@ def positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="niclab", description="Reproducible benchmarks of network cards and drivers.")
+    parser = argparse.ArgumentParser(prog="niclab", description="Reproducible benchmarks of network cards and drivers.")
     parser.add_argument("--version", action="version", version=f"niclab {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    run = verbs.add_parser("run", help="run a scenario's benchmarks",
-                           description="Boot the scenario's nodes, configure the links, run the benchmarks "
-                                       "and write a run directory.")
+    run = verbs.add_parser(
+        "run",
+        help="run a scenario's benchmarks",
+        description="Boot the scenario's nodes, configure the links, run the benchmarks and write a run directory.",
+    )
     run.add_argument("scenario", metavar="SCENARIO", help="scenario file (YAML)")
     run.add_argument("--out", default="runs", metavar="DIR", help="where run directories go (default: runs)")
-    run.add_argument("--cell", action="append", metavar="ID",
-                     help="run only this matrix cell (e.g. nic=e1000); repeat for several")
+    run.add_argument(
+        "--cell", action="append", metavar="ID", help="run only this matrix cell (e.g. nic=e1000); repeat for several"
+    )
     run.add_argument("--backend", default="qemu", help="how nodes are realized (default: qemu)")
-    run.add_argument("--repeat", type=positive_int, metavar="N",
-                     help="run every benchmark N times (overrides the scenario)")
+    run.add_argument(
+        "--repeat", type=positive_int, metavar="N", help="run every benchmark N times (overrides the scenario)"
+    )
     run.add_argument("--shard", metavar="I/N", help="run only the cells of shard I of N (stable across machines)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)
 
-    image = verbs.add_parser("image", help="build or describe the guest image",
-                             description="The guest image is built from Debian packages and cached per "
-                                         "recipe hash.")
+    image = verbs.add_parser(
+        "image",
+        help="build or describe the guest image",
+        description="The guest image is built from Debian packages and cached per recipe hash.",
+    )
     image_verbs = image.add_subparsers(dest="image_verb", metavar="ACTION", required=True)
-    build = image_verbs.add_parser("build", help="build the image (if its recipe changed, or with --force)",
-                                   description="Build the guest image for the current recipe.")
+    build = image_verbs.add_parser(
+        "build",
+        help="build the image (if its recipe changed, or with --force)",
+        description="Build the guest image for the current recipe.",
+    )
     build.add_argument("--force", action="store_true", help="build even if the cache has it")
     build.set_defaults(func=cmd_image_build)
-    info = image_verbs.add_parser("info", help="show the image's versions",
-                                  description="Show the built image: kernel, packages and their versions.")
+    info = image_verbs.add_parser(
+        "info",
+        help="show the image's versions",
+        description="Show the built image: kernel, packages and their versions.",
+    )
     info.add_argument("--json", action="store_true", help="the whole manifest as JSON")
     info.set_defaults(func=cmd_image_info)
 
-    accel = verbs.add_parser("accel", help="say whether guests run under KVM or TCG here, and why",
-                             description="KVM is used only where the guest image's kernel reaches userspace "
-                                         "under it; the verdict is cached per host and image.")
+    accel = verbs.add_parser(
+        "accel",
+        help="say whether guests run under KVM or TCG here, and why",
+        description="KVM is used only where the guest image's kernel reaches userspace "
+        "under it; the verdict is cached per host and image.",
+    )
     accel.add_argument("--probe", action="store_true", help="probe KVM again instead of using the cached verdict")
     accel.set_defaults(func=cmd_accel)
 
-    down = verbs.add_parser("down", help="stop what a killed run left behind",
-                            description="Stop the QEMU processes recorded by harnesses that are no longer "
-                                        "running (by recorded PID and start time).")
+    down = verbs.add_parser(
+        "down",
+        help="stop what a killed run left behind",
+        description="Stop the QEMU processes recorded by harnesses that are no longer "
+        "running (by recorded PID and start time).",
+    )
     down.add_argument("--all", action="store_true", help="also stop those of runs still in progress")
     down.set_defaults(func=cmd_down)
 
-    nics = verbs.add_parser("nics", help="list the emulated NIC models",
-                            description="The NIC models a scenario can name, their drivers and limits.")
+    nics = verbs.add_parser(
+        "nics",
+        help="list the emulated NIC models",
+        description="The NIC models a scenario can name, their drivers and limits.",
+    )
     nics.set_defaults(func=cmd_nics)
 
-    report = verbs.add_parser("report", help="write an HTML report of one or more runs",
-                              description="One self-contained HTML page (plots embedded) from run directories: "
-                                          "summary tables, NetPIPE curves, bars, MTU and bonding plots, fio, "
-                                          "costs, findings and provenance.")
+    report = verbs.add_parser(
+        "report",
+        help="write an HTML report of one or more runs",
+        description="One self-contained HTML page (plots embedded) from run directories: "
+        "summary tables, NetPIPE curves, bars, MTU and bonding plots, fio, "
+        "costs, findings and provenance.",
+    )
     report.add_argument("runs", nargs="+", metavar="RUN_DIR")
     report.add_argument("--out", metavar="FILE", help="default: RUN_DIR/report.html for one run, else report.html")
     report.add_argument("--prices", metavar="FILE", help="YAML: NIC model -> price, for cost per Mbit/s")
     report.set_defaults(func=cmd_report)
 
-    compare = verbs.add_parser("compare", help="what changed between two runs, and whether it is real",
-                               description="Per metric and cell: the change in %% and a verdict from Welch's "
-                                           "t-test on the samples. Exit 1 if a metric got worse.")
+    compare = verbs.add_parser(
+        "compare",
+        help="what changed between two runs, and whether it is real",
+        description="Per metric and cell: the change in %% and a verdict from Welch's "
+        "t-test on the samples. Exit 1 if a metric got worse.",
+    )
     compare.add_argument("base", metavar="BASE_RUN")
     compare.add_argument("new", metavar="NEW_RUN")
     compare.add_argument("--format", choices=("text", "json", "html"), default="text")
     compare.add_argument("--out", metavar="FILE", help="write there instead of to stdout")
-    compare.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
-                         help="smallest change that counts, in %% of the base mean (default 5)")
+    compare.add_argument(
+        "--threshold",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="smallest change that counts, in %% of the base mean (default 5)",
+    )
     compare.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
-    compare.add_argument("--all", action="store_true",
-                         help="judge every metric, not only the headline ones (retransmits, percentiles, ...)")
+    compare.add_argument(
+        "--all",
+        action="store_true",
+        help="judge every metric, not only the headline ones (retransmits, percentiles, ...)",
+    )
     compare.set_defaults(func=cmd_compare)
 
-    export = verbs.add_parser("export", help="a run's results as CSV or Parquet",
-                              description="One flat table for pandas: measurements (default) or summaries.")
+    export = verbs.add_parser(
+        "export",
+        help="a run's results as CSV or Parquet",
+        description="One flat table for pandas: measurements (default) or summaries.",
+    )
     export.add_argument("run", metavar="RUN_DIR")
     export.add_argument("--format", choices=("csv", "parquet"), default="csv")
     export.add_argument("--what", choices=("measurements", "summaries"), default="measurements")
     export.add_argument("--out", metavar="FILE", help="default: RUN_DIR/<what>.<format>")
     export.set_defaults(func=cmd_export)
 
-    metrics = verbs.add_parser("metrics", help="list every metric, with its unit",
-                               description="The metrics benchmarks report, by the names expectations use.")
+    metrics = verbs.add_parser(
+        "metrics",
+        help="list every metric, with its unit",
+        description="The metrics benchmarks report, by the names expectations use.",
+    )
     metrics.set_defaults(func=cmd_metrics)
 
-    plan = verbs.add_parser("plan", help="list a scenario's cells and estimate the run's wall time",
-                            description="List the matrix cells a run would realize, with an estimate of "
-                                        "each one's wall time; boots nothing.")
+    plan = verbs.add_parser(
+        "plan",
+        help="list a scenario's cells and estimate the run's wall time",
+        description="List the matrix cells a run would realize, with an estimate of "
+        "each one's wall time; boots nothing.",
+    )
     plan.add_argument("scenario", metavar="SCENARIO")
     plan.add_argument("--cell", action="append", metavar="ID", help="only these cells")
     plan.set_defaults(func=cmd_plan)
 
-    validate = verbs.add_parser("validate", help="check scenario files without booting anything",
-                                description="Check scenario files; exit 1 if any has a problem.")
+    validate = verbs.add_parser(
+        "validate",
+        help="check scenario files without booting anything",
+        description="Check scenario files; exit 1 if any has a problem.",
+    )
     validate.add_argument("files", nargs="+", metavar="FILE")
     validate.set_defaults(func=cmd_validate)
     return parser
@@ -385,8 +448,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     except Exception as exc:
         saved = save_crash(exc)
-        print(f"niclab: {describe_exception(exc)}; this is a bug in niclab: the traceback is in {saved}",
-              file=sys.stderr)
+        print(
+            f"niclab: {describe_exception(exc)}; this is a bug in niclab: the traceback is in {saved}", file=sys.stderr
+        )
         return EXIT_FAILED
 
 

@@ -60,8 +60,9 @@ def _pairs(base: RunData, new: RunData):
             yield cell, by_id[cell.id]
 
 
-def compare(base: RunData, new: RunData, threshold_pct: float = 5.0, alpha: float = 0.05,
-            every_metric: bool = False) -> list[Change]:
+def compare(
+    base: RunData, new: RunData, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
+) -> list[Change]:
     """Changes of the headline metrics (every metric with every_metric) present in both runs."""
     better_of = _direction()
     changes = []
@@ -79,43 +80,76 @@ def compare(base: RunData, new: RunData, threshold_pct: float = 5.0, alpha: floa
                 verdict = "untested"
             else:
                 result = scipy_stats.ttest_ind(b["samples"], n["samples"], equal_var=False)
-                p_value = float(result.pvalue) if not math.isnan(result.pvalue) else (
-                    1.0 if b["mean"] == n["mean"] else 0.0)  # no variance at all on either side
+                p_value = (
+                    float(result.pvalue) if not math.isnan(result.pvalue) else (1.0 if b["mean"] == n["mean"] else 0.0)
+                )  # no variance at all on either side
                 better = better_of.get(b["name"])
                 if p_value < alpha and change is not None and abs(change) > threshold_pct and better:
                     improved = (change > 0) == (better == "higher")
                     verdict = "better" if improved else "worse"
                 else:
                     verdict = "no significant change"
-            changes.append(Change(base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}",
-                                  b["benchmark"], b["name"], b["unit"], b["link"], b["mean"], n["mean"], change,
-                                  p_value, len(b["samples"]), len(n["samples"]), verdict))
+            changes.append(
+                Change(
+                    base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}",
+                    b["benchmark"],
+                    b["name"],
+                    b["unit"],
+                    b["link"],
+                    b["mean"],
+                    n["mean"],
+                    change,
+                    p_value,
+                    len(b["samples"]),
+                    len(n["samples"]),
+                    verdict,
+                )
+            )
     return changes
 
 
 def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
-    lines = [f"base {base}", f"new  {new}",
-             f"verdicts: {METHOD}; significant at p < {alpha:g} and beyond {threshold_pct:g} %", ""]
+    lines = [
+        f"base {base}",
+        f"new  {new}",
+        f"verdicts: {METHOD}; significant at p < {alpha:g} and beyond {threshold_pct:g} %",
+        "",
+    ]
     width = max([len(c.name) for c in changes] + [6]) + 2
     for c in changes:
         change = "n/a" if c.change_pct is None else f"{c.change_pct:+.1f} %"
         p = "" if c.p_value is None else f"p={c.p_value:.3g}"
-        lines.append(f"{c.cell:<16}{c.name:<{width}}{c.base_mean:>10.4g} → {c.new_mean:<10.4g}{c.unit:<8}"
-                     f"{change:>9}  {p:<9} {c.verdict}")
+        lines.append(
+            f"{c.cell:<16}{c.name:<{width}}{c.base_mean:>10.4g} → {c.new_mean:<10.4g}{c.unit:<8}"
+            f"{change:>9}  {p:<9} {c.verdict}"
+        )
     worse = [c for c in changes if c.verdict == "worse"]
-    lines += ["", f"{len(worse)} worse, {sum(c.verdict == 'better' for c in changes)} better, "
-                  f"{sum(c.verdict == 'no significant change' for c in changes)} no significant change, "
-                  f"{sum(c.verdict == 'untested' for c in changes)} untested (fewer than two samples)"]
+    lines += [
+        "",
+        f"{len(worse)} worse, {sum(c.verdict == 'better' for c in changes)} better, "
+        f"{sum(c.verdict == 'no significant change' for c in changes)} no significant change, "
+        f"{sum(c.verdict == 'untested' for c in changes)} untested (fewer than two samples)",
+    ]
     return "\n".join(lines)
 
 
 def as_json(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
-    return json.dumps({"base": str(base), "new": str(new), "method": METHOD, "alpha": alpha,
-                       "threshold_pct": threshold_pct, "changes": [asdict(c) for c in changes]}, indent=2)
+    return json.dumps(
+        {
+            "base": str(base),
+            "new": str(new),
+            "method": METHOD,
+            "alpha": alpha,
+            "threshold_pct": threshold_pct,
+            "changes": [asdict(c) for c in changes],
+        },
+        indent=2,
+    )
 
 
-def compare_dirs(base: Path, new: Path, threshold_pct: float = 5.0, alpha: float = 0.05,
-                 every_metric: bool = False) -> list[Change]:
+def compare_dirs(
+    base: Path, new: Path, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
+) -> list[Change]:
     return compare(load_run(base), load_run(new), threshold_pct, alpha, every_metric)
 
 
@@ -125,5 +159,6 @@ def as_html(changes: list[Change], base: Path, new: Path, threshold_pct: float, 
     from niclab.report.render import TEMPLATES
 
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
-    return env.get_template("compare.html.j2").render(changes=changes, base=base, new=new, method=METHOD,
-                                                      alpha=alpha, threshold=threshold_pct)
+    return env.get_template("compare.html.j2").render(
+        changes=changes, base=base, new=new, method=METHOD, alpha=alpha, threshold=threshold_pct
+    )

@@ -14,11 +14,46 @@ from pathlib import Path
 from niclab.errors import UsageError
 from niclab.report.data import load_run
 
-MEASUREMENT_COLUMNS = ("scenario", "cell", "run", "repeat", "benchmark", "test", "metric", "name", "value", "unit",
-                       "client", "server", "link", "warning")
-SUMMARY_COLUMNS = ("scenario", "cell", "benchmark", "name", "metric", "unit", "client", "server", "link", "n",
-                   "mean", "median", "stdev", "cv_pct", "min", "max", "ci_level", "ci_low", "ci_high",
-                   "ci_width_pct", "unstable", "samples")
+MEASUREMENT_COLUMNS = (
+    "scenario",
+    "cell",
+    "run",
+    "repeat",
+    "benchmark",
+    "test",
+    "metric",
+    "name",
+    "value",
+    "unit",
+    "client",
+    "server",
+    "link",
+    "warning",
+)
+SUMMARY_COLUMNS = (
+    "scenario",
+    "cell",
+    "benchmark",
+    "name",
+    "metric",
+    "unit",
+    "client",
+    "server",
+    "link",
+    "n",
+    "mean",
+    "median",
+    "stdev",
+    "cv_pct",
+    "min",
+    "max",
+    "ci_level",
+    "ci_low",
+    "ci_high",
+    "ci_width_pct",
+    "unstable",
+    "samples",
+)
 
 
 def rows(run_dir: Path, what: str) -> list[dict]:
@@ -31,10 +66,18 @@ def rows(run_dir: Path, what: str) -> list[dict]:
             for m in cell.measurements:
                 nics = cell.runs.get(m["run"], {}).get("nics", {})
                 client, server = nics.get(m["client"], {}), nics.get(m["server"], {})
-                out.append({**{k: m.get(k) for k in MEASUREMENT_COLUMNS}, **params,
-                            "client_model": client.get("model"), "client_driver": client.get("driver"),
-                            "server_model": server.get("model"), "server_driver": server.get("driver"),
-                            "mtu": client.get("mtu"), "accel": cell.runs.get(m["run"], {}).get("accel")})
+                out.append(
+                    {
+                        **{k: m.get(k) for k in MEASUREMENT_COLUMNS},
+                        **params,
+                        "client_model": client.get("model"),
+                        "client_driver": client.get("driver"),
+                        "server_model": server.get("model"),
+                        "server_driver": server.get("driver"),
+                        "mtu": client.get("mtu"),
+                        "accel": cell.runs.get(m["run"], {}).get("accel"),
+                    }
+                )
         elif what == "summaries":
             out += [{**{k: s.get(k) for k in SUMMARY_COLUMNS}, **params} for s in cell.summaries]
         else:

@@ -19,12 +19,12 @@ def node_script(ifnames: list[str]) -> str:
         q = shlex.quote(name)
         lines += [
             f"echo '[{name}]'",
-            f"ethtool -i {q} 2>/dev/null | awk '{{k = $0; sub(/:.*/, \"\", k); v = $0; sub(/^[^:]*: */, \"\", v); "
-            "if (k ~ /^(driver|version|firmware-version|bus-info)$/) print k \"=\" v}'",
+            f'ethtool -i {q} 2>/dev/null | awk \'{{k = $0; sub(/:.*/, "", k); v = $0; sub(/^[^:]*: */, "", v); '
+            'if (k ~ /^(driver|version|firmware-version|bus-info)$/) print k "=" v}\'',
             f"pci=$(pci_dir {q}); for f in vendor device subsystem_vendor subsystem_device; do "
-            f"echo \"$f=$(cat $pci/$f 2>/dev/null)\"; done",
-            f"echo \"mac=$(cat /sys/class/net/{q}/address)\"",
-            f"echo \"mtu=$(cat /sys/class/net/{q}/mtu)\"",
+            f'echo "$f=$(cat $pci/$f 2>/dev/null)"; done',
+            f'echo "mac=$(cat /sys/class/net/{q}/address)"',
+            f'echo "mtu=$(cat /sys/class/net/{q}/mtu)"',
         ]
     return "\n".join(lines) + "\n"
 
@@ -58,17 +58,22 @@ def host_facts() -> dict:
                 break
     except OSError:
         pass
-    return {"hostname": platform.node(), "kernel": platform.release(), "cpu_model": cpu,
-            "python": platform.python_version()}
+    return {
+        "hostname": platform.node(),
+        "kernel": platform.release(),
+        "cpu_model": cpu,
+        "python": platform.python_version(),
+    }
 
 
 # -- per-run counters: NIC statistics and interrupts -----------------------
 
-COUNTERS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped", "rx_errors",
-            "tx_errors")
+COUNTERS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
 # /proc/interrupts rows of an IRQ: "irq N=<count per CPU> | <handler names>"
-_IRQ_AWK = ('$1 == irq ":" { printf "irq %s=", irq; for (c = 2; c <= NF && $c ~ /^[0-9]+$/; c++) '
-            'printf "%s ", $c; printf "|"; for (; c <= NF; c++) printf " %s", $c; print "" }')
+_IRQ_AWK = (
+    '$1 == irq ":" { printf "irq %s=", irq; for (c = 2; c <= NF && $c ~ /^[0-9]+$/; c++) '
+    'printf "%s ", $c; printf "|"; for (; c <= NF; c++) printf " %s", $c; print "" }'
+)
 
 
 def counters_script(ports: list[str]) -> str:
@@ -78,8 +83,8 @@ def counters_script(ports: list[str]) -> str:
         q = shlex.quote(name)
         lines += [
             f"echo '[{name}]'",
-            f"for c in {' '.join(COUNTERS)}; do echo \"$c=$(cat /sys/class/net/{q}/statistics/$c)\"; done",
-            f"pci=$(pci_dir {q}); irqs=$(ls $pci/msi_irqs 2>/dev/null); [ -n \"$irqs\" ] || irqs=$(cat $pci/irq)",
+            f'for c in {" ".join(COUNTERS)}; do echo "$c=$(cat /sys/class/net/{q}/statistics/$c)"; done',
+            f'pci=$(pci_dir {q}); irqs=$(ls $pci/msi_irqs 2>/dev/null); [ -n "$irqs" ] || irqs=$(cat $pci/irq)',
             f"for i in $irqs; do awk -v irq=$i '{_IRQ_AWK}' /proc/interrupts; done",
         ]
     return "\n".join(lines) + "\n"

@@ -57,7 +57,7 @@ def shorten(argv: tuple[str, ...], limit: int = 200) -> str:
     if len(text) <= limit:
         return text
     head = limit * 2 // 3
-    return f"{text[:head]} … {text[-(limit - head - 3):]}"
+    return f"{text[:head]} … {text[-(limit - head - 3) :]}"
 
 
 def excerpt(data: bytes | str, limit: int = 80) -> str:
@@ -159,8 +159,10 @@ class GuestAgent:
         except OSError as exc:
             raise AgentError(f"{self.node}: lost the guest agent connection and could not reconnect ({exc})") from None
         if not self._sync(until=time.monotonic() + self.sync_timeout):
-            raise AgentError(f"{self.node}: the guest agent is out of step and did not answer "
-                             f"guest-sync-delimited in {self.sync_timeout:g} s, even on a new connection")
+            raise AgentError(
+                f"{self.node}: the guest agent is out of step and did not answer "
+                f"guest-sync-delimited in {self.sync_timeout:g} s, even on a new connection"
+            )
         self._dirty = False
 
     def close(self) -> None:
@@ -182,7 +184,7 @@ class GuestAgent:
         self._sock.settimeout(timeout)
         try:
             while data:
-                data = data[self._sock.send(data, socket.MSG_NOSIGNAL):]
+                data = data[self._sock.send(data, socket.MSG_NOSIGNAL) :]
         except TimeoutError:
             raise AgentError(f"{self.node}: the guest agent took no input for {timeout:.0f} s") from None
         except OSError as exc:
@@ -211,8 +213,10 @@ class GuestAgent:
                 raise AgentError(f"{self.node}: lost the guest agent connection ({exc})") from None
             if not chunk:
                 if self._buffer.strip():
-                    raise AgentError(f"{self.node}: the guest agent closed the connection in the middle "
-                                     f"of a reply: {excerpt(self._buffer)}")
+                    raise AgentError(
+                        f"{self.node}: the guest agent closed the connection in the middle "
+                        f"of a reply: {excerpt(self._buffer)}"
+                    )
                 raise AgentError(f"{self.node}: the guest agent closed the connection")
             self._buffer += chunk
 
@@ -248,8 +252,10 @@ class GuestAgent:
             except TimeoutError:
                 raise AgentError(f"{self.node}: no answer to {command} in {timeout:.0f} s") from None
             if "error" not in reply and "return" not in reply:
-                raise AgentError(f"{self.node}: {command}: the guest agent's reply has neither "
-                                 f"\"return\" nor \"error\": {excerpt(json.dumps(reply))}")
+                raise AgentError(
+                    f"{self.node}: {command}: the guest agent's reply has neither "
+                    f'"return" nor "error": {excerpt(json.dumps(reply))}'
+                )
             self._dirty = False
         if "error" in reply:
             error = reply["error"]
@@ -261,8 +267,9 @@ class GuestAgent:
         """`value` if it is a `kind`; a reply of the wrong shape is the agent's error, not a KeyError later."""
         if not isinstance(value, kind) or isinstance(value, bool):
             expected = "an object" if kind is dict else "an integer"
-            raise AgentError(f"{self.node}: {command}: the guest agent's {what} is not {expected}: "
-                             f"{excerpt(json.dumps(value))}")
+            raise AgentError(
+                f"{self.node}: {command}: the guest agent's {what} is not {expected}: {excerpt(json.dumps(value))}"
+            )
         return value
 
     def _b64(self, command: str, value, what: str) -> bytes:
@@ -270,8 +277,9 @@ class GuestAgent:
         try:
             return base64.b64decode(value)
         except (ValueError, TypeError):
-            raise AgentError(f"{self.node}: {command}: the guest agent's {what} is not base64: "
-                             f"{excerpt(json.dumps(value))}") from None
+            raise AgentError(
+                f"{self.node}: {command}: the guest agent's {what} is not base64: {excerpt(json.dumps(value))}"
+            ) from None
 
     # -- commands ---------------------------------------------------------
 
@@ -307,8 +315,7 @@ class GuestAgent:
                 return result
             if time.monotonic() > deadline:
                 self.kill(pid)
-                raise GuestCommandError(f"{self.node}: `{shorten(argv)}` did not finish "
-                                        f"in {timeout:.0f} s; killed it")
+                raise GuestCommandError(f"{self.node}: `{shorten(argv)}` did not finish in {timeout:.0f} s; killed it")
             time.sleep(POLL_INTERVALS[min(attempt, len(POLL_INTERVALS) - 1)])
         raise AssertionError("unreachable")
 
@@ -325,7 +332,7 @@ class GuestAgent:
         handle = self.call("guest-file-open", {"path": path, "mode": "w"})
         try:
             for offset in range(0, max(len(data), 1), 48 * 1024):
-                chunk = base64.b64encode(data[offset:offset + 48 * 1024]).decode()
+                chunk = base64.b64encode(data[offset : offset + 48 * 1024]).decode()
                 self.call("guest-file-write", {"handle": handle, "buf-b64": chunk})
         finally:
             self.call("guest-file-close", {"handle": handle})

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class NicModel:
-    name: str            # what a scenario writes (nic: e1000)
-    qemu_device: str     # -device name
-    driver: str          # the guest driver that binds (ethtool -i)
-    module: str          # the kernel module that provides it
-    pci_id: str          # vendor:device as the guest sees it
-    max_mtu: int         # the largest MTU the driver accepts
-    card: str            # the real card the model stands for
-    speed_mbps: int      # the card's nominal line rate
+    name: str  # what a scenario writes (nic: e1000)
+    qemu_device: str  # -device name
+    driver: str  # the guest driver that binds (ethtool -i)
+    module: str  # the kernel module that provides it
+    pci_id: str  # vendor:device as the guest sees it
+    max_mtu: int  # the largest MTU the driver accepts
+    card: str  # the real card the model stands for
+    speed_mbps: int  # the card's nominal line rate
     notes: str = ""
     qemu_properties: str = ""  # extra -device properties, e.g. a workaround for a QEMU bug
 
@@ -35,17 +35,28 @@ _SLOW_TCP = "under TCG its TCP throughput collapses (about 5 % retransmits); UDP
 _VIRTIO_FIX = "event_idx=off"
 
 CATALOG: tuple[NicModel, ...] = (
-    NicModel("e1000", "e1000", "e1000", "e1000", "8086:100e", 16110,
-             "Intel PRO/1000 MT Desktop (82540EM)", 1000),
-    NicModel("e1000-82544gc", "e1000-82544gc", "e1000", "e1000", "8086:100c", 16110,
-             "Intel PRO/1000 XT (82544GC)", 1000),
-    NicModel("e1000-82545em", "e1000-82545em", "e1000", "e1000", "8086:100f", 16110,
-             "Intel PRO/1000 MT Server (82545EM)", 1000),
-    NicModel("e1000e", "e1000e", "e1000e", "e1000e", "8086:10d3", 9212,
-             "Intel Gigabit CT Desktop (82574L)", 1000),
+    NicModel("e1000", "e1000", "e1000", "e1000", "8086:100e", 16110, "Intel PRO/1000 MT Desktop (82540EM)", 1000),
+    NicModel(
+        "e1000-82544gc", "e1000-82544gc", "e1000", "e1000", "8086:100c", 16110, "Intel PRO/1000 XT (82544GC)", 1000
+    ),
+    NicModel(
+        "e1000-82545em",
+        "e1000-82545em",
+        "e1000",
+        "e1000",
+        "8086:100f",
+        16110,
+        "Intel PRO/1000 MT Server (82545EM)",
+        1000,
+    ),
+    NicModel("e1000e", "e1000e", "e1000e", "e1000e", "8086:10d3", 9212, "Intel Gigabit CT Desktop (82574L)", 1000),
     _i8255x("i82550", "8086:1209", "Intel PRO/100 S (82550)", _SLOW_TCP),
-    _i8255x("i82551", "8086:1209", "Intel PRO/100 M (82551QM)",
-            "needs the e100/d102e_ucode.bin microcode (in the image from firmware-misc-nonfree); " + _SLOW_TCP),
+    _i8255x(
+        "i82551",
+        "8086:1209",
+        "Intel PRO/100 M (82551QM)",
+        "needs the e100/d102e_ucode.bin microcode (in the image from firmware-misc-nonfree); " + _SLOW_TCP,
+    ),
     _i8255x("i82557a", "8086:1229", "Intel EtherExpress PRO/100B (82557 A-step)"),
     _i8255x("i82557b", "8086:1229", "Intel EtherExpress PRO/100B (82557 B-step)"),
     _i8255x("i82557c", "8086:1229", "Intel EtherExpress PRO/100B (82557 C-step)"),
@@ -57,25 +68,49 @@ CATALOG: tuple[NicModel, ...] = (
     _i8255x("i82559er", "8086:1209", "Intel EtherExpress PRO/100 (82559ER)", _SLOW_TCP),
     _i8255x("i82562", "8086:1209", "Intel PRO/100 VE (82562 LOM)", _SLOW_TCP),
     _i8255x("i82801", "8086:2449", "Intel 82801 (ICH) integrated 10/100", _SLOW_TCP),
-    NicModel("rtl8139", "rtl8139", "8139cp", "8139cp", "10ec:8139", 4096,
-             "Realtek RTL8139C+ 10/100", 100,
-             "binds 8139cp: 8139too refuses this C+ revision, so the image leaves it out"),
-    NicModel("tulip", "tulip", "tulip", "tulip", "1011:0019", 1500,
-             "DEC 21143 Tulip (as on the LinkSys LNE100TX)", 100),
-    NicModel("pcnet", "pcnet", "pcnet32", "pcnet32", "1022:2000", 1500,
-             "AMD PCnet-PCI II (Am79C970A)", 10),
-    NicModel("ne2k_pci", "ne2k_pci", "ne2k-pci", "ne2k-pci", "10ec:8029", 1500,
-             "Realtek RTL8029 (NE2000 PCI clone)", 10),
-    NicModel("vmxnet3", "vmxnet3", "vmxnet3", "vmxnet3", "15ad:07b0", 9000,
-             "VMware VMXNET3 paravirtual NIC", 10000),
-    NicModel("virtio", "virtio-net-pci", "virtio_net", "virtio_net", "1af4:1000", 65535,
-             "virtio-net paravirtual NIC (transitional)", 10000,
-             "EVENT_IDX is off: with it, a UDP flood can wedge the transmit queue under QEMU 7.2 TCG",
-             _VIRTIO_FIX),
-    NicModel("virtio-net-pci-non-transitional", "virtio-net-pci-non-transitional", "virtio_net",
-             "virtio_net", "1af4:1041", 65535, "virtio-net paravirtual NIC (modern only)", 10000,
-             "EVENT_IDX is off: with it, a UDP flood can wedge the transmit queue under QEMU 7.2 TCG",
-             _VIRTIO_FIX),
+    NicModel(
+        "rtl8139",
+        "rtl8139",
+        "8139cp",
+        "8139cp",
+        "10ec:8139",
+        4096,
+        "Realtek RTL8139C+ 10/100",
+        100,
+        "binds 8139cp: 8139too refuses this C+ revision, so the image leaves it out",
+    ),
+    NicModel(
+        "tulip", "tulip", "tulip", "tulip", "1011:0019", 1500, "DEC 21143 Tulip (as on the LinkSys LNE100TX)", 100
+    ),
+    NicModel("pcnet", "pcnet", "pcnet32", "pcnet32", "1022:2000", 1500, "AMD PCnet-PCI II (Am79C970A)", 10),
+    NicModel(
+        "ne2k_pci", "ne2k_pci", "ne2k-pci", "ne2k-pci", "10ec:8029", 1500, "Realtek RTL8029 (NE2000 PCI clone)", 10
+    ),
+    NicModel("vmxnet3", "vmxnet3", "vmxnet3", "vmxnet3", "15ad:07b0", 9000, "VMware VMXNET3 paravirtual NIC", 10000),
+    NicModel(
+        "virtio",
+        "virtio-net-pci",
+        "virtio_net",
+        "virtio_net",
+        "1af4:1000",
+        65535,
+        "virtio-net paravirtual NIC (transitional)",
+        10000,
+        "EVENT_IDX is off: with it, a UDP flood can wedge the transmit queue under QEMU 7.2 TCG",
+        _VIRTIO_FIX,
+    ),
+    NicModel(
+        "virtio-net-pci-non-transitional",
+        "virtio-net-pci-non-transitional",
+        "virtio_net",
+        "virtio_net",
+        "1af4:1041",
+        65535,
+        "virtio-net paravirtual NIC (modern only)",
+        10000,
+        "EVENT_IDX is off: with it, a UDP flood can wedge the transmit queue under QEMU 7.2 TCG",
+        _VIRTIO_FIX,
+    ),
 )
 
 ALIASES = {"virtio-net-pci": "virtio", "virtio-net": "virtio", "e1000-82540em": "e1000"}

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from niclab.scenario import Cell
 
-BOOT_S = 8.0          # QEMU start to every agent answering, under TCG
-NETWORK_S = 4.0       # configure, read back, ping each wire
+BOOT_S = 8.0  # QEMU start to every agent answering, under TCG
+NETWORK_S = 4.0  # configure, read back, ping each wire
 PER_SEGMENT_PING_S = 1.0
 
 
@@ -31,8 +31,10 @@ class CellEstimate:
 def estimate(cell: Cell) -> CellEstimate:
     scenario = cell.scenario
     wires = sum(link.count if not link.bond else 1 for link in scenario.links)
-    benchmarks = sum((spec.plugin.estimate_seconds(spec.options) + 1) * (spec.options.repeat or scenario.repeat)
-                     for spec in scenario.benchmarks)
+    benchmarks = sum(
+        (spec.plugin.estimate_seconds(spec.options) + 1) * (spec.options.repeat or scenario.repeat)
+        for spec in scenario.benchmarks
+    )
     return CellEstimate(cell, BOOT_S, NETWORK_S + PER_SEGMENT_PING_S * wires, benchmarks)
 
 
@@ -53,9 +55,12 @@ def plan_table(name: str, cells: list[Cell]) -> str:
     lines = [f"{'cell':<{width}}{'nodes':>5}  {'links':>5}  {'benchmarks':>10}  estimate"]
     for e in estimates:
         s = e.cell.scenario
-        lines.append(f"{e.cell.id:<{width}}{len(s.nodes):>5}  {len(s.links):>5}  {len(s.benchmarks):>10}  "
-                     f"{duration(e.total_s)}")
+        lines.append(
+            f"{e.cell.id:<{width}}{len(s.nodes):>5}  {len(s.links):>5}  {len(s.benchmarks):>10}  {duration(e.total_s)}"
+        )
     total = sum(e.total_s for e in estimates)
-    lines.append(f"scenario {name}: {len(cells)} cell{'s' if len(cells) != 1 else ''}, about {duration(total)} "
-                 "(TCG on 2 cores; boot and network set-up included)")
+    lines.append(
+        f"scenario {name}: {len(cells)} cell{'s' if len(cells) != 1 else ''}, about {duration(total)} "
+        "(TCG on 2 cores; boot and network set-up included)"
+    )
     return "\n".join(lines)

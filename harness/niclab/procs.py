@@ -81,31 +81,55 @@ class Supervisor:
     def __enter__(self) -> Supervisor:
         self.pid_dir.mkdir(parents=True, exist_ok=True)
         self._live_entry.parent.mkdir(parents=True, exist_ok=True)
-        self._live_entry.write_text(json.dumps({
-            "harness_pid": os.getpid(),
-            "harness_start": process_start_time(os.getpid()),
-            "pid_dir": str(self.pid_dir.resolve()),
-        }))
+        self._live_entry.write_text(
+            json.dumps(
+                {
+                    "harness_pid": os.getpid(),
+                    "harness_start": process_start_time(os.getpid()),
+                    "pid_dir": str(self.pid_dir.resolve()),
+                }
+            )
+        )
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop_all()
         self._live_entry.unlink(missing_ok=True)
 
-    def start(self, name: str, argv: list[str], *, cwd: Path, log: Path,
-              pass_fds: Iterable[int] = (), stdin_pipe: bool = False) -> Child:
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        cwd: Path,
+        log: Path,
+        pass_fds: Iterable[int] = (),
+        stdin_pipe: bool = False,
+    ) -> Child:
         """Start a child. With stdin_pipe its stdin is a pipe only this process holds open:
         a program that exits on end of input (vde_switch) then lives exactly as long as we do."""
         with log.open("ab") as sink:
             popen = subprocess.Popen(
-                argv, cwd=cwd, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-                stdout=sink, stderr=subprocess.STDOUT,
-                pass_fds=tuple(pass_fds), preexec_fn=_child_setup, start_new_session=True,
+                argv,
+                cwd=cwd,
+                stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                pass_fds=tuple(pass_fds),
+                preexec_fn=_child_setup,
+                start_new_session=True,
             )
         record = self.pid_dir / f"{name}.json"
-        record.write_text(json.dumps({
-            "name": name, "pid": popen.pid, "start": process_start_time(popen.pid), "argv": argv,
-        }))
+        record.write_text(
+            json.dumps(
+                {
+                    "name": name,
+                    "pid": popen.pid,
+                    "start": process_start_time(popen.pid),
+                    "argv": argv,
+                }
+            )
+        )
         child = Child(name, popen, record)
         self.children.append(child)
         return child

@@ -44,10 +44,13 @@ SLOW_S = 120.0
 
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("niclab", "niclab scenarios and rigs")
-    group.addoption("--niclab-backend", default="qemu", metavar="NAME",
-                    help="how nodes are realized: qemu (emulated NICs; default) or libvirt (lab cards)")
-    group.addoption("--niclab-lab", metavar="LAB_YAML",
-                    help="a lab inventory; cells it has no cards for are skipped")
+    group.addoption(
+        "--niclab-backend",
+        default="qemu",
+        metavar="NAME",
+        help="how nodes are realized: qemu (emulated NICs; default) or libvirt (lab cards)",
+    )
+    group.addoption("--niclab-lab", metavar="LAB_YAML", help="a lab inventory; cells it has no cards for are skipped")
     group.addoption("--niclab-out", metavar="DIR", help="keep the run directories here (e.g. CI artifacts)")
     group.addoption("--niclab-repeat", type=int, metavar="N", help="run every benchmark N times")
     group.addoption("--niclab-shard", metavar="I/N", help="run only the cells of shard I of N")
@@ -55,9 +58,11 @@ def pytest_addoption(parser) -> None:
 
 def pytest_configure(config) -> None:
     _sigterm_interrupts()
-    for name, text in (("niclab_slow", f"a scenario cell estimated to take over {SLOW_S:.0f} s"),
-                       ("niclab_lab", "needs real cards from a lab inventory"),
-                       ("niclab_kvm", "needs a working KVM; skipped where the probe finds none")):
+    for name, text in (
+        ("niclab_slow", f"a scenario cell estimated to take over {SLOW_S:.0f} s"),
+        ("niclab_lab", "needs real cards from a lab inventory"),
+        ("niclab_kvm", "needs a working KVM; skipped where the probe finds none"),
+    ):
         config.addinivalue_line("markers", f"{name}: {text}")
 
 
@@ -154,8 +159,9 @@ class InvalidScenario(pytest.Item):
     def runtest(self) -> None:
         raise ScenarioInvalid(str(self.error))
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: TracebackStyle | None = None) -> str | TerminalRepr:
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
+    ) -> str | TerminalRepr:
         if isinstance(excinfo.value, ScenarioInvalid):
             return f"{self.path.name} does not validate:\n{excinfo.value}"
         return super().repr_failure(excinfo, style)
@@ -188,8 +194,14 @@ class ScenarioCell(pytest.Item):
                 pytest.skip(reason)
         backend = get_backend(config.getoption("niclab_backend"))
         run_dir = RunDir(new_run_dir(_out_dir(config), self.scenario_name))
-        info = RunInfo(scenario=self.scenario_name, scenario_file=str(self.path), scenario_text=self.path.read_text(),
-                       cells=[self.cell.id], backend=backend.name, host=host_facts())
+        info = RunInfo(
+            scenario=self.scenario_name,
+            scenario_file=str(self.path),
+            scenario_text=self.path.read_text(),
+            cells=[self.cell.id],
+            backend=backend.name,
+            host=host_facts(),
+        )
         self.user_properties.append(("niclab_run_dir", str(run_dir.path)))
         runner = Runner(backend, run_dir, info, _progress, repeat=config.getoption("niclab_repeat"))
         outcome = runner.run([self.cell]).cells[0]  # Ctrl-C propagates: pytest stops with its own summary
@@ -198,15 +210,18 @@ class ScenarioCell(pytest.Item):
                 where = f"[link={s['link']}]" if s["link"] else ""
                 self.user_properties.append((f"{s['name']}{where}", f"{s['mean']:.6g} {s['unit']}"))
         if not outcome.ok:
-            lines = [f"{len(outcome.missed)} expectation(s) missed, {len(outcome.errors)} failure(s) "
-                     f"in cell {self.cell.id} of {self.path.name}:"]
+            lines = [
+                f"{len(outcome.missed)} expectation(s) missed, {len(outcome.errors)} failure(s) "
+                f"in cell {self.cell.id} of {self.path.name}:"
+            ]
             lines += [f"  missed: {v.describe()}" for v in outcome.missed]
             lines += ["  failed: " + e.replace("\n", "\n          ") for e in outcome.errors]
             lines.append(f"run directory: {run_dir.path}")
             raise CellFailed("\n".join(lines))
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: TracebackStyle | None = None) -> str | TerminalRepr:
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
+    ) -> str | TerminalRepr:
         if isinstance(excinfo.value, (CellFailed, NiclabError)):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)
@@ -230,10 +245,10 @@ def _out_dir(config) -> Path:
 
 def pytest_runtest_setup(item) -> None:
     if item.get_closest_marker("niclab_kvm") is not None:
-        from niclab.accel import choose_accel
+        from niclab.accel import choose_accel, forced_choice
         from niclab.image import ensure_image
 
-        choice = choose_accel(ensure_image(progress=_progress), progress=_progress)
+        choice = forced_choice() or choose_accel(ensure_image(progress=_progress), progress=_progress)
         if choice.accel != "kvm":
             pytest.skip(f"needs KVM, and it does not work here: {choice.reason}")
 
@@ -246,16 +261,18 @@ def choose_cell(scenario_file, cell):
     cells = scenario_file.cells
     if cell is None:
         if len(cells) != 1:
-            raise UsageError(f"{scenario_file.display} has {len(cells)} cells; name one: "
-                             f"{', '.join(c.id for c in cells)}")
+            raise UsageError(
+                f"{scenario_file.display} has {len(cells)} cells; name one: {', '.join(c.id for c in cells)}"
+            )
         return cells[0]
     if isinstance(cell, str):
         return scenario_file.select([cell])[0]
     wanted = {k: str(v) for k, v in cell.items()}
     matching = [c for c in cells if all(str(c.params.get(k)) == v for k, v in wanted.items())]
     if len(matching) != 1:
-        raise UsageError(f"{scenario_file.display}: {len(matching)} cells match {cell}; "
-                         f"cells are: {', '.join(c.id for c in cells)}")
+        raise UsageError(
+            f"{scenario_file.display}: {len(matching)} cells match {cell}; cells are: {', '.join(c.id for c in cells)}"
+        )
     return matching[0]
 
 

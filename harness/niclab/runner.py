@@ -72,8 +72,15 @@ class RunAborted(NiclabError):
 
 
 class Runner:
-    def __init__(self, backend: Backend, run_dir: RunDir, info: RunInfo, progress: Progress,
-                 started: float | None = None, repeat: int | None = None):
+    def __init__(
+        self,
+        backend: Backend,
+        run_dir: RunDir,
+        info: RunInfo,
+        progress: Progress,
+        started: float | None = None,
+        repeat: int | None = None,
+    ):
         self.backend = backend
         self.run_dir = run_dir
         self.info = info
@@ -122,9 +129,13 @@ class Runner:
             self._finish("failed", f"the run stopped early: {message}")
             raise RunAborted(f"the run stopped early: {message}; see {self.run_dir.path / 'run.json'}") from None
         failed = [o for o in outcomes if not o.ok]
-        self._finish("failed" if failed else "ok",
-                     "; ".join([e for o in failed for e in o.errors]
-                               + [f"expectation missed: {v.describe()}" for o in failed for v in o.missed]))
+        self._finish(
+            "failed" if failed else "ok",
+            "; ".join(
+                [e for o in failed for e in o.errors]
+                + [f"expectation missed: {v.describe()}" for o in failed for v in o.missed]
+            ),
+        )
         return RunOutcome(outcomes, self.info.status)
 
     def _finish(self, status: str, message: str) -> None:
@@ -155,27 +166,39 @@ class Runner:
         cell_dir = self.run_dir.cell_dir(cell.id)
         cell_dir.mkdir(parents=True, exist_ok=True)
         self._cell_log = cell_dir / "cell.log"
-        session = Session(cell, self.backend, cell_dir, self.progress,
-                          save_raw=lambda name, text: self.run_dir.save_raw(cell.id, name, text))
+        session = Session(
+            cell,
+            self.backend,
+            cell_dir,
+            self.progress,
+            save_raw=lambda name, text: self.run_dir.save_raw(cell.id, name, text),
+        )
         try:
             self._run_session(session, cell, base, cell_started, outcome)
         finally:
             self._cell_log = None
         return outcome
 
-    def _run_session(self, session: Session, cell: Cell, base: dict, cell_started: float,
-                     outcome: CellOutcome) -> None:
+    def _run_session(self, session: Session, cell: Cell, base: dict, cell_started: float, outcome: CellOutcome) -> None:
         try:
             with session:
                 outcome.facts = session.facts
                 if fallback := session.facts["rig"].get("accel_fallback"):
                     self.warn(fallback)
-                self.run_dir.append({
-                    "type": "cell", **base, "time": utc_now(),
-                    "timings": {**session.timings, "agents_ready_since_start_s": round(
-                        cell_started - self.started + session.timings["boot_s"], 2)},
-                    **session.facts,
-                })
+                self.run_dir.append(
+                    {
+                        "type": "cell",
+                        **base,
+                        "time": utc_now(),
+                        "timings": {
+                            **session.timings,
+                            "agents_ready_since_start_s": round(
+                                cell_started - self.started + session.timings["boot_s"], 2
+                            ),
+                        },
+                        **session.facts,
+                    }
+                )
                 for index, spec in enumerate(cell.scenario.benchmarks):
                     self._run_benchmark(session, index, spec, base, outcome)
                 self.run_dir.append({"type": "cell_end", **base, "time": utc_now(), "nodes": session.facts_now()})
@@ -185,8 +208,9 @@ class Runner:
             self._cell_failed(exc, base, outcome, "cell")
         self._judge(cell, base, outcome)
 
-    def _cell_failed(self, exc: Exception, base: dict, outcome: CellOutcome, stage: str, shown: str | None = None,
-                     **where) -> str:
+    def _cell_failed(
+        self, exc: Exception, base: dict, outcome: CellOutcome, stage: str, shown: str | None = None, **where
+    ) -> str:
         """Record a failure of a cell or a benchmark run; returns its one-line message.
 
         A NiclabError is a failure niclab understands (its message says it all);
@@ -208,8 +232,9 @@ class Runner:
         self.run_dir.append(record)
         return message
 
-    def _run_benchmark(self, session: Session, index: int, spec: BenchmarkSpec, base: dict,
-                       outcome: CellOutcome) -> None:
+    def _run_benchmark(
+        self, session: Session, index: int, spec: BenchmarkSpec, base: dict, outcome: CellOutcome
+    ) -> None:
         label = spec.describe()
         repeats = self.repeat or spec.options.repeat or session.scenario.repeat
         runs: list[tuple[str, BenchRun]] = []
@@ -234,19 +259,43 @@ class Runner:
     def _record_run(self, session, spec, label, run_id, n, repeats, started_at, run: BenchRun, base) -> None:
         ends = run.ends
         where = {"client": ends.client.name, "server": ends.server.name, "link": ends.link}
-        self.run_dir.append({
-            "type": "run", **base, "run": run_id, "benchmark": label, "tool": spec.tool, "repeat": n,
-            "repeats": repeats, **where, "options": spec.options.model_dump(by_alias=True, exclude_none=True),
-            "started_at": started_at, "finished_at": utc_now(), "seconds": run.seconds,
-            "nics": {node: session.nic_summary(node, ends.link) for node in (ends.client.name, ends.server.name)},
-            "accel": session.facts["rig"].get("accel"), "counters": run.counters,
-        })
+        self.run_dir.append(
+            {
+                "type": "run",
+                **base,
+                "run": run_id,
+                "benchmark": label,
+                "tool": spec.tool,
+                "repeat": n,
+                "repeats": repeats,
+                **where,
+                "options": spec.options.model_dump(by_alias=True, exclude_none=True),
+                "started_at": started_at,
+                "finished_at": utc_now(),
+                "seconds": run.seconds,
+                "nics": {node: session.nic_summary(node, ends.link) for node in (ends.client.name, ends.server.name)},
+                "accel": session.facts["rig"].get("accel"),
+                "counters": run.counters,
+            }
+        )
         for m in run.measurements:
-            self.run_dir.append({
-                "type": "measurement", **base, "run": run_id, "repeat": n, "benchmark": m.benchmark, "test": m.test,
-                "metric": m.metric, "name": m.name, "value": m.value, "unit": m.unit, **where,
-                **({"warning": m.warning} if m.warning else {}), "extra": m.extra,
-            })
+            self.run_dir.append(
+                {
+                    "type": "measurement",
+                    **base,
+                    "run": run_id,
+                    "repeat": n,
+                    "benchmark": m.benchmark,
+                    "test": m.test,
+                    "metric": m.metric,
+                    "name": m.name,
+                    "value": m.value,
+                    "unit": m.unit,
+                    **where,
+                    **({"warning": m.warning} if m.warning else {}),
+                    "extra": m.extra,
+                }
+            )
 
     def _summarize(self, session, index, spec, label, runs, base, outcome) -> None:
         settings = session.scenario.statistics
@@ -260,12 +309,22 @@ class Runner:
             summary = stats.summarize([m.value for m in found], settings.confidence)
             reasons = stats.instability(summary, limits, [m.warning for m in found if m.warning])
             record = {
-                "type": "summary", **base, "benchmark_index": index, "benchmark": label, "name": name,
-                "test": found[0].test, "metric": found[0].metric, "unit": found[0].unit,
+                "type": "summary",
+                **base,
+                "benchmark_index": index,
+                "benchmark": label,
+                "name": name,
+                "test": found[0].test,
+                "metric": found[0].metric,
+                "unit": found[0].unit,
                 "headline": found[0].headline,
-                "client": ends.client.name, "server": ends.server.name, "link": ends.link,
-                "runs": [run_id for run_id, _ in runs], **summary.to_dict(),
-                "unstable": bool(reasons), "reasons": reasons,
+                "client": ends.client.name,
+                "server": ends.server.name,
+                "link": ends.link,
+                "runs": [run_id for run_id, _ in runs],
+                **summary.to_dict(),
+                "unstable": bool(reasons),
+                "reasons": reasons,
             }
             self.run_dir.append(record)
             outcome.summaries.append(record)
@@ -276,7 +335,16 @@ class Runner:
         for text in cell.scenario.expect:
             for verdict in expect.evaluate(expect.parse(text), outcome.summaries):
                 outcome.verdicts.append(verdict)
-                self.run_dir.append({"type": "expectation", **base, "time": utc_now(), "expectation": text,
-                                     "passed": verdict.passed, "measured": verdict.measured,
-                                     "unit": verdict.expectation.unit, "samples": verdict.samples,
-                                     "where": verdict.where})
+                self.run_dir.append(
+                    {
+                        "type": "expectation",
+                        **base,
+                        "time": utc_now(),
+                        "expectation": text,
+                        "passed": verdict.passed,
+                        "measured": verdict.measured,
+                        "unit": verdict.expectation.unit,
+                        "samples": verdict.samples,
+                        "where": verdict.where,
+                    }
+                )

@@ -48,8 +48,14 @@ def describe_gone(gone: dict[str, str]) -> str:
 
 
 class Session:
-    def __init__(self, cell: Cell, backend: Backend, workdir: Path, progress: Progress = _quiet,
-                 save_raw: Callable[[str, str], Path] | None = None):
+    def __init__(
+        self,
+        cell: Cell,
+        backend: Backend,
+        workdir: Path,
+        progress: Progress = _quiet,
+        save_raw: Callable[[str, str], Path] | None = None,
+    ):
         self.cell = cell
         self.scenario = cell.scenario
         self.backend = backend
@@ -67,7 +73,8 @@ class Session:
         started = time.monotonic()
         try:
             self.rig = self._stack.enter_context(
-                self.backend.realize(self.scenario.topology(), self.workdir, self.progress))
+                self.backend.realize(self.scenario.topology(), self.workdir, self.progress)
+            )
             self.timings["boot_s"] = round(time.monotonic() - started, 2)
             network = netconf.configure(self.rig, self.net, self.progress)
             nodes = self.facts_now()
@@ -113,7 +120,8 @@ class Session:
         client = options.from_ or link.between[0]
         server = options.to or next(n for n in link.between if n != client)
         return Endpoints(
-            client=self.node(client), server=self.node(server),
+            client=self.node(client),
+            server=self.node(server),
             client_address=self.net.find(client, options.link).address,
             server_address=self.net.find(server, options.link).address,
             link=options.link,
@@ -122,9 +130,16 @@ class Session:
     def nic_summary(self, node: str, link: int) -> dict:
         iface = self.net.find(node, link)
         found = self.facts.get("nodes", {}).get(node, {}).get("interfaces", {}).get(iface.ports[0].ifname, {})
-        return {"model": iface.ports[0].model, "driver": found.get("driver"),
-                "driver_version": found.get("version"), "pci_id": found.get("pci_id"), "ifname": iface.name,
-                "ports": len(iface.ports), "bond": iface.bond.mode if iface.bond else None, "mtu": iface.mtu}
+        return {
+            "model": iface.ports[0].model,
+            "driver": found.get("driver"),
+            "driver_version": found.get("version"),
+            "pci_id": found.get("pci_id"),
+            "ifname": iface.name,
+            "ports": len(iface.ports),
+            "bond": iface.bond.mode if iface.bond else None,
+            "mtu": iface.mtu,
+        }
 
     # -- measuring --------------------------------------------------------
 
@@ -143,8 +158,10 @@ class Session:
 
     def run(self, spec: BenchmarkSpec) -> BenchRun:
         ends = self.endpoints(spec)
-        ports = {node: [p.ifname for p in self.net.find(node, spec.options.link).ports]
-                 for node in (ends.client.name, ends.server.name)}
+        ports = {
+            node: [p.ifname for p in self.net.find(node, spec.options.link).ports]
+            for node in (ends.client.name, ends.server.name)
+        }
 
         def read(n: str) -> dict[str, dict]:
             return facts.read_counters(self.node(n), ports[n])
@@ -160,9 +177,13 @@ class Session:
 
     def facts_now(self) -> dict:
         """The nodes' facts as they are now (for the end of a cell: counters, drivers)."""
-        return {name: facts.node_facts(node, [i.name for i in self.net.on(name)]
-                                       + [p.ifname for i in self.net.on(name) for p in i.ports if i.bond])
-                for name, node in (self.rig.nodes.items() if self.rig else [])}
+        return {
+            name: facts.node_facts(
+                node,
+                [i.name for i in self.net.on(name)] + [p.ifname for i in self.net.on(name) for p in i.ports if i.bond],
+            )
+            for name, node in (self.rig.nodes.items() if self.rig else [])
+        }
 
     def bench(self, tool: str, **options) -> list[Measurement]:
         """Run one benchmark now, e.g. bench("netperf", test="TCP_RR", link=1)."""

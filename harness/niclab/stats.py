@@ -21,12 +21,12 @@ class Summary:
     n: int
     mean: float
     median: float
-    stdev: float | None       # sample standard deviation (n - 1); None for one sample
-    cv_pct: float | None      # stdev / |mean| in %
+    stdev: float | None  # sample standard deviation (n - 1); None for one sample
+    cv_pct: float | None  # stdev / |mean| in %
     min: float
     max: float
-    ci_level: float           # e.g. 95
-    ci_low: float | None      # Student-t interval of the mean; None for one sample
+    ci_level: float  # e.g. 95
+    ci_low: float | None  # Student-t interval of the mean; None for one sample
     ci_high: float | None
     samples: list[float] = field(default_factory=list)
 
@@ -62,8 +62,19 @@ def summarize(samples: list[float], level: float = 95.0) -> Summary:
     stdev = statistics.stdev(samples)
     half = t_quantile(level, n - 1) * stdev / math.sqrt(n)
     cv = 100.0 * stdev / abs(mean) if mean else None
-    return Summary(n, mean, statistics.median(samples), stdev, cv, min(samples), max(samples), level,
-                   mean - half, mean + half, list(samples))
+    return Summary(
+        n,
+        mean,
+        statistics.median(samples),
+        stdev,
+        cv,
+        min(samples),
+        max(samples),
+        level,
+        mean - half,
+        mean + half,
+        list(samples),
+    )
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,8 @@ def instability(summary: Summary, limits: Limits, warnings: Sequence[str] = ()) 
         reasons.append(f"CV {summary.cv_pct:.1f} % is above the accepted {limits.max_cv_pct:g} %")
     width = summary.ci_width_pct
     if limits.max_ci_width_pct is not None and width is not None and width > limits.max_ci_width_pct:
-        reasons.append(f"the {summary.ci_level:g} % interval is ±{width / 2:.1f} % wide, above the accepted "
-                       f"±{limits.max_ci_width_pct / 2:g} %")
+        reasons.append(
+            f"the {summary.ci_level:g} % interval is ±{width / 2:.1f} % wide, above the accepted "
+            f"±{limits.max_ci_width_pct / 2:g} %"
+        )
     return reasons

@@ -53,9 +53,15 @@ def default_signals() -> None:
 
 
 def niclab(*args: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "niclab", *args], env={**os.environ, **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=default_signals, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "niclab", *args],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
+        **kwargs,
+    )
 
 
 def wait_for_line(proc: subprocess.Popen, text: str, seconds: float, stream=None) -> list[str]:

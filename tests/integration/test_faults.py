@@ -62,8 +62,10 @@ def test_a_guest_killed_mid_benchmark_fails_its_cell_and_the_next_cell_runs(imag
     measured = {(r["cell"], r["name"]) for r in records if r["type"] == "measurement"}
     assert ("seconds=40", "netperf.TCP_RR.transaction_rate") in measured
     assert ("seconds=40", "netperf.TCP_STREAM.throughput_mbps") not in measured
-    assert {("seconds=3", "netperf.TCP_RR.transaction_rate"),
-            ("seconds=3", "netperf.TCP_STREAM.throughput_mbps")} <= measured
+    assert {
+        ("seconds=3", "netperf.TCP_RR.transaction_rate"),
+        ("seconds=3", "netperf.TCP_STREAM.throughput_mbps"),
+    } <= measured
     errors = [r for r in records if r["type"] == "error"]
     assert {r["cell"] for r in errors} == {"seconds=40"}
     assert any(r["stage"] == "cell" and "killed by signal 9" in r["message"] for r in errors)
@@ -91,8 +93,12 @@ def hung_kvm(tmp_path: Path) -> dict:
     wrapper = tmp_path / "qemu-hung-kvm"
     wrapper.write_text(HUNG_KVM.format(python=sys.executable))
     wrapper.chmod(0o755)
-    return {"NICLAB_QEMU": str(wrapper), "NICLAB_ACCEL": "kvm", "NICLAB_KVM_DEADLINE": "6",
-            "NICLAB_CACHE": str(tmp_path / "cache")}
+    return {
+        "NICLAB_QEMU": str(wrapper),
+        "NICLAB_ACCEL": "kvm",
+        "NICLAB_KVM_DEADLINE": "6",
+        "NICLAB_CACHE": str(tmp_path / "cache"),
+    }
 
 
 def test_guests_hung_under_kvm_fall_back_to_tcg_and_say_so(image, repo, tmp_path):
@@ -114,8 +120,13 @@ def test_guests_hung_under_kvm_fall_back_to_tcg_and_say_so(image, repo, tmp_path
     assert (cell_dir / "a.serial.kvm.log").exists() and (cell_dir / "a.serial.log").exists()
     # The cache now says KVM does not work for this QEMU and image: the next run does not try it.
     env.pop("NICLAB_ACCEL")
-    accel = subprocess.run([sys.executable, "-m", "niclab", "accel"], env={**os.environ, **env},
-                           capture_output=True, text=True, timeout=120)
+    accel = subprocess.run(
+        [sys.executable, "-m", "niclab", "accel"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert accel.returncode == 0 and accel.stdout.startswith("tcg (decided"), accel.stdout + accel.stderr
     assert "KVM failed a real run" in accel.stdout
     assert wait_no_qemu(tmp_path, seconds=5) == []
@@ -130,8 +141,9 @@ MOMENTS = {
 }
 
 
-@pytest.mark.parametrize("how,moment", [("SIGINT", "booting"), ("SIGINT", "kvm-fallback"),
-                                        ("SIGINT", "benchmark"), ("SIGTERM", "benchmark")])
+@pytest.mark.parametrize(
+    "how,moment", [("SIGINT", "booting"), ("SIGINT", "kvm-fallback"), ("SIGINT", "benchmark"), ("SIGTERM", "benchmark")]
+)
 def test_an_interrupt_at_any_moment_stops_every_guest_within_5_s(image, repo, tmp_path, how, moment):
     line, extra = MOMENTS[moment]
     env = {"NICLAB_IMAGE": str(image.directory)}
@@ -159,11 +171,25 @@ def test_an_interrupted_pytest_session_stops_its_guests_and_starts_no_other_test
     text = (repo / "scenarios" / "two-node.yaml").read_text()
     (scenarios / "first.yaml").write_text(text.replace("name: two-node", "name: first"))
     (scenarios / "second.yaml").write_text(text.replace("name: two-node", "name: second"))
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "scenarios",
-                             "--niclab-out", str(tmp_path / "runs")], cwd=tmp_path,
-                            env={**os.environ, "NICLAB_IMAGE": str(image.directory)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=default_signals)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-s",
+            "scenarios",
+            "--niclab-out",
+            str(tmp_path / "runs"),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "NICLAB_IMAGE": str(image.directory)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=default_signals,
+    )
     wait_for_line(proc, "running netperf TCP_STREAM", 300, stream=proc.stdout)
     sent = time.monotonic()
     proc.send_signal(getattr(signal, how))

@@ -38,7 +38,8 @@ def test_delay_adds_what_it_says_to_the_round_trip(session):
     expected = 2 * 10 + baseline
     assert abs(delayed - expected) <= 0.10 * expected, (
         f"RTT {delayed:.2f} ms with 10 ms on each end; expected {expected:.2f} ms ± 10 % "
-        f"(20 ms + the unimpaired {baseline:.2f} ms)")
+        f"(20 ms + the unimpaired {baseline:.2f} ms)"
+    )
 
 
 def test_loss_drops_that_share_of_udp_datagrams(session):
@@ -79,6 +80,7 @@ def test_no_benchmark_left_a_process_in_any_guest(session):
     """Runs last in this module: netperf, iperf3 and ping ran on every node; none may linger."""
     for node in "abc":
         processes = session.node(node).run("ps -o pid,args").stdout.splitlines()
-        left = [line for line in processes if any(tool in line for tool in ("netserver", "netperf", "iperf3",
-                                                                             " ping "))]
+        left = [
+            line for line in processes if any(tool in line for tool in ("netserver", "netperf", "iperf3", " ping "))
+        ]
         assert left == [], f"{node} still runs: {left}"

@@ -38,8 +38,11 @@ def fio(session, image):
 
 def link_bytes(session, node: str) -> tuple[int, int]:
     name = session.iface(node, 0).name
-    out = session.node(node).run(f"cat /sys/class/net/{name}/statistics/rx_bytes "
-                                 f"/sys/class/net/{name}/statistics/tx_bytes").stdout.split()
+    out = (
+        session.node(node)
+        .run(f"cat /sys/class/net/{name}/statistics/rx_bytes /sys/class/net/{name}/statistics/tx_bytes")
+        .stdout.split()
+    )
     return int(out[0]), int(out[1])
 
 
@@ -80,7 +83,7 @@ def test_nfs_figures_and_traffic_over_the_link(session, fio):
 
     figures = {m.name: m for m in found}
     for pattern in PATTERNS:
-        for prefix in (("read_", "write_") if pattern == "randrw" else ("",)):
+        for prefix in ("read_", "write_") if pattern == "randrw" else ("",):
             for metric in (f"{prefix}bandwidth_mb_s", f"{prefix}iops", f"{prefix}bandwidth_min_mb_s"):
                 assert figures[f"nfs.{pattern}.{metric}"].value > 0, f"nfs.{pattern}.{metric}"
     assert figures["nfs.seqread.bandwidth_mb_s"].extra["mount"]["vers"] == "4.2"

@@ -29,7 +29,7 @@ from niclab.topology import NodeSpec, Port, Topology, Wire
 
 NODES = ("a", "b")
 MEMORY_MIB = 512
-MTU_LIMIT = 65535   # the largest MTU an interface can have; nothing above it to refuse
+MTU_LIMIT = 65535  # the largest MTU an interface can have; nothing above it to refuse
 PING_DEADLINE_S = 20
 SECTION_RE = re.compile(r"^== (\d+)$", re.M)
 
@@ -46,15 +46,19 @@ def catalog_topology() -> Topology:
         for k, model in enumerate(nics.CATALOG)
     )
     nodes = tuple(
-        NodeSpec(node, index, 1, MEMORY_MIB, tuple(w.ports[index] for w in wires))
-        for index, node in enumerate(NODES)
+        NodeSpec(node, index, 1, MEMORY_MIB, tuple(w.ports[index] for w in wires)) for index, node in enumerate(NODES)
     )
     return Topology(nodes, wires)
 
 
 # -- in the guest ---------------------------------------------------------
 
-PROBE_FUNCTION = BY_MAC + "\n" + PCI_DIR + "\n" + r"""
+PROBE_FUNCTION = (
+    BY_MAC
+    + "\n"
+    + PCI_DIR
+    + "\n"
+    + r"""
 probe() {
     k=$1 mac=$2 max=$3 addr=$4
     echo "== $k"
@@ -72,6 +76,7 @@ probe() {
     ip link set dev "link$k" up 2>&1; echo "up_rc $?"
 }
 """
+)
 
 
 def probe_script(rig: Rig, node: str) -> str:
@@ -87,13 +92,14 @@ def ping_script(links: list[int]) -> str:
     """From a, ping b over every cable at once; one line per cable: `ping K RC`."""
     pings = [
         f"( ping -n -q -c 1 -i 0.5 -w {PING_DEADLINE_S} -I link{k} {address(k, 'b')} >/dev/null 2>&1; "
-        f"echo \"ping {k} $?\" ) &"
+        f'echo "ping {k} $?" ) &'
         for k in links
     ]
     return "\n".join(pings) + "\nwait\n"
 
 
 # -- on the host ----------------------------------------------------------
+
 
 @dataclass
 class Measured:
@@ -161,9 +167,11 @@ def mismatches(model: nics.NicModel, node: str, found: Measured) -> list[tuple[s
     if found.dev is None:
         return [(where, "interface", f"MAC of link{nics.CATALOG.index(model)}", "no such interface")]
     rows = []
-    for check, expected, actual in (("driver", model.driver, found.driver),
-                                    ("pci_id", model.pci_id, found.pci_id),
-                                    ("max_mtu", model.max_mtu, found.max_mtu)):
+    for check, expected, actual in (
+        ("driver", model.driver, found.driver),
+        ("pci_id", model.pci_id, found.pci_id),
+        ("max_mtu", model.max_mtu, found.max_mtu),
+    ):
         if expected != actual:
             rows.append((where, check, str(expected), str(actual)))
     if found.mtu_max_rc != 0:
@@ -194,8 +202,9 @@ def test_catalog_matches_the_guest_drivers(image, tmp_path):
     backend = QemuBackend(image=image)
     with backend.realize(topology, tmp_path, lambda m: print(f"[qemu] {m}", file=sys.stderr)) as rig:
         facts = probe_both(rig)
-        pinged = rig.node("a").run(ping_script(list(range(len(nics.CATALOG)))),
-                                   timeout=PING_DEADLINE_S + 40, check=False)
+        pinged = rig.node("a").run(
+            ping_script(list(range(len(nics.CATALOG)))), timeout=PING_DEADLINE_S + 40, check=False
+        )
         pings = parse_pings(pinged.stdout)
         problems = []
         for k, model in enumerate(nics.CATALOG):
@@ -210,5 +219,6 @@ def test_catalog_matches_the_guest_drivers(image, tmp_path):
         + table(("model (node)", "check", "expected", "found"), problems)
         + f"\n\nmeasured (node a):\n{measured_table(facts, pings)}"
         + f"\n\nserial logs: {tmp_path}/a.serial.log, {tmp_path}/b.serial.log\n"
-        + "dmesg (a, last 80 lines):\n" + "\n".join(dmesg.splitlines()[-80:])
+        + "dmesg (a, last 80 lines):\n"
+        + "\n".join(dmesg.splitlines()[-80:])
     )

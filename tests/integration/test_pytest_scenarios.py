@@ -20,24 +20,47 @@ from .conftest import qemus_under, wait_no_qemu
 
 
 def pytest_in(directory: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=directory,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_shipped_scenarios_pass_in_parallel_with_junit_properties(image, repo, tmp_path):
     out, junit = tmp_path / "runs", tmp_path / "junit.xml"
-    result = pytest_in(repo, "-n", "2", "scenarios/two-node.yaml", "scenarios/wan.yaml", "--niclab-out", str(out),
-                       f"--junitxml={junit}", "-q")
+    result = pytest_in(
+        repo,
+        "-n",
+        "2",
+        "scenarios/two-node.yaml",
+        "scenarios/wan.yaml",
+        "--niclab-out",
+        str(out),
+        f"--junitxml={junit}",
+        "-q",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "5 passed" in result.stdout
     cases = {case.get("name"): case for case in ElementTree.parse(junit).getroot().iter("testcase")}
-    assert set(cases) == {"nic=e1000", "delay=5ms,loss=0%", "delay=5ms,loss=1%", "delay=25ms,loss=0%",
-                          "delay=25ms,loss=1%"}
+    assert set(cases) == {
+        "nic=e1000",
+        "delay=5ms,loss=0%",
+        "delay=5ms,loss=1%",
+        "delay=25ms,loss=0%",
+        "delay=25ms,loss=1%",
+    }
     properties = {p.get("name"): p.get("value") for p in cases["nic=e1000"].iter("property")}
     assert properties["netperf.TCP_STREAM.throughput_mbps"].endswith(" Mbit/s")
     assert float(properties["netperf.TCP_STREAM.throughput_mbps"].split()[0]) > 0
-    run_dirs = [Path(p.get("value")) for case in cases.values() for p in case.iter("property")
-                if p.get("name") == "niclab_run_dir"]
+    run_dirs = [
+        Path(p.get("value"))
+        for case in cases.values()
+        for p in case.iter("property")
+        if p.get("name") == "niclab_run_dir"
+    ]
     assert len(set(run_dirs)) == 5 and all((d / "results.jsonl").is_file() for d in run_dirs)
     assert wait_no_qemu(out, seconds=2) == []
 
@@ -50,8 +73,9 @@ def test_a_missed_expectation_fails_exactly_its_item_and_rig_cleans_up(image, re
     scenarios.mkdir()
     text = (repo / "scenarios" / "two-node.yaml").read_text().replace("seconds: 5", "seconds: 2")
     (scenarios / "fine.yaml").write_text(text.replace("name: two-node", "name: fine"))
-    (scenarios / "broken.yaml").write_text(text.replace("name: two-node", "name: broken") + "expect:\n"
-                                           + BROKEN_EXPECTATION)
+    (scenarios / "broken.yaml").write_text(
+        text.replace("name: two-node", "name: broken") + "expect:\n" + BROKEN_EXPECTATION
+    )
     (tmp_path / "test_by_hand.py").write_text(
         "def test_rig_measures(rig):\n"
         "    with rig('scenarios/fine.yaml', cell={'nic': 'e1000'}) as r:\n"
@@ -62,9 +86,18 @@ def test_a_missed_expectation_fails_exactly_its_item_and_rig_cleans_up(image, re
         "def test_rig_cleans_up_a_failing_test(rig):\n"
         "    with rig('scenarios/fine.yaml') as r:\n"
         "        r.node('b').run('true')\n"
-        "        assert False, 'this test fails on purpose'\n")
-    result = pytest_in(tmp_path, "scenarios", "test_by_hand.py", "--niclab-out", str(tmp_path / "runs"), "-q",
-                       "--basetemp", str(tmp_path / "base"))
+        "        assert False, 'this test fails on purpose'\n"
+    )
+    result = pytest_in(
+        tmp_path,
+        "scenarios",
+        "test_by_hand.py",
+        "--niclab-out",
+        str(tmp_path / "runs"),
+        "-q",
+        "--basetemp",
+        str(tmp_path / "base"),
+    )
     assert result.returncode == 1
     assert "2 failed, 2 passed" in result.stdout, result.stdout[-3000:]
     assert "FAILED scenarios/broken.yaml::nic=e1000" in result.stdout

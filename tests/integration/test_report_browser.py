@@ -13,8 +13,15 @@ from pathlib import Path
 from niclab.report import report_runs
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def test_report_renders_in_headless_chromium(tmp_path):
@@ -22,18 +29,27 @@ def test_report_renders_in_headless_chromium(tmp_path):
 
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is not installed: `make test` installs it (scripts/setup-host --test)"
-    report = report_runs([RUNS / name for name in ("nic-shootout", "mtu-sweep", "bonding", "nfs")],
-                         tmp_path / "report.html", prices={"virtio": 0.01})
+    report = report_runs(
+        [RUNS / name for name in ("nic-shootout", "mtu-sweep", "bonding", "nfs")],
+        tmp_path / "report.html",
+        prices={"virtio": 0.01},
+    )
     problems: list[str] = []
     with sync_playwright() as playwright:
         # A persistent context is how Playwright takes a fresh --user-data-dir of our choosing.
         browser = playwright.chromium.launch_persistent_context(
-            tmp_path / "profile", executable_path=chromium, args=CHROMIUM_ARGS, headless=True,
-            viewport={"width": 1280, "height": 1000})
+            tmp_path / "profile",
+            executable_path=chromium,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1280, "height": 1000},
+        )
         try:
             page = browser.new_page()
-            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in (
-                "error", "warning") else None)
+            page.on(
+                "console",
+                lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None,
+            )
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
             page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url[:80]}"))
             page.goto(report.as_uri(), wait_until="load")
@@ -46,8 +62,17 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert problems == []
     assert len(images) >= 12
     assert all(complete and width > 300 for _, complete, width in images), [i for i in images if not i[2]]
-    for heading in ("Findings", "Summary", "NetPIPE curves", "Throughput, latency and CPU", "Throughput against MTU",
-                    "Bonding", "Fio over NFS", "Cost per Mbit/s", "Provenance"):
+    for heading in (
+        "Findings",
+        "Summary",
+        "NetPIPE curves",
+        "Throughput, latency and CPU",
+        "Throughput against MTU",
+        "Bonding",
+        "Fio over NFS",
+        "Cost per Mbit/s",
+        "Provenance",
+    ):
         assert heading in headings, f"no section {heading!r} in {headings}"
     screenshot = (tmp_path / "report.png").read_bytes()
     assert screenshot[:8] == b"\x89PNG\r\n\x1a\n" and len(screenshot) > 100_000

@@ -65,8 +65,13 @@ def broken_image(image, tmp_path: Path, cmdline: str) -> Path:
 
 def test_guest_that_panics_is_reported_with_its_serial_log(image, repo, tmp_path):
     bad = broken_image(image, tmp_path, "console=ttyS0 panic=-1 rdinit=/no/such/init")
-    proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path / "runs"),
-                  env={"NICLAB_IMAGE": str(bad)})
+    proc = niclab(
+        "run",
+        str(repo / "scenarios" / "two-node.yaml"),
+        "--out",
+        str(tmp_path / "runs"),
+        env={"NICLAB_IMAGE": str(bad)},
+    )
     _out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1
     assert "did not come up" in err and "exited" in err
@@ -83,8 +88,13 @@ def test_guest_that_never_answers_times_out_and_is_stopped(image, repo, tmp_path
     # `cat` as init waits on the console forever: the kernel runs, the agent never starts.
     bad = broken_image(image, tmp_path, "console=ttyS0 panic=-1 rdinit=/usr/bin/cat")
     started = time.monotonic()
-    proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path / "runs"),
-                  env={"NICLAB_IMAGE": str(bad), "NICLAB_BOOT_TIMEOUT": "15"})
+    proc = niclab(
+        "run",
+        str(repo / "scenarios" / "two-node.yaml"),
+        "--out",
+        str(tmp_path / "runs"),
+        env={"NICLAB_IMAGE": str(bad), "NICLAB_BOOT_TIMEOUT": "15"},
+    )
     _out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1
     assert "the guest agent did not answer in time" in err and "waited 15 s of 15" in err
@@ -95,8 +105,7 @@ def test_guest_that_never_answers_times_out_and_is_stopped(image, repo, tmp_path
 def test_killed_harness_leaves_no_guest(image, repo, tmp_path):
     # A cache of its own, so `niclab down` below sees only this harness's records.
     cache = tmp_path / "cache"
-    env = {"NICLAB_IMAGE": str(image.directory), "NICLAB_CACHE": str(cache),
-           "NICLAB_ACCEL": choose_accel(image).accel}
+    env = {"NICLAB_IMAGE": str(image.directory), "NICLAB_CACHE": str(cache), "NICLAB_ACCEL": choose_accel(image).accel}
     proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path / "runs"), env=env)
     wait_for_line(proc, "guests answering", 180)
     proc.kill()  # SIGKILL: no cleanup code runs in the harness

@@ -28,13 +28,15 @@ def run_scenario(repo, tmp_path, name: str, cells: list[str]) -> tuple[dict, lis
     assert wait_no_qemu(tmp_path, seconds=2) == []
     runs = {r["run"]: r for r in records if r["type"] == "run"}
     # each measurement with the run it came from (where, NICs, counters)
-    return cell, [r | {"nics": runs[r["run"]]["nics"], "counters": runs[r["run"]]["counters"]}
-                  for r in records if r["type"] == "measurement"]
+    return cell, [
+        r | {"nics": runs[r["run"]]["nics"], "counters": runs[r["run"]]["counters"]}
+        for r in records
+        if r["type"] == "measurement"
+    ]
 
 
 def values(measurements, name, **where):
-    return [m["value"] for m in measurements
-            if m["name"] == name and all(m.get(k) == v for k, v in where.items())]
+    return [m["value"] for m in measurements if m["name"] == name and all(m.get(k) == v for k, v in where.items())]
 
 
 def test_three_node_switch(image, repo, tmp_path):
@@ -51,7 +53,10 @@ def test_bonding_three_rtl8139(image, repo, tmp_path):
         bond = cell["network"]["observed"][node]["iface bond1"]
         assert bond["bond_mode"] == "balance-rr"
         assert {k: v for k, v in bond.items() if k.startswith("bond_port.")} == {
-            "bond_port.link1p0": "up", "bond_port.link1p1": "up", "bond_port.link1p2": "up"}
+            "bond_port.link1p0": "up",
+            "bond_port.link1p1": "up",
+            "bond_port.link1p2": "up",
+        }
         assert cell["nodes"][node]["interfaces"]["link1p0"]["driver"] == "8139cp"
     single = values(found, "netperf.TCP_STREAM.throughput_mbps", link=0)
     bonded = values(found, "netperf.TCP_STREAM.throughput_mbps", link=1)
@@ -107,8 +112,10 @@ def test_an_offload_the_driver_cannot_change_stops_the_cell(image, tmp_path):
     from niclab.scenario import parse
     from niclab.session import Session
 
-    cell = parse("name: fixed\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: virtio\n"
-                 "    offloads: {tso: on}\n", "fixed.yaml").cells[0]
+    cell = parse(
+        "name: fixed\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: virtio\n    offloads: {tso: on}\n",
+        "fixed.yaml",
+    ).cells[0]
     with pytest.raises(NetconfError) as caught:
         with Session(cell, QemuBackend(image=image), tmp_path):
             pass

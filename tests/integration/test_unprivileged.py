@@ -31,20 +31,23 @@ def ensure_user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
-                       check=True)
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
         return pwd.getpwnam(USER)
 
 
 def usable_python(user: str) -> str:
     """An interpreter the user can run that can load this venv's compiled packages."""
-    candidates = [str(Path(sys.executable).resolve()),
-                  f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"]
+    candidates = [
+        str(Path(sys.executable).resolve()),
+        f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}",
+    ]
     for candidate in candidates:
         if subprocess.run(["runuser", "-u", user, "--", "test", "-x", candidate]).returncode == 0:
             return candidate
-    raise AssertionError(f"no Python {sys.version_info.major}.{sys.version_info.minor} that {user} can run "
-                         f"(tried {candidates}); install python3 from Debian")
+    raise AssertionError(
+        f"no Python {sys.version_info.major}.{sys.version_info.minor} that {user} can run "
+        f"(tried {candidates}); install python3 from Debian"
+    )
 
 
 def link_or_copy(source: str, target: str) -> None:
@@ -56,14 +59,28 @@ def link_or_copy(source: str, target: str) -> None:
 
 
 # what `niclab run` never imports: left out of the user's copy of the packages
-NOT_NEEDED = ("__pycache__", "niclab*", "_niclab*", "__editable__*", "playwright*", "pyarrow*", "pip", "pip-*",
-              "setuptools*", "_pytest", "pytest*", "xdist*", "execnet*", "greenlet*", "pyee*")
+NOT_NEEDED = (
+    "__pycache__",
+    "niclab*",
+    "_niclab*",
+    "__editable__*",
+    "playwright*",
+    "pyarrow*",
+    "pip",
+    "pip-*",
+    "setuptools*",
+    "_pytest",
+    "pytest*",
+    "xdist*",
+    "execnet*",
+    "greenlet*",
+    "pyee*",
+)
 
 
 def run_as(user: pwd.struct_passwd, base: Path, image, scenario: Path) -> subprocess.CompletedProcess:
     site = Path(pydantic.__file__).resolve().parents[1]
-    shutil.copytree(Path(niclab.__file__).parent, base / "src" / "niclab",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(niclab.__file__).parent, base / "src" / "niclab", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(site, base / "site", ignore=shutil.ignore_patterns(*NOT_NEEDED), copy_function=link_or_copy)
     (base / "image").mkdir()
     for name in ("vmlinuz", "initrd.img", "manifest.json"):
@@ -72,19 +89,41 @@ def run_as(user: pwd.struct_passwd, base: Path, image, scenario: Path) -> subpro
     for writable in ("home", "cache", "runs"):
         (base / writable).mkdir()
         os.chown(base / writable, user.pw_uid, user.pw_gid)
-    env = [f"HOME={base / 'home'}", "PATH=/usr/local/bin:/usr/bin:/bin",
-           f"PYTHONPATH={base / 'src'}:{base / 'site'}", f"NICLAB_IMAGE={base / 'image'}",
-           f"NICLAB_CACHE={base / 'cache'}"]
-    command = ["runuser", "-u", user.pw_name, "--", "env", "-i", *env, usable_python(user.pw_name),
-               "-m", "niclab", "run", str(base / "scenario.yaml"), "--out", str(base / "runs")]
+    env = [
+        f"HOME={base / 'home'}",
+        "PATH=/usr/local/bin:/usr/bin:/bin",
+        f"PYTHONPATH={base / 'src'}:{base / 'site'}",
+        f"NICLAB_IMAGE={base / 'image'}",
+        f"NICLAB_CACHE={base / 'cache'}",
+    ]
+    command = [
+        "runuser",
+        "-u",
+        user.pw_name,
+        "--",
+        "env",
+        "-i",
+        *env,
+        usable_python(user.pw_name),
+        "-m",
+        "niclab",
+        "run",
+        str(base / "scenario.yaml"),
+        "--out",
+        str(base / "runs"),
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=base)
 
 
 def test_unprivileged_user_runs_the_emulated_scenario(image, repo, tmp_path):
     scenario = repo / "scenarios" / "two-node.yaml"
     if os.geteuid() != 0:
-        result = subprocess.run([sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(tmp_path)],
-                                capture_output=True, text=True, timeout=600)
+        result = subprocess.run(
+            [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         base, uid = tmp_path, os.geteuid()
     else:
         user = ensure_user()

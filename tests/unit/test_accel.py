@@ -38,8 +38,10 @@ def test_a_working_probe_chooses_kvm_and_is_cached():
 
 
 def test_a_hung_or_crashed_probe_chooses_tcg_with_its_reason():
-    for what in ("the image's kernel did not reach userspace under kvm in 20 s",
-                 "QEMU exited under kvm before the guest's userspace ran: error: failed to set MSR 0x10a"):
+    for what in (
+        "the image's kernel did not reach userspace under kvm in 20 s",
+        "QEMU exited under kvm before the guest's userspace ran: error: failed to set MSR 0x10a",
+    ):
         choice, new = accel.decide(None, None, None, Probe(False, what))
         assert (choice.accel, choice.reason, new) == ("tcg", what, True)
 

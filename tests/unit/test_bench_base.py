@@ -44,8 +44,14 @@ class FakeNode:
     else succeeds with no output (so free_port finds the port free and wait_listening finds a listener).
     """
 
-    def __init__(self, name: str, log: list, replies: dict | None = None, files: dict | None = None,
-                 server_output: CommandResult | Exception | None = None):
+    def __init__(
+        self,
+        name: str,
+        log: list,
+        replies: dict | None = None,
+        files: dict | None = None,
+        server_output: CommandResult | Exception | None = None,
+    ):
         self.name, self.log, self.replies, self.files = name, log, replies or {}, files or {}
         self.server_output = server_output or result("server says hello\n", 143, node=name)
         self.spawned: list[FakeProcess] = []
@@ -73,8 +79,14 @@ class FakeNode:
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, client: dict | None = None, server: dict | None = None,
-                 files: dict | None = None, server_output=None):
+    def __init__(
+        self,
+        tmp_path: Path,
+        client: dict | None = None,
+        server: dict | None = None,
+        files: dict | None = None,
+        server_output=None,
+    ):
         self.log: list[tuple[str, str, str]] = []
         self.client = FakeNode("a", self.log, client, files)
         self.server = FakeNode("b", self.log, server, server_output=server_output)
@@ -107,6 +119,7 @@ class Rig:
 
 
 # -- the helper ------------------------------------------------------------------------------------
+
 
 def test_frees_the_port_then_spawns_waits_runs_the_client_and_stops(tmp_path):
     rig = Rig(tmp_path, client={"echo hi": result("hi\n")})
@@ -172,8 +185,7 @@ def test_a_failure_after_the_client_ran_keeps_what_the_client_printed(tmp_path):
 
 
 def test_a_server_that_never_listens_is_stopped_and_the_client_never_runs(tmp_path):
-    rig = Rig(tmp_path, server={LISTENING: result(returncode=1)},
-              server_output=result("", 1, "bind: address in use\n"))
+    rig = Rig(tmp_path, server={LISTENING: result(returncode=1)}, server_output=result("", 1, "bind: address in use\n"))
     with pytest.raises(BenchmarkError, match=r"nothing listens on tcp port 7 .*\(raw output: "):
         with served(rig.ctx, "srv", 7, label="thing"):
             pytest.fail("the block must not run")
@@ -185,8 +197,10 @@ def test_a_server_that_never_listens_is_stopped_and_the_client_never_runs(tmp_pa
 def test_hooks_run_around_the_stop_in_order_also_on_failure(tmp_path):
     for fail in (False, True):
         rig = Rig(tmp_path)
-        hooks = {"before_stop": lambda log=rig.log: log.append(("hook", "b", "before")) or "# asked it to go",
-                 "after_stop": lambda log=rig.log: log.append(("hook", "b", "after")) or "# swept"}
+        hooks = {
+            "before_stop": lambda log=rig.log: log.append(("hook", "b", "before")) or "# asked it to go",
+            "after_stop": lambda log=rig.log: log.append(("hook", "b", "after")) or "# swept",
+        }
         try:
             with served(rig.ctx, "srv", 7, label=f"thing-{fail}", **hooks) as run:
                 run.run_client("cli", timeout=5)
@@ -234,24 +248,58 @@ def test_other_errors_keep_their_message_and_get_a_note(tmp_path):
 
 # -- the four plug-ins go through it ---------------------------------------------------------------
 
+
 def lmbench_capture(data_dir: Path, name: str) -> CommandResult:
     found = json.loads((data_dir / "lmbench" / f"{name}.json").read_text())
-    return CommandResult("a", ("/bin/sh", "-c", found["command"]), found["returncode"], found["stdout"],
-                         found["stderr"], found["seconds"])
+    return CommandResult(
+        "a",
+        ("/bin/sh", "-c", found["command"]),
+        found["returncode"],
+        found["stdout"],
+        found["stderr"],
+        found["seconds"],
+    )
 
 
 def plugin_cases(data_dir: Path) -> dict:
     """name -> (plug-in, options, port, proto, client replies, client files, raw file name)."""
     return {
-        "netperf": (netperf.PLUGIN, netperf.NetperfOptions(test="TCP_STREAM", seconds=1), netperf.PORT, "tcp",
-                    {"netperf -H": result((data_dir / "netperf" / "tcp_stream.txt").read_text())}, {},
-                    "netperf-TCP_STREAM"),
-        "iperf3": (iperf3.PLUGIN, iperf3.Iperf3Options(seconds=1), iperf3.PORT, "tcp",
-                   {"iperf3 -c": result((data_dir / "iperf3" / "tcp.json").read_text())}, {}, "iperf3-tcp"),
-        "lmbench": (lmbench.PLUGIN, lmbench.LmbenchOptions(test="lat_udp", repetitions=3), 34298, "udp",
-                    {"lat_udp -N": lmbench_capture(data_dir, "lat_udp")}, {}, "lmbench-lat_udp"),
-        "netpipe": (netpipe.PLUGIN, netpipe.NetpipeOptions(), netpipe.PORT, "tcp", {"NPtcp -h": result()},
-                    {netpipe.OUTPUT: (data_dir / "netpipe" / "e1000.out").read_bytes()}, "netpipe"),
+        "netperf": (
+            netperf.PLUGIN,
+            netperf.NetperfOptions(test="TCP_STREAM", seconds=1),
+            netperf.PORT,
+            "tcp",
+            {"netperf -H": result((data_dir / "netperf" / "tcp_stream.txt").read_text())},
+            {},
+            "netperf-TCP_STREAM",
+        ),
+        "iperf3": (
+            iperf3.PLUGIN,
+            iperf3.Iperf3Options(seconds=1),
+            iperf3.PORT,
+            "tcp",
+            {"iperf3 -c": result((data_dir / "iperf3" / "tcp.json").read_text())},
+            {},
+            "iperf3-tcp",
+        ),
+        "lmbench": (
+            lmbench.PLUGIN,
+            lmbench.LmbenchOptions(test="lat_udp", repetitions=3),
+            34298,
+            "udp",
+            {"lat_udp -N": lmbench_capture(data_dir, "lat_udp")},
+            {},
+            "lmbench-lat_udp",
+        ),
+        "netpipe": (
+            netpipe.PLUGIN,
+            netpipe.NetpipeOptions(),
+            netpipe.PORT,
+            "tcp",
+            {"NPtcp -h": result()},
+            {netpipe.OUTPUT: (data_dir / "netpipe" / "e1000.out").read_bytes()},
+            "netpipe",
+        ),
     }
 
 
@@ -293,8 +341,10 @@ def test_netperf_udp_stream_hang_is_retried_once_through_the_helper(tmp_path, da
     first, second = rig.raw["netperf-UDP_STREAM"]
     assert "did not end within 34 s" in first and "killed it" in first
     assert "# server: server says hello" in second
-    warning = f"the first attempt hung and was retried (netperf UDP_STREAM did not end within 34 s (raw output: " \
-              f"{tmp_path / 'netperf-UDP_STREAM-1.txt'}))"
+    warning = (
+        f"the first attempt hung and was retried (netperf UDP_STREAM did not end within 34 s (raw output: "
+        f"{tmp_path / 'netperf-UDP_STREAM-1.txt'}))"
+    )
     assert all(m.warning == warning for m in found)
 
 
@@ -306,15 +356,23 @@ def test_netperf_hang_of_another_test_is_not_retried(tmp_path):
 
 
 def test_lmbench_shuts_its_server_down_with_S_then_stops_then_sweeps(tmp_path, data_dir):
-    rig = Rig(tmp_path, client={"lat_tcp -N": lmbench_capture(data_dir, "lat_tcp")},
-              server={lmbench.SWEEP: result("killed leftover 77: lat_tcp -s\n")})
+    rig = Rig(
+        tmp_path,
+        client={"lat_tcp -N": lmbench_capture(data_dir, "lat_tcp")},
+        server={lmbench.SWEEP: result("killed leftover 77: lat_tcp -s\n")},
+    )
     lmbench.PLUGIN.run(rig.ctx, lmbench.LmbenchOptions(test="lat_tcp", repetitions=3))
     after = [(kind, node, command) for kind, node, command in rig.log[4:]]
-    assert after == [("run", "b", f"{lmbench.BIN}/lat_tcp -S {SERVER}"), ("stop", "b", f"{lmbench.BIN}/lat_tcp -s"),
-                     ("run", "b", lmbench.SWEEP), ("run", "a", lmbench.SWEEP)]
+    assert after == [
+        ("run", "b", f"{lmbench.BIN}/lat_tcp -S {SERVER}"),
+        ("stop", "b", f"{lmbench.BIN}/lat_tcp -s"),
+        ("run", "b", lmbench.SWEEP),
+        ("run", "a", lmbench.SWEEP),
+    ]
     [raw] = rig.raw["lmbench-lat_tcp"]
-    assert raw.endswith("# lat_tcp -S: exit 0 \n# server (exit 143): server says hello\n"
-                        "# b: killed leftover 77: lat_tcp -s\n")
+    assert raw.endswith(
+        "# lat_tcp -S: exit 0 \n# server (exit 143): server says hello\n# b: killed leftover 77: lat_tcp -s\n"
+    )
 
 
 def test_iperf3_json_error_still_fails_after_the_helper(tmp_path, data_dir):
@@ -326,8 +384,11 @@ def test_iperf3_json_error_still_fails_after_the_helper(tmp_path, data_dir):
 
 def test_netpipe_sweep_out_of_time_keeps_its_partial_curve(tmp_path, data_dir):
     rows = (data_dir / "netpipe" / "e1000.out").read_text().splitlines()[:10]
-    rig = Rig(tmp_path, client={"NPtcp -h": GuestCommandError("a: `NPtcp` did not finish in 30 s; killed it")},
-              files={netpipe.OUTPUT: ("\n".join(rows) + "\n").encode()})
+    rig = Rig(
+        tmp_path,
+        client={"NPtcp -h": GuestCommandError("a: `NPtcp` did not finish in 30 s; killed it")},
+        files={netpipe.OUTPUT: ("\n".join(rows) + "\n").encode()},
+    )
     found = netpipe.PLUGIN.run(rig.ctx, netpipe.NetpipeOptions(max_seconds=30))
     assert all("ran out of its 30 s budget" in m.warning for m in found)
     assert rig.steps() == ["free", "spawn", "listening", "client", "get", "stop"]

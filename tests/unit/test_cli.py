@@ -5,8 +5,21 @@ import pytest
 
 from niclab.cli import build_parser, main
 
-VERBS = [["run"], ["accel"], ["image"], ["image", "build"], ["image", "info"], ["down"], ["nics"], ["validate"],
-         ["plan"], ["metrics"], ["report"], ["compare"], ["export"]]
+VERBS = [
+    ["run"],
+    ["accel"],
+    ["image"],
+    ["image", "build"],
+    ["image", "info"],
+    ["down"],
+    ["nics"],
+    ["validate"],
+    ["plan"],
+    ["metrics"],
+    ["report"],
+    ["compare"],
+    ["export"],
+]
 
 
 @pytest.mark.parametrize("verb", VERBS, ids=lambda v: " ".join(v))
@@ -64,7 +77,8 @@ def test_plan_lists_cells_with_estimates(repo, capsys):
 def test_every_shipped_scenario_validates(repo, capsys):
     files = sorted(str(p) for p in (repo / "scenarios").glob("*.yaml"))
     assert {"two-node", "nic-shootout", "mtu-sweep", "bonding", "wan", "three-node-switch"} <= {
-        p.rsplit("/", 1)[1][:-5] for p in files}
+        p.rsplit("/", 1)[1][:-5] for p in files
+    }
     assert main(["validate", *files]) == 0, capsys.readouterr().err
 
 
@@ -73,8 +87,9 @@ def test_run_shard_with_no_cell_of_its_own_runs_nothing(repo, tmp_path, capsys):
     from niclab.shard import shard_of
 
     empty = 3 - shard_of("two-node", "nic=e1000", 2)
-    assert main(["run", str(repo / "scenarios" / "two-node.yaml"), "--shard", f"{empty}/2", "--out",
-                 str(tmp_path)]) == 0
+    assert (
+        main(["run", str(repo / "scenarios" / "two-node.yaml"), "--shard", f"{empty}/2", "--out", str(tmp_path)]) == 0
+    )
     assert "holds no cell; nothing to run" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
@@ -90,8 +105,11 @@ def test_backends_name_what_is_planned_and_what_is_unknown():
     from niclab.backends import get_backend
     from niclab.errors import UsageError
 
-    with pytest.raises(UsageError, match=r"^backend 'libvirt' \(libvirt domains with real cards passed through "
-                                         r"\(VFIO\), for lab runs\) is not built yet; today only 'qemu' runs"):
+    with pytest.raises(
+        UsageError,
+        match=r"^backend 'libvirt' \(libvirt domains with real cards passed through "
+        r"\(VFIO\), for lab runs\) is not built yet; today only 'qemu' runs",
+    ):
         get_backend("libvirt")
     with pytest.raises(UsageError, match=r"^unknown backend 'vbox'; choose one of: qemu$"):
         get_backend("vbox")
@@ -143,8 +161,9 @@ def test_an_unexpected_exception_is_one_line_and_a_saved_traceback(monkeypatch, 
 
 def test_a_closed_stdout_ends_quietly():
     # `niclab metrics | head -1`: the reader is gone before niclab writes; no traceback, no complaint.
-    proc = subprocess.Popen([sys.executable, "-m", "niclab", "metrics"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "niclab", "metrics"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     proc.stdout.close()
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 1

@@ -5,8 +5,20 @@ from niclab.report.data import CellData, RunData
 
 
 def run_with(samples: dict[str, list[float]], cell="nic=e1000") -> RunData:
-    summaries = [{"benchmark_index": 0, "benchmark": name.split(".")[0], "name": name, "link": 0, "client": "a",
-                  "server": "b", "unit": "x", "mean": sum(v) / len(v), "samples": v} for name, v in samples.items()]
+    summaries = [
+        {
+            "benchmark_index": 0,
+            "benchmark": name.split(".")[0],
+            "name": name,
+            "link": 0,
+            "client": "a",
+            "server": "b",
+            "unit": "x",
+            "mean": sum(v) / len(v),
+            "samples": v,
+        }
+        for name, v in samples.items()
+    ]
     return RunData(Path("run"), {}, [CellData(cell, {}, summaries=summaries)])
 
 
@@ -17,14 +29,17 @@ def verdicts(base, new, **kw):
 def test_same_figures_are_no_significant_change():
     figures = {"netperf.TCP_STREAM.throughput_mbps": [95.1, 94.8, 95.3]}
     assert verdicts(figures, {"netperf.TCP_STREAM.throughput_mbps": [95.0, 95.2, 94.9]}) == {
-        "netperf.TCP_STREAM.throughput_mbps": "no significant change"}
+        "netperf.TCP_STREAM.throughput_mbps": "no significant change"
+    }
 
 
 def test_direction_decides_better_or_worse():
     base = {"netperf.TCP_STREAM.throughput_mbps": [600, 610, 590], "netperf.TCP_RR.latency_mean_us": [200, 205, 195]}
     new = {"netperf.TCP_STREAM.throughput_mbps": [95, 96, 94], "netperf.TCP_RR.latency_mean_us": [100, 102, 98]}
-    assert verdicts(base, new) == {"netperf.TCP_STREAM.throughput_mbps": "worse",
-                                   "netperf.TCP_RR.latency_mean_us": "better"}
+    assert verdicts(base, new) == {
+        "netperf.TCP_STREAM.throughput_mbps": "worse",
+        "netperf.TCP_RR.latency_mean_us": "better",
+    }
 
 
 def test_small_but_significant_changes_stay_below_the_threshold():

@@ -8,13 +8,13 @@ def read_newc(blob: bytes) -> list[tuple[str, int, bytes, tuple[int, int]]]:
     """A minimal reader for the newc format, to check what the writer produced."""
     entries, pos = [], 0
     while True:
-        assert blob[pos:pos + 6] == b"070701"
-        fields = [int(blob[pos + 6 + 8 * i: pos + 14 + 8 * i], 16) for i in range(13)]
+        assert blob[pos : pos + 6] == b"070701"
+        fields = [int(blob[pos + 6 + 8 * i : pos + 14 + 8 * i], 16) for i in range(13)]
         namesize, filesize = fields[11], fields[6]
         name_start = pos + 110
-        name = blob[name_start:name_start + namesize - 1].decode()
+        name = blob[name_start : name_start + namesize - 1].decode()
         data_start = (name_start + namesize + 3) & ~3
-        data = blob[data_start:data_start + filesize]
+        data = blob[data_start : data_start + filesize]
         pos = (data_start + filesize + 3) & ~3
         if name == "TRAILER!!!":
             return entries

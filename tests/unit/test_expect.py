@@ -15,12 +15,15 @@ def test_parse_with_units_and_selectors():
     assert parse("netperf.UDP_STREAM.loss_pct < 1 %").value == 1.0
 
 
-@pytest.mark.parametrize("text,message", [
-    ("netperf.TCP_RR.transaction_rte > 1", "unknown metric 'netperf.TCP_RR.transaction_rte'"),
-    ("netperf.TCP_RR.transaction_rate >= 5 Mbit/s", "is in /s, not Mbit/s"),
-    ("netperf.TCP_RR.transaction_rate => 5", "is not an expectation"),
-    ("netperf.TCP_RR.transaction_rate[lnk=1] > 5", "selector 'lnk=1' is not understood"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("netperf.TCP_RR.transaction_rte > 1", "unknown metric 'netperf.TCP_RR.transaction_rte'"),
+        ("netperf.TCP_RR.transaction_rate >= 5 Mbit/s", "is in /s, not Mbit/s"),
+        ("netperf.TCP_RR.transaction_rate => 5", "is not an expectation"),
+        ("netperf.TCP_RR.transaction_rate[lnk=1] > 5", "selector 'lnk=1' is not understood"),
+    ],
+)
 def test_refused(text, message):
     with pytest.raises(ExpectationError, match=message.replace("[", r"\[")):
         parse(text)
@@ -28,15 +31,23 @@ def test_refused(text, message):
 
 def test_every_matching_group_must_pass_and_missing_is_a_miss():
     e = parse("netperf.TCP_STREAM.throughput_mbps >= 100")
-    verdicts = evaluate(e, [summary("netperf.TCP_STREAM.throughput_mbps", 150, link=0),
-                            summary("netperf.TCP_STREAM.throughput_mbps", 80, link=1),
-                            summary("netperf.TCP_RR.transaction_rate", 1)])
+    verdicts = evaluate(
+        e,
+        [
+            summary("netperf.TCP_STREAM.throughput_mbps", 150, link=0),
+            summary("netperf.TCP_STREAM.throughput_mbps", 80, link=1),
+            summary("netperf.TCP_RR.transaction_rate", 1),
+        ],
+    )
     assert [(v.passed, v.measured) for v in verdicts] == [(True, 150), (False, 80)]
-    assert verdicts[1].describe() == ("netperf.TCP_STREAM.throughput_mbps >= 100: measured 80 Mbit/s (mean of 3) "
-                                      "a->b on link 1")
+    assert verdicts[1].describe() == (
+        "netperf.TCP_STREAM.throughput_mbps >= 100: measured 80 Mbit/s (mean of 3) a->b on link 1"
+    )
     only_link_0 = parse("netperf.TCP_STREAM.throughput_mbps[link=0] >= 100")
-    both_links = [summary("netperf.TCP_STREAM.throughput_mbps", 150),
-                  summary("netperf.TCP_STREAM.throughput_mbps", 80, link=1)]
+    both_links = [
+        summary("netperf.TCP_STREAM.throughput_mbps", 150),
+        summary("netperf.TCP_STREAM.throughput_mbps", 80, link=1),
+    ]
     assert [v.passed for v in evaluate(only_link_0, both_links)] == [True]
     missing = evaluate(parse("ping.rtt_avg_ms < 5"), [])
     assert [(v.passed, v.describe()) for v in missing] == [(False, "ping.rtt_avg_ms < 5: not measured")]

@@ -1,6 +1,6 @@
 from niclab.report.findings import dips
 
-SMOOTH = [[2 ** i, min(600.0, 2.0 * 1.9 ** i), 50.0 + i] for i in range(1, 22)]
+SMOOTH = [[2**i, min(600.0, 2.0 * 1.9**i), 50.0 + i] for i in range(1, 22)]
 
 
 def test_a_smooth_curve_has_no_dip():
@@ -15,7 +15,7 @@ def test_a_plateau_with_noise_has_no_dip():
 def test_a_dip_well_below_both_neighbours_is_found():
     curve = [list(p) for p in SMOOTH]
     curve[15][1] = 250.0  # as the E1000 at MTU 4000: a collapse at one size, recovered at the next
-    assert dips(curve) == [(2 ** 16, 250.0, 600.0)]
+    assert dips(curve) == [(2**16, 250.0, 600.0)]
 
 
 def test_a_rise_or_a_fall_is_not_a_dip():
@@ -26,5 +26,5 @@ def test_a_rise_or_a_fall_is_not_a_dip():
 
 def test_depth_decides():
     curve = [[1, 100.0, 1], [2, 88.0, 1], [4, 100.0, 1]]
-    assert dips(curve) == []                 # 12 % below: noise
+    assert dips(curve) == []  # 12 % below: noise
     assert dips(curve, depth=0.10) == [(2, 88.0, 100.0)]

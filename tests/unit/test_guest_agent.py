@@ -175,15 +175,22 @@ def test_a_late_reply_is_not_taken_as_the_answer_to_the_next_command(serve):
     assert fake.commands() == ["guest-sync-delimited", "slow", "guest-sync-delimited", "quick", "next"]
 
 
-@pytest.mark.parametrize(("line", "complaint"), [
-    pytest.param(b"this is not json\n", r"not JSON: 'this is not json'$", id="garbage"),
-    pytest.param(b"[1, 2, 3]\n", r"JSON that is not an object: '\[1, 2, 3\]'$", id="list"),
-    pytest.param(b"42\n", r"JSON that is not an object: '42'$", id="number"),
-    pytest.param(b'{"return": "\x80\x81"}\n', r"not UTF-8: '{\"return\": \"\\\\x80\\\\x81\"}'$", id="not-utf8"),
-    pytest.param(b"[" * 100_000 + b"\n", r"not JSON: '\[\[\[\[.* …$", id="too-deep"),
-    pytest.param(b'{"retrun": 1}\n', r"guest-info: the guest agent's reply has neither \"return\" nor \"error\": "
-                 r"'{\"retrun\": 1}'$", id="neither-return-nor-error"),
-])
+@pytest.mark.parametrize(
+    ("line", "complaint"),
+    [
+        pytest.param(b"this is not json\n", r"not JSON: 'this is not json'$", id="garbage"),
+        pytest.param(b"[1, 2, 3]\n", r"JSON that is not an object: '\[1, 2, 3\]'$", id="list"),
+        pytest.param(b"42\n", r"JSON that is not an object: '42'$", id="number"),
+        pytest.param(b'{"return": "\x80\x81"}\n', r"not UTF-8: '{\"return\": \"\\\\x80\\\\x81\"}'$", id="not-utf8"),
+        pytest.param(b"[" * 100_000 + b"\n", r"not JSON: '\[\[\[\[.* …$", id="too-deep"),
+        pytest.param(
+            b'{"retrun": 1}\n',
+            r"guest-info: the guest agent's reply has neither \"return\" nor \"error\": "
+            r"'{\"retrun\": 1}'$",
+            id="neither-return-nor-error",
+        ),
+    ],
+)
 def test_a_malformed_reply_is_an_agent_error_and_the_channel_recovers(serve, line, complaint):
     sent: list[str] = []
 
@@ -215,16 +222,26 @@ def test_an_error_reply_is_an_agent_error_with_its_description(serve):
 
 
 def test_many_empty_lines_before_a_reply_are_skipped_without_recursion(serve):
-    agent, _ = serve(lambda index, request: None if request["execute"] == "guest-sync-delimited"
-                     else b"\n" * 5000 + b"\xff\n" + reply("after blanks"))
+    agent, _ = serve(
+        lambda index, request: (
+            None if request["execute"] == "guest-sync-delimited" else b"\n" * 5000 + b"\xff\n" + reply("after blanks")
+        )
+    )
     assert agent.call("guest-info") == "after blanks"
 
 
-@pytest.mark.parametrize(("hangup", "complaint"), [
-    pytest.param(Hangup(), r"^n1: the guest agent closed the connection$", id="eof"),
-    pytest.param(Hangup(b'{"return": {"pid"'), r"^n1: the guest agent closed the connection in the middle of a reply: "
-                 r"'{\"return\": {\"pid\"'$", id="partial-line-then-eof"),
-])
+@pytest.mark.parametrize(
+    ("hangup", "complaint"),
+    [
+        pytest.param(Hangup(), r"^n1: the guest agent closed the connection$", id="eof"),
+        pytest.param(
+            Hangup(b'{"return": {"pid"'),
+            r"^n1: the guest agent closed the connection in the middle of a reply: "
+            r"'{\"return\": {\"pid\"'$",
+            id="partial-line-then-eof",
+        ),
+    ],
+)
 def test_a_closed_connection_is_an_agent_error(serve, hangup, complaint):
     agent, _ = serve(lambda index, request: None if request["execute"] == "guest-sync-delimited" else hangup)
     with pytest.raises(AgentError, match=complaint):
@@ -272,8 +289,12 @@ def test_a_silent_agent_is_reconnected_and_synced_again(serve):
     assert agent.call("guest-ping") == "on the new connection"
     assert fake.connections == 2
     assert [(i, r["execute"]) for i, r in fake.requests] == [
-        (0, "guest-sync-delimited"), (0, "guest-ping"), (0, "guest-sync-delimited"),
-        (1, "guest-sync-delimited"), (1, "guest-ping")]
+        (0, "guest-sync-delimited"),
+        (0, "guest-ping"),
+        (0, "guest-sync-delimited"),
+        (1, "guest-sync-delimited"),
+        (1, "guest-ping"),
+    ]
 
 
 def test_a_resync_that_fails_on_a_new_connection_too_is_an_agent_error(serve):
@@ -307,9 +328,14 @@ def test_a_guest_command_round_trip_through_guest_exec(serve):
             polls.append(1)
             if len(polls) < 3:
                 return reply({"exited": False})
-            return reply({"exited": True, "exitcode": 3,
-                          "out-data": base64.b64encode(b"hello\n").decode(),
-                          "err-data": base64.b64encode(b"\xffwarning\n").decode()})
+            return reply(
+                {
+                    "exited": True,
+                    "exitcode": 3,
+                    "out-data": base64.b64encode(b"hello\n").decode(),
+                    "err-data": base64.b64encode(b"\xffwarning\n").decode(),
+                }
+            )
         return None
 
     agent, fake = serve(script)
@@ -317,8 +343,10 @@ def test_a_guest_command_round_trip_through_guest_exec(serve):
     assert (result.node, result.argv, result.returncode) == ("n1", ("ethtool", "-i", "link0"), 3)
     assert result.stdout == "hello\n" and result.stderr == "\ufffdwarning\n"
     exec_request = fake.requests[1][1]
-    assert exec_request == {"execute": "guest-exec", "arguments": {
-        "path": "setsid", "arg": ["ethtool", "-i", "link0"], "capture-output": True}}
+    assert exec_request == {
+        "execute": "guest-exec",
+        "arguments": {"path": "setsid", "arg": ["ethtool", "-i", "link0"], "capture-output": True},
+    }
     assert len(polls) == 3
 
 
@@ -343,28 +371,65 @@ def read(agent: GuestAgent):
 FILE = {"guest-file-open": 3, "guest-file-close": {}}
 
 
-@pytest.mark.parametrize(("table", "run", "complaint"), [
-    pytest.param({"guest-exec": {}}, start, r"guest-exec: the guest agent's pid is not an integer: 'null'",
-                 id="exec-no-pid"),
-    pytest.param({"guest-exec": [1]}, start, r"guest-exec: the guest agent's reply is not an object: '\[1\]'",
-                 id="exec-list"),
-    pytest.param({"guest-exec": {"pid": True}}, start, r"guest-exec: the guest agent's pid is not an integer: 'true'",
-                 id="exec-bool-pid"),
-    pytest.param({"guest-exec-status": "done"}, status,
-                 r"guest-exec-status: the guest agent's reply is not an object: '\"done\"'", id="status-string"),
-    pytest.param({"guest-exec-status": {"exited": True, "exitcode": "0"}}, status,
-                 r"guest-exec-status: the guest agent's exitcode is not an integer: '\"0\"'", id="status-exitcode"),
-    pytest.param({"guest-exec-status": {"exited": True, "signal": None}}, status,
-                 r"guest-exec-status: the guest agent's signal is not an integer: 'null'", id="status-signal"),
-    pytest.param({"guest-exec-status": {"exited": True, "exitcode": 0, "out-data": "é"}}, status,
-                 r"guest-exec-status: the guest agent's out-data is not base64", id="status-out-data"),
-    pytest.param({"guest-exec-status": {"exited": True, "exitcode": 0, "err-data": 5}}, status,
-                 r"guest-exec-status: the guest agent's err-data is not base64: '5'", id="status-err-data"),
-    pytest.param(FILE | {"guest-file-read": None}, read,
-                 r"guest-file-read: the guest agent's reply is not an object: 'null'", id="read-null"),
-    pytest.param(FILE | {"guest-file-read": {"buf-b64": "a"}}, read,
-                 r"guest-file-read: the guest agent's buf-b64 is not base64: '\"a\"'", id="read-bad-base64"),
-])
+@pytest.mark.parametrize(
+    ("table", "run", "complaint"),
+    [
+        pytest.param(
+            {"guest-exec": {}}, start, r"guest-exec: the guest agent's pid is not an integer: 'null'", id="exec-no-pid"
+        ),
+        pytest.param(
+            {"guest-exec": [1]}, start, r"guest-exec: the guest agent's reply is not an object: '\[1\]'", id="exec-list"
+        ),
+        pytest.param(
+            {"guest-exec": {"pid": True}},
+            start,
+            r"guest-exec: the guest agent's pid is not an integer: 'true'",
+            id="exec-bool-pid",
+        ),
+        pytest.param(
+            {"guest-exec-status": "done"},
+            status,
+            r"guest-exec-status: the guest agent's reply is not an object: '\"done\"'",
+            id="status-string",
+        ),
+        pytest.param(
+            {"guest-exec-status": {"exited": True, "exitcode": "0"}},
+            status,
+            r"guest-exec-status: the guest agent's exitcode is not an integer: '\"0\"'",
+            id="status-exitcode",
+        ),
+        pytest.param(
+            {"guest-exec-status": {"exited": True, "signal": None}},
+            status,
+            r"guest-exec-status: the guest agent's signal is not an integer: 'null'",
+            id="status-signal",
+        ),
+        pytest.param(
+            {"guest-exec-status": {"exited": True, "exitcode": 0, "out-data": "é"}},
+            status,
+            r"guest-exec-status: the guest agent's out-data is not base64",
+            id="status-out-data",
+        ),
+        pytest.param(
+            {"guest-exec-status": {"exited": True, "exitcode": 0, "err-data": 5}},
+            status,
+            r"guest-exec-status: the guest agent's err-data is not base64: '5'",
+            id="status-err-data",
+        ),
+        pytest.param(
+            FILE | {"guest-file-read": None},
+            read,
+            r"guest-file-read: the guest agent's reply is not an object: 'null'",
+            id="read-null",
+        ),
+        pytest.param(
+            FILE | {"guest-file-read": {"buf-b64": "a"}},
+            read,
+            r"guest-file-read: the guest agent's buf-b64 is not base64: '\"a\"'",
+            id="read-bad-base64",
+        ),
+    ],
+)
 def test_a_reply_of_the_wrong_shape_is_an_agent_error(serve, table, run, complaint):
     agent, _ = serve(answers(table))
     with pytest.raises(AgentError, match=r"^n1: " + complaint):
@@ -420,8 +485,13 @@ def test_writing_to_a_closed_agent_raises_instead_of_sigpipe(tmp_path):
 
     fake = FakeAgent(tmp_path / "n1.qga", script)
     try:
-        child = subprocess.run([sys.executable, "-c", SIGPIPE_CHILD, str(fake.path)],
-                               check=False, capture_output=True, text=True, timeout=20)
+        child = subprocess.run(
+            [sys.executable, "-c", SIGPIPE_CHILD, str(fake.path)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     finally:
         fake.close()
     assert child.returncode != -signal.SIGPIPE, "the write on the closed socket raised SIGPIPE"

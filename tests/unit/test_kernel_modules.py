@@ -25,10 +25,14 @@ def test_module_name_normalizes_dashes():
 def test_closure_pulls_dependencies():
     deps = parse_modules_dep(DEP)
     chosen = closure(deps, ["ne2k-pci", "bonding"])
-    assert chosen == sorted([
-        "kernel/drivers/net/ethernet/8390/ne2k-pci.ko", "kernel/drivers/net/ethernet/8390/8390.ko",
-        "kernel/drivers/net/bonding/bonding.ko", "kernel/net/tls/tls.ko",
-    ])
+    assert chosen == sorted(
+        [
+            "kernel/drivers/net/ethernet/8390/ne2k-pci.ko",
+            "kernel/drivers/net/ethernet/8390/8390.ko",
+            "kernel/drivers/net/bonding/bonding.ko",
+            "kernel/net/tls/tls.ko",
+        ]
+    )
     text = filter_modules_dep(deps, chosen)
     assert "kernel/net/tls/tls.ko:\n" in text
     assert "e1000" not in text

@@ -29,11 +29,14 @@ def test_which_cells_the_lab_can_realize(tmp_path, repo):
     assert lab.lacks(bonding["nic=rtl8139"]) == "lab small-lab lacks cards: the cell needs 8 rtl8139 (the lab has 1)"
 
 
-@pytest.mark.parametrize("text,message", [
-    ("name: x\ncards:\n  - {model: e1001, pci: '0000:03:00.0'}\n", "cards.0.model: unknown NIC model 'e1001'"),
-    ("name: x\ncards:\n  - {model: e1000, pci: '3:0.0'}\n", "cards.0.pci: String should match pattern"),
-    ("name: x\ncards: [\n", "cannot read the lab inventory"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("name: x\ncards:\n  - {model: e1001, pci: '0000:03:00.0'}\n", "cards.0.model: unknown NIC model 'e1001'"),
+        ("name: x\ncards:\n  - {model: e1000, pci: '3:0.0'}\n", "cards.0.pci: String should match pattern"),
+        ("name: x\ncards: [\n", "cannot read the lab inventory"),
+    ],
+)
 def test_bad_inventories_say_where(tmp_path, text, message):
     (tmp_path / "lab.yaml").write_text(text)
     with pytest.raises(UsageError, match=message):

@@ -11,14 +11,16 @@ def test_deb822_source_for_the_suite(tmp_path, monkeypatch):
     (tmp_path / "sources.list.d" / "debian.sources").write_text(
         "Types: deb\nURIs: http://mirror.invalid/debian\nSuites: bookworm bookworm-updates\n"
         "Components: main\n\nTypes: deb\nURIs: http://mirror.invalid/debian-security\n"
-        "Suites: bookworm-security\nComponents: main\n")
+        "Suites: bookworm-security\nComponents: main\n"
+    )
     assert debian_mirror("bookworm", tmp_path) == "http://mirror.invalid/debian"
 
 
 def test_one_line_source_with_options(tmp_path, monkeypatch):
     monkeypatch.delenv("NICLAB_DEBIAN_MIRROR", raising=False)
     (tmp_path / "sources.list").write_text(
-        "# a comment\ndeb [arch=amd64 signed-by=/x.gpg] http://mirror.invalid/debian bookworm main\n")
+        "# a comment\ndeb [arch=amd64 signed-by=/x.gpg] http://mirror.invalid/debian bookworm main\n"
+    )
     assert debian_mirror("bookworm", tmp_path) == "http://mirror.invalid/debian"
 
 

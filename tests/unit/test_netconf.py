@@ -30,11 +30,16 @@ def plan():
 def test_every_cable_bond_and_segment_is_its_own_slash_24():
     got = [(i.node, i.name, i.address, i.mtu, len(i.ports)) for i in plan().ifaces]
     assert got == [
-        ("a", "link0", "198.18.0.1", 1500, 1), ("b", "link0", "198.18.0.2", 1500, 1),
-        ("b", "link1p0", "198.18.1.1", 4000, 1), ("c", "link1p0", "198.18.1.2", 4000, 1),
-        ("b", "link1p1", "198.18.2.1", 4000, 1), ("c", "link1p1", "198.18.2.2", 4000, 1),
-        ("a", "bond2", "198.18.3.1", 1500, 3), ("b", "bond2", "198.18.3.2", 1500, 3),
-        ("a", "link3", "198.18.4.1", 1500, 1), ("b", "link3", "198.18.4.2", 1500, 1),
+        ("a", "link0", "198.18.0.1", 1500, 1),
+        ("b", "link0", "198.18.0.2", 1500, 1),
+        ("b", "link1p0", "198.18.1.1", 4000, 1),
+        ("c", "link1p0", "198.18.1.2", 4000, 1),
+        ("b", "link1p1", "198.18.2.1", 4000, 1),
+        ("c", "link1p1", "198.18.2.2", 4000, 1),
+        ("a", "bond2", "198.18.3.1", 1500, 3),
+        ("b", "bond2", "198.18.3.2", 1500, 3),
+        ("a", "link3", "198.18.4.1", 1500, 1),
+        ("b", "link3", "198.18.4.2", 1500, 1),
         ("c", "link3", "198.18.4.3", 1500, 1),
     ]
     net = plan()
@@ -58,8 +63,9 @@ def test_node_script_names_ports_by_mac_and_sets_everything():
     assert 'ip link set dev "$dev" name link0' in script
     assert "ip link set dev link0 mtu 1500" in script
     assert "ethtool -K link0 tso off gro on" in script
-    assert ("tc qdisc del dev link0 root >/dev/null 2>&1 || true\n"
-            "tc qdisc add dev link0 root netem delay 10ms loss 1%") in script
+    assert (
+        "tc qdisc del dev link0 root >/dev/null 2>&1 || true\ntc qdisc add dev link0 root netem delay 10ms loss 1%"
+    ) in script
     assert "ip link add bond2 type bond mode balance-rr miimon 100" in script
     assert "ip link set dev link2p1 master bond2" in script
     assert "ip addr add 198.18.3.1/24 dev bond2" in script
@@ -122,6 +128,7 @@ def test_parallel_reports_every_failure_in_node_order():
         def job():
             time.sleep(delay)
             raise netconf.NetconfError(f"{node}: broken")
+
         return job
 
     with pytest.raises(netconf.NetconfError) as caught:

@@ -6,21 +6,38 @@ from niclab.netem import Netem, mismatches, parse_qdisc
 
 
 def test_units_are_parsed_and_written_back_the_way_tc_takes_them():
-    spec = Netem(delay="10ms", jitter="1ms", loss="0.5%", duplicate="0.1%", reorder="1%", corrupt="0.01%",
-                 rate="100mbit")
+    spec = Netem(
+        delay="10ms", jitter="1ms", loss="0.5%", duplicate="0.1%", reorder="1%", corrupt="0.01%", rate="100mbit"
+    )
     assert spec.delay == 10000 and spec.jitter == 1000 and spec.rate == 100e6
-    assert spec.tc_args() == ["delay", "10ms", "1ms", "loss", "0.5%", "duplicate", "0.1%", "reorder", "1%",
-                              "corrupt", "0.01%", "rate", "100mbit"]
+    assert spec.tc_args() == [
+        "delay",
+        "10ms",
+        "1ms",
+        "loss",
+        "0.5%",
+        "duplicate",
+        "0.1%",
+        "reorder",
+        "1%",
+        "corrupt",
+        "0.01%",
+        "rate",
+        "100mbit",
+    ]
     assert Netem(delay="250us", rate="1.5mbit").tc_args() == ["delay", "250us", "rate", "1500kbit"]
     assert Netem(delay="2s").tc_args() == ["delay", "2s"]
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("delay", 10, "netem delay 10 needs a unit, e.g. 10ms or 500us"),
-    ("loss", 5, "netem loss 5 needs a unit, e.g. 0.5%"),
-    ("rate", "100mbps", "netem rate '100mbps' is not understood; write it like 100mbit"),
-    ("loss", "150%", "netem loss '150%' is more than 100%"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("delay", 10, "netem delay 10 needs a unit, e.g. 10ms or 500us"),
+        ("loss", 5, "netem loss 5 needs a unit, e.g. 0.5%"),
+        ("rate", "100mbps", "netem rate '100mbps' is not understood; write it like 100mbit"),
+        ("loss", "150%", "netem loss '150%' is more than 100%"),
+    ],
+)
 def test_values_without_units_are_refused(field, value, message):
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Netem(**{field: value})
@@ -32,20 +49,36 @@ def test_jitter_and_reorder_need_a_delay():
 
 
 def test_read_back_of_tc_output():
-    installed = parse_qdisc("qdisc netem 8001: root refcnt 2 limit 1000 delay 10ms  1ms loss 0.5% "
-                            "duplicate 0.1% reorder 1% corrupt 0.01% rate 100Mbit gap 1")
-    assert installed == {"limit": 1000, "delay": 10000, "jitter": 1000, "loss": 0.5, "duplicate": 0.1,
-                         "reorder": 1, "corrupt": 0.01, "rate": 100e6}
-    spec = Netem(delay="10ms", jitter="1ms", loss="0.5%", duplicate="0.1%", reorder="1%", corrupt="0.01%",
-                 rate="100mbit")
+    installed = parse_qdisc(
+        "qdisc netem 8001: root refcnt 2 limit 1000 delay 10ms  1ms loss 0.5% "
+        "duplicate 0.1% reorder 1% corrupt 0.01% rate 100Mbit gap 1"
+    )
+    assert installed == {
+        "limit": 1000,
+        "delay": 10000,
+        "jitter": 1000,
+        "loss": 0.5,
+        "duplicate": 0.1,
+        "reorder": 1,
+        "corrupt": 0.01,
+        "rate": 100e6,
+    }
+    spec = Netem(
+        delay="10ms", jitter="1ms", loss="0.5%", duplicate="0.1%", reorder="1%", corrupt="0.01%", rate="100mbit"
+    )
     assert mismatches(spec, installed) == []
     # tc rounds tiny probabilities: 0.001% reads back as 0.00100001%
     rounded = parse_qdisc("qdisc netem 8001: root refcnt 2 limit 1000 loss 0.00100001%")
     assert mismatches(Netem(loss="0.001%"), rounded) == []
     # leftovers of an earlier qdisc are differences too
-    assert mismatches(Netem(delay="1.5ms"), parse_qdisc(
-        "qdisc netem 8001: root refcnt 2 limit 1000 delay 1.5ms reorder 1% corrupt 0.01% rate 100Mbit")) == [
-        "corrupt: not asked, installed 0.01%", "rate: not asked, installed 100mbit", "reorder: not asked, installed 1%"]
+    assert mismatches(
+        Netem(delay="1.5ms"),
+        parse_qdisc("qdisc netem 8001: root refcnt 2 limit 1000 delay 1.5ms reorder 1% corrupt 0.01% rate 100Mbit"),
+    ) == [
+        "corrupt: not asked, installed 0.01%",
+        "rate: not asked, installed 100mbit",
+        "reorder: not asked, installed 1%",
+    ]
     assert parse_qdisc("qdisc noqueue 0: root refcnt 2") is None
     assert mismatches(Netem(delay="1ms"), None) == ["no netem qdisc is installed"]
 
@@ -61,8 +94,10 @@ def test_offload_names_and_switches():
 
 
 def test_offload_read_back():
-    features = offloads.parse_features("tcp-segmentation-offload: off\n\ttx-tcp-segmentation: off [fixed]\n"
-                                       "generic-receive-offload: on\nlarge-receive-offload: off [fixed]\n")
+    features = offloads.parse_features(
+        "tcp-segmentation-offload: off\n\ttx-tcp-segmentation: off [fixed]\n"
+        "generic-receive-offload: on\nlarge-receive-offload: off [fixed]\n"
+    )
     assert features["tcp-segmentation-offload"] == (False, True)  # its only part is fixed
     assert features["large-receive-offload"] == (False, True)
     assert offloads.mismatches({"tso": False, "gro": True}, features) == []
@@ -70,9 +105,11 @@ def test_offload_read_back():
 
 
 def test_a_group_whose_parts_are_all_fixed_is_fixed():
-    features = offloads.parse_features("tcp-segmentation-offload: off\n\ttx-tcp-segmentation: off [fixed]\n"
-                                       "\ttx-tcp6-segmentation: off [fixed]\nscatter-gather: off\n"
-                                       "\ttx-scatter-gather: off [fixed]\n\ttx-scatter-gather-fraglist: off\n")
+    features = offloads.parse_features(
+        "tcp-segmentation-offload: off\n\ttx-tcp-segmentation: off [fixed]\n"
+        "\ttx-tcp6-segmentation: off [fixed]\nscatter-gather: off\n"
+        "\ttx-scatter-gather: off [fixed]\n\ttx-scatter-gather-fraglist: off\n"
+    )
     assert features["tcp-segmentation-offload"] == (False, True)
     assert features["scatter-gather"] == (False, False)
     assert offloads.mismatches({"tso": True}, features) == ["tso: asked on, is off (fixed by the driver)"]

@@ -33,9 +33,14 @@ def test_confidence_miss_is_a_warning_though_netperf_says_nothing(data_dir):
     assert throughput.value == 372.10
     assert throughput.extra["confidence_met"] is False
     assert throughput.extra["confidence_achieved_width_pct"] == {
-        "throughput": 53.592, "local_cpu": 19.116, "remote_cpu": 61.255}
-    assert throughput.warning == ("netperf's 99 % confidence target (±2.5 %) was missed after 3 iterations: "
-                                  "throughput ±26.8 %, local cpu ±9.6 %, remote cpu ±30.6 %")
+        "throughput": 53.592,
+        "local_cpu": 19.116,
+        "remote_cpu": 61.255,
+    }
+    assert throughput.warning == (
+        "netperf's 99 % confidence target (±2.5 %) was missed after 3 iterations: "
+        "throughput ±26.8 %, local cpu ±9.6 %, remote cpu ±30.6 %"
+    )
     assert (found["local_cpu_pct"].value, found["remote_cpu_pct"].value) == (58.74, 55.62)
     assert (found["local_sd_us_per_kb"].value, found["local_sd_us_per_kb"].unit) == (12.952, "us/KB")
 
@@ -80,14 +85,47 @@ def test_wrong_units_are_refused():
 
 
 def test_command_lines():
-    argv = client_argv(NetperfOptions(test="TCP_STREAM", seconds=60, message_size=8192, local_buffer=32768,
-                                      remote_buffer=32768, cpu=True, iterations=(3, 10),
-                                      confidence={"level": 99, "width": 5}), "198.18.0.2")
-    assert argv[:argv.index("-k")] == [
-        "netperf", "-H", "198.18.0.2", "-p", "12865", "-t", "TCP_STREAM", "-l", "60", "-c", "-C",
-        "-i", "10,3", "-I", "99,5", "-P", "0", "--", "-m", "8192", "-s", "32768", "-S", "32768"]
+    argv = client_argv(
+        NetperfOptions(
+            test="TCP_STREAM",
+            seconds=60,
+            message_size=8192,
+            local_buffer=32768,
+            remote_buffer=32768,
+            cpu=True,
+            iterations=(3, 10),
+            confidence={"level": 99, "width": 5},
+        ),
+        "198.18.0.2",
+    )
+    assert argv[: argv.index("-k")] == [
+        "netperf",
+        "-H",
+        "198.18.0.2",
+        "-p",
+        "12865",
+        "-t",
+        "TCP_STREAM",
+        "-l",
+        "60",
+        "-c",
+        "-C",
+        "-i",
+        "10,3",
+        "-I",
+        "99,5",
+        "-P",
+        "0",
+        "--",
+        "-m",
+        "8192",
+        "-s",
+        "32768",
+        "-S",
+        "32768",
+    ]
     rr = client_argv(NetperfOptions(test="UDP_RR", seconds=5, request_size=64, response_size=1024), "x")
-    assert rr[rr.index("--"):rr.index("-k")] == ["--", "-r", "64,1024"]
+    assert rr[rr.index("--") : rr.index("-k")] == ["--", "-r", "64,1024"]
     assert "P99_LATENCY" in rr[-1] and "LOCAL_SEND_CALLS" not in rr[-1]
     assert server_argv("198.18.0.2") == ["netserver", "-D", "-p", "12865", "-L", "198.18.0.2,inet"]
 
@@ -97,13 +135,16 @@ def test_confidence_and_iterations_fill_each_other_in():
     assert NetperfOptions(iterations=[3, 5]).confidence.level == 99
 
 
-@pytest.mark.parametrize("options,message", [
-    ({"test": "TCP_STREAM", "request_size": 64}, "request_size and response_size are for request/response tests"),
-    ({"test": "TCP_RR", "message_size": 64}, "message_size is for stream tests"),
-    ({"iterations": [2, 10]}, "3 <= min <= max <= 30"),
-    ({"iterations": [10, 3]}, "3 <= min <= max <= 30"),
-    ({"confidence": {"level": 90}}, "Input should be 95 or 99"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"test": "TCP_STREAM", "request_size": 64}, "request_size and response_size are for request/response tests"),
+        ({"test": "TCP_RR", "message_size": 64}, "message_size is for stream tests"),
+        ({"iterations": [2, 10]}, "3 <= min <= max <= 30"),
+        ({"iterations": [10, 3]}, "3 <= min <= max <= 30"),
+        ({"confidence": {"level": 90}}, "Input should be 95 or 99"),
+    ],
+)
 def test_options_that_do_not_fit(options, message):
     with pytest.raises(ValidationError, match=message):
         NetperfOptions(**options)

@@ -23,8 +23,14 @@ TESTS = ("bw_tcp", "lat_tcp", "lat_udp", "lat_connect")
 def capture(data_dir: Path, tool: str, name: str) -> CommandResult:
     """A command's result as captured in the guest: {command, returncode, seconds, stdout, stderr}."""
     found = json.loads((data_dir / tool / f"{name}.json").read_text())
-    return CommandResult("a", ("/bin/sh", "-c", found["command"]), found["returncode"], found["stdout"],
-                         found["stderr"], found["seconds"])
+    return CommandResult(
+        "a",
+        ("/bin/sh", "-c", found["command"]),
+        found["returncode"],
+        found["stdout"],
+        found["stderr"],
+        found["seconds"],
+    )
 
 
 def ok(stdout: str = "") -> CommandResult:
@@ -32,6 +38,7 @@ def ok(stdout: str = "") -> CommandResult:
 
 
 # -- netpipe: parsing and conversions --------------------------------------------------------------
+
 
 def test_netpipe_rows_and_the_2_20_conversion(data_dir):
     rows = netpipe.parse_rows((data_dir / "netpipe" / "e1000.out").read_text())
@@ -69,39 +76,72 @@ def test_netpipe_sizes_replay_nptcp_sweep(data_dir):
 
 def test_netpipe_streaming_reports_no_latency(data_dir):
     rows = netpipe.parse_rows((data_dir / "netpipe" / "e1000.out").read_text())
-    assert [m.metric for m in netpipe.measurements(rows, streaming=True)] == [
-        "peak_throughput_mbps", "peak_size_bytes"]
+    assert [m.metric for m in netpipe.measurements(rows, streaming=True)] == ["peak_throughput_mbps", "peak_size_bytes"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "no measurements"),
-    ("       1 0.070049\n", "line 1 is not `bytes Mbps seconds`"),
-    ("       1 0.070049   0.00010891\nSending output\n", "line 2"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "no measurements"),
+        ("       1 0.070049\n", "line 1 is not `bytes Mbps seconds`"),
+        ("       1 0.070049   0.00010891\nSending output\n", "line 2"),
+    ],
+)
 def test_netpipe_bad_output_file(text, message):
     with pytest.raises(BenchmarkError, match=message):
         netpipe.parse_rows(text)
 
 
-@pytest.mark.parametrize("name, code, message", [
-    ("refused", 246, r"Client: Cannot Connect! errno=111 \(Connection refused\)"),
-    ("reset", 3, 'NetPIPE: "end of file" encountered on reading from socket'),
-    ("streaming_reset", 3, "NetPIPE: error writing or reading synchronization string: Connection reset by peer"),
-])
+@pytest.mark.parametrize(
+    "name, code, message",
+    [
+        ("refused", 246, r"Client: Cannot Connect! errno=111 \(Connection refused\)"),
+        ("reset", 3, 'NetPIPE: "end of file" encountered on reading from socket'),
+        ("streaming_reset", 3, "NetPIPE: error writing or reading synchronization string: Connection reset by peer"),
+    ],
+)
 def test_netpipe_failure_messages(data_dir, name, code, message):
     result = capture(data_dir, "netpipe", name)
     assert result.returncode == code
     assert netpipe.failure(result.returncode, result.stdout, result.stderr) == (
-        f"NPtcp exited {code}: " + message.replace("\\(", "(").replace("\\)", ")"))
+        f"NPtcp exited {code}: " + message.replace("\\(", "(").replace("\\)", ")")
+    )
 
 
 def test_netpipe_command_lines():
     options = NetpipeOptions(start=16, end=65536, perturbation=3, buffer=262144, streaming=True)
     assert netpipe.receiver_argv(options) == [
-        "NPtcp", "-P", "5002", "-l", "16", "-u", "65536", "-p", "3", "-b", "262144", "-s"]
+        "NPtcp",
+        "-P",
+        "5002",
+        "-l",
+        "16",
+        "-u",
+        "65536",
+        "-p",
+        "3",
+        "-b",
+        "262144",
+        "-s",
+    ]
     assert netpipe.sender_argv(options, SERVER) == [
-        "NPtcp", "-h", SERVER, "-o", netpipe.OUTPUT, "-P", "5002", "-l", "16", "-u", "65536", "-p", "3",
-        "-b", "262144", "-s"]
+        "NPtcp",
+        "-h",
+        SERVER,
+        "-o",
+        netpipe.OUTPUT,
+        "-P",
+        "5002",
+        "-l",
+        "16",
+        "-u",
+        "65536",
+        "-p",
+        "3",
+        "-b",
+        "262144",
+        "-s",
+    ]
     assert netpipe.receiver_argv(NetpipeOptions()) == ["NPtcp", "-P", "5002", "-l", "1", "-u", "1048576", "-p", "0"]
 
 
@@ -122,20 +162,28 @@ def test_netpipe_default_run_is_well_under_a_minute():
 
 # -- lmbench: parsing and conversions --------------------------------------------------------------
 
+
 def test_lmbench_bw_tcp_mb_is_10_6_bytes(data_dir):
     """`0.065536 55.10 MB/sec`: lmbench's MB is 10^6 bytes (its first column is 65536 / 10^6), so x 8."""
     [found] = lmbench.measurements("bw_tcp", capture(data_dir, "lmbench", "bw_tcp"))
     assert (found.name, found.unit) == ("lmbench.bw_tcp.throughput_mbps", "Mbit/s")
     assert found.value == pytest.approx(440.8)  # 55.10 x 8, not 55.10 x 8 x 1.048576 = 462.2
-    assert found.extra == {"lmbench_mb_per_s": 55.10, "message_bytes": 65536, "tcp_connections": 1,
-                           "tcp_retransmits": 0}
+    assert found.extra == {
+        "lmbench_mb_per_s": 55.10,
+        "message_bytes": 65536,
+        "tcp_connections": 1,
+        "tcp_retransmits": 0,
+    }
 
 
-@pytest.mark.parametrize("test, value, extra", [
-    ("lat_tcp", 251.6065, {"tcp_connections": 1, "tcp_retransmits": 0}),
-    ("lat_udp", 223.4912, {"udp_datagrams_in": 35209}),
-    ("lat_connect", 501.6161, {"tcp_connections": 1244, "tcp_retransmits": 0}),
-])
+@pytest.mark.parametrize(
+    "test, value, extra",
+    [
+        ("lat_tcp", 251.6065, {"tcp_connections": 1, "tcp_retransmits": 0}),
+        ("lat_udp", 223.4912, {"udp_datagrams_in": 35209}),
+        ("lat_connect", 501.6161, {"tcp_connections": 1244, "tcp_retransmits": 0}),
+    ],
+)
 def test_lmbench_latencies_are_round_trips_in_us(data_dir, test, value, extra):
     [found] = lmbench.measurements(test, capture(data_dir, "lmbench", test))
     assert (found.name, found.value, found.unit, found.extra) == (f"lmbench.{test}.latency_us", value, "us", extra)
@@ -147,18 +195,21 @@ def test_lmbench_counters_parse(data_dir):
     assert before["Tcp.MaxConn"] == -1 and after["Udp.InDatagrams"] == 64779
 
 
-@pytest.mark.parametrize("name, message", [
-    # a refused connect is retried 10 times, then timed anyway: lat_tcp printed 0.69 us, lat_connect 285.9 us
-    ("lat_tcp_no_server", "11 of 11 TCP connection attempts to the server failed"),
-    ("lat_connect_no_server", "1337 of 1337 TCP connection attempts to the server failed"),
-    ("bw_tcp_no_server", "bw_tcp printed no result: socket connection: Connection refused"),
-    ("lat_udp_no_server", "lat_udp printed no result: lat_udp client: recv failed: Connection refused"),
-    # the server's process group killed during the run: silence, a timeout, or refusals timed
-    ("bw_tcp_server_gone", "bw_tcp printed no result and no error"),
-    ("lat_tcp_server_gone", "lat_tcp printed no result and no error"),
-    ("lat_udp_server_gone", "lat_udp printed no result: Recv timed out"),
-    ("lat_connect_server_gone", "9068 of 12795 TCP connection attempts to the server failed"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        # a refused connect is retried 10 times, then timed anyway: lat_tcp printed 0.69 us, lat_connect 285.9 us
+        ("lat_tcp_no_server", "11 of 11 TCP connection attempts to the server failed"),
+        ("lat_connect_no_server", "1337 of 1337 TCP connection attempts to the server failed"),
+        ("bw_tcp_no_server", "bw_tcp printed no result: socket connection: Connection refused"),
+        ("lat_udp_no_server", "lat_udp printed no result: lat_udp client: recv failed: Connection refused"),
+        # the server's process group killed during the run: silence, a timeout, or refusals timed
+        ("bw_tcp_server_gone", "bw_tcp printed no result and no error"),
+        ("lat_tcp_server_gone", "lat_tcp printed no result and no error"),
+        ("lat_udp_server_gone", "lat_udp printed no result: Recv timed out"),
+        ("lat_connect_server_gone", "9068 of 12795 TCP connection attempts to the server failed"),
+    ],
+)
 def test_lmbench_failures_exit_0_and_are_caught(data_dir, name, message):
     result = capture(data_dir, "lmbench", name)
     assert result.returncode == 0
@@ -187,10 +238,25 @@ def test_lmbench_command_lines():
     binary = "/usr/lib/lmbench/bin/x86_64-linux-gnu"
     options = LmbenchOptions(test="bw_tcp", message_size=131072, repetitions=5, warmup=1.5, interval_ms=200)
     assert lmbench.client_argv(options, SERVER) == [
-        "env", "ENOUGH=200000", "TIMING_O=0", "LOOP_O=0", f"{binary}/bw_tcp", "-m", "131072", "-W", "1500000",
-        "-N", "5", SERVER]
+        "env",
+        "ENOUGH=200000",
+        "TIMING_O=0",
+        "LOOP_O=0",
+        f"{binary}/bw_tcp",
+        "-m",
+        "131072",
+        "-W",
+        "1500000",
+        "-N",
+        "5",
+        SERVER,
+    ]
     assert lmbench.client_argv(LmbenchOptions(test="lat_connect"), SERVER)[4:] == [
-        f"{binary}/lat_connect", "-N", "11", SERVER]
+        f"{binary}/lat_connect",
+        "-N",
+        "11",
+        SERVER,
+    ]
     assert lmbench.server_argv("lat_udp") == [f"{binary}/lat_udp", "-s"]
     assert lmbench.shutdown_argv("lat_udp", SERVER) == [f"{binary}/lat_udp", "-S", SERVER]
     command = lmbench.client_command(lmbench.client_argv(LmbenchOptions(test="lat_tcp"), SERVER))
@@ -221,11 +287,13 @@ def test_lmbench_estimates_follow_the_measured_durations():
 
 # -- metrics declared ------------------------------------------------------------------------------
 
+
 def test_every_produced_metric_is_declared_with_its_unit(data_dir):
     declared = {m.name: m.unit for m in netpipe.PLUGIN.metrics() + lmbench.PLUGIN.metrics()}
     rows = netpipe.parse_rows((data_dir / "netpipe" / "e1000.out").read_text())
     produced = netpipe.measurements(rows) + [
-        m for test in TESTS for m in lmbench.measurements(test, capture(data_dir, "lmbench", test))]
+        m for test in TESTS for m in lmbench.measurements(test, capture(data_dir, "lmbench", test))
+    ]
     assert {m.name for m in produced} == set(declared)
     for m in produced:
         assert declared[m.name] == m.unit, f"{m.name} ({m.unit}) is not declared with that unit"
@@ -234,6 +302,7 @@ def test_every_produced_metric_is_declared_with_its_unit(data_dir):
 
 
 # -- run() against fake nodes ----------------------------------------------------------------------
+
 
 class FakeProcess:
     def __init__(self, command: str):
@@ -284,14 +353,14 @@ def context(tmp_path: Path, client: FakeNode, server: FakeNode) -> BenchContext:
 
 def test_netpipe_run_reads_the_senders_file_and_stops_the_receiver(tmp_path, data_dir):
     table = (data_dir / "netpipe" / "e1000.out").read_bytes()
-    client = FakeNode("a", {"NPtcp -h": ok("Sending output to /tmp/niclab-netpipe.out\n")},
-                      {netpipe.OUTPUT: table})
+    client = FakeNode("a", {"NPtcp -h": ok("Sending output to /tmp/niclab-netpipe.out\n")}, {netpipe.OUTPUT: table})
     server = FakeNode("b")
     found = netpipe.PLUGIN.run(context(tmp_path, client, server), NetpipeOptions())
     assert [m.metric for m in found] == ["latency_us", "peak_throughput_mbps", "peak_size_bytes"]
     assert server.spawned[0].command == "NPtcp -P 5002 -l 1 -u 1048576 -p 0" and server.spawned[0].stopped
-    assert client.commands[-1] == (f"rm -f {netpipe.OUTPUT} && NPtcp -h {SERVER} -o {netpipe.OUTPUT} "
-                                   "-P 5002 -l 1 -u 1048576 -p 0")
+    assert client.commands[-1] == (
+        f"rm -f {netpipe.OUTPUT} && NPtcp -h {SERVER} -o {netpipe.OUTPUT} -P 5002 -l 1 -u 1048576 -p 0"
+    )
     assert table.decode() in (tmp_path / "netpipe.txt").read_text()
 
 
@@ -315,14 +384,21 @@ def test_a_sweep_out_of_time_keeps_its_curve_with_a_warning(tmp_path, data_dir):
     curve = next(m for m in found if m.metric == "peak_throughput_mbps").extra["curve"]
     assert len(curve) == 12
     last = int(rows[-1].split()[0])
-    assert all(m.warning == f"the NPtcp sweep ran out of its 60 s budget at {last} bytes (of 1048576): "
-                            "the curve stops there" for m in found)
+    assert all(
+        m.warning == f"the NPtcp sweep ran out of its 60 s budget at {last} bytes (of 1048576): the curve stops there"
+        for m in found
+    )
     assert "did not finish in 60 s" in (tmp_path / "netpipe.txt").read_text()
 
 
-@pytest.mark.parametrize("name, message", [("refused", "Cannot Connect! errno=111"),
-                                           ("reset", "end of file"),
-                                           ("streaming_reset", "Connection reset by peer")])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("refused", "Cannot Connect! errno=111"),
+        ("reset", "end of file"),
+        ("streaming_reset", "Connection reset by peer"),
+    ],
+)
 def test_netpipe_run_failure_names_the_tool_message_and_raw_output(tmp_path, data_dir, name, message):
     client = FakeNode("a", {"NPtcp -h": capture(data_dir, "netpipe", name)})
     server = FakeNode("b")

@@ -41,8 +41,11 @@ def test_seqread_two_jobs(data_dir):
     assert found["bandwidth_mb_s"].extra == {"jobs": 2, "runtime_s": 8.023, "bytes": 180355072}
     assert not found["bandwidth_min_mb_s"].headline and found["bandwidth_mb_s"].headline
     assert {m.name for m in nfs.parse("seqread", fio(data_dir, "seqread_2jobs.json"))} == {
-        "nfs.seqread.bandwidth_mb_s", "nfs.seqread.iops",
-        "nfs.seqread.bandwidth_min_mb_s", "nfs.seqread.bandwidth_max_mb_s"}
+        "nfs.seqread.bandwidth_mb_s",
+        "nfs.seqread.iops",
+        "nfs.seqread.bandwidth_min_mb_s",
+        "nfs.seqread.bandwidth_max_mb_s",
+    }
 
 
 def test_megabytes_are_decimal_not_fio_mebibytes(data_dir):
@@ -87,14 +90,20 @@ def test_one_job_has_no_min_max(data_dir):
 
 def test_a_job_error_is_a_failure_with_fios_message(data_dir):
     """fio on a read-only mount: messages on stdout before the JSON, error 30 in each job, exit 2."""
-    with pytest.raises(BenchmarkError, match=r"job error 30 \(Read-only file system\).*"
-                                             r"func=open\(/mnt/niclab-nfs/niclab.0.0\)"):
+    with pytest.raises(
+        BenchmarkError,
+        match=r"job error 30 \(Read-only file system\).*"
+        r"func=open\(/mnt/niclab-nfs/niclab.0.0\)",
+    ):
         nfs.parse("randrw", fio(data_dir, "readonly_randrw.txt"))
 
 
 def test_no_json_is_a_failure_with_fios_message(data_dir):
-    with pytest.raises(BenchmarkError, match=r"printed no JSON: fio: file:options.c.*"
-                                             r"/mnt/nosuchdir is not a directory"):
+    with pytest.raises(
+        BenchmarkError,
+        match=r"printed no JSON: fio: file:options.c.*"
+        r"/mnt/nosuchdir is not a directory",
+    ):
         nfs.parse("seqread", fio(data_dir, "no_directory.stdout.txt"), fio(data_dir, "no_directory.stderr.txt"))
     with pytest.raises(BenchmarkError, match=r"printed no JSON: \(nothing\)"):
         nfs.parse("seqread", "")
@@ -102,8 +111,11 @@ def test_no_json_is_a_failure_with_fios_message(data_dir):
 
 def test_every_parsed_metric_is_declared_with_its_unit(data_dir):
     declared = {m.name: m for m in nfs.PLUGIN.metrics()}
-    for pattern, name in (("seqread", "seqread_2jobs.json"), ("randread", "randread_2jobs.json"),
-                          ("randrw", "randrw_2jobs.json")):
+    for pattern, name in (
+        ("seqread", "seqread_2jobs.json"),
+        ("randread", "randread_2jobs.json"),
+        ("randrw", "randrw_2jobs.json"),
+    ):
         for m in nfs.parse(pattern, fio(data_dir, name)):
             assert declared[m.name].unit == m.unit
             assert declared[m.name].better == "higher"
@@ -116,15 +128,28 @@ def test_every_parsed_metric_is_declared_with_its_unit(data_dir):
 def test_defaults_and_fio_command_lines():
     options = nfs.NfsOptions()
     assert (options.nfs_version, options.numjobs, options.seconds, options.file_size) == ("4.2", 2, 10, "32m")
-    common = ["--size=32m", "--numjobs=2", "--runtime=10", "--time_based", "--direct=1", "--ioengine=psync",
-              "--output-format=json"]
+    common = [
+        "--size=32m",
+        "--numjobs=2",
+        "--runtime=10",
+        "--time_based",
+        "--direct=1",
+        "--ioengine=psync",
+        "--output-format=json",
+    ]
     head = ["fio", "--name=niclab", "--directory=/mnt/niclab-nfs"]
     assert nfs.fio_argv(options, "seqread") == head + ["--rw=read", "--bs=1m"] + common
     assert nfs.fio_argv(options, "randread") == head + ["--rw=randread", "--bs=4k"] + common
     assert nfs.fio_argv(options, "randrw") == head + ["--rw=randrw", "--bs=4k"] + common
     custom = nfs.NfsOptions(block_size="256k", file_size="8M", numjobs=1, seconds=3, direct=False)
-    assert nfs.fio_argv(custom, "seqread")[3:9] == ["--rw=read", "--bs=256k", "--size=8M", "--numjobs=1",
-                                                    "--runtime=3", "--time_based"]
+    assert nfs.fio_argv(custom, "seqread")[3:9] == [
+        "--rw=read",
+        "--bs=256k",
+        "--size=8M",
+        "--numjobs=1",
+        "--runtime=3",
+        "--time_based",
+    ]
     assert "--direct=0" in nfs.fio_argv(custom, "randrw")
 
 
@@ -134,7 +159,8 @@ def test_server_exports_a_sized_tmpfs_to_the_client_only_over_nfsv4_tcp():
     assert "mount -t tmpfs -o size=64m,mode=0755 niclab-nfs /srv/niclab-nfs" in setup["mount the export tmpfs"]
     assert "/var/lib/nfs/v4recovery" in setup["mount the export tmpfs"]
     assert setup["export the tmpfs"] == (
-        "exportfs -i -o rw,fsid=0,no_subtree_check,no_root_squash 198.18.0.1:/srv/niclab-nfs")
+        "exportfs -i -o rw,fsid=0,no_subtree_check,no_root_squash 198.18.0.1:/srv/niclab-nfs"
+    )
     assert nfs.MOUNTD == "rpc.mountd -F -N 2 -N 3 -u"
     start = dict(nfs.server_start("198.18.0.2"))
     assert start["start nfsd"] == "rpc.nfsd -N 3 -U -H 198.18.0.2 8"
@@ -194,8 +220,9 @@ class FakeNode:
             raise GuestCommandError(f"{self.name}: `{command}` did not finish in {timeout:.0f} s; killed it")
         failed = self.fail is not None and self.fail in command
         out = next((text for key, text in self.stdout.items() if key in command), "")
-        return CommandResult(self.name, ("/bin/sh", "-c", command), 1 if failed else 0, out,
-                             self.error if failed else "", 0.1)
+        return CommandResult(
+            self.name, ("/bin/sh", "-c", command), 1 if failed else 0, out, self.error if failed else "", 0.1
+        )
 
     def spawn(self, command):
         self.commands.append(command)
@@ -204,20 +231,26 @@ class FakeNode:
 
     def get(self, path):
         assert path == "/proc/mounts"
-        return (b"198.18.0.2:/ /mnt/niclab-nfs nfs4 rw,relatime,vers=4.2,rsize=32768,wsize=32768,namlen=255,"
-                b"hard,proto=tcp,timeo=600,retrans=2,sec=sys,clientaddr=198.18.0.1 0 0\n")
+        return (
+            b"198.18.0.2:/ /mnt/niclab-nfs nfs4 rw,relatime,vers=4.2,rsize=32768,wsize=32768,namlen=255,"
+            b"hard,proto=tcp,timeo=600,retrans=2,sec=sys,clientaddr=198.18.0.1 0 0\n"
+        )
 
 
 def context(client, server, raw):
     def save_raw(name, text):
         raw.append((name, text))
         return f"raw/{name}"
+
     return BenchContext(Endpoints(client, server, "198.18.0.1", "198.18.0.2", 0), save_raw, lambda m: None)
 
 
 def fio_outputs(data_dir):
-    return {"--rw=read ": fio(data_dir, "seqread_2jobs.json"), "--rw=randread": fio(data_dir, "randread_2jobs.json"),
-            "--rw=randrw": fio(data_dir, "randrw_2jobs.json")}
+    return {
+        "--rw=read ": fio(data_dir, "seqread_2jobs.json"),
+        "--rw=randread": fio(data_dir, "randread_2jobs.json"),
+        "--rw=randrw": fio(data_dir, "randrw_2jobs.json"),
+    }
 
 
 def test_run_sets_up_measures_and_cleans_up_in_order(data_dir):
@@ -228,8 +261,19 @@ def test_run_sets_up_measures_and_cleans_up_in_order(data_dir):
     assert [name for name, _ in raw] == ["nfs-seqread", "nfs-randread", "nfs-randrw"]
     assert raw[0][1].startswith("$ fio --name=niclab") and '"jobs"' in raw[0][1]
     server_steps = [c.split()[0] for c in server.commands if not c.startswith("command -v")]
-    assert server_steps == ["modprobe", "grep", "mkdir", "exportfs", "rpc.mountd", "rpc.nfsd", "printf",
-                            "!", "[", "!", "!"]  # set-up, then exportfs -ua, rpc.nfsd 0, tmpfs, nfsd fs
+    assert server_steps == [
+        "modprobe",
+        "grep",
+        "mkdir",
+        "exportfs",
+        "rpc.mountd",
+        "rpc.nfsd",
+        "printf",
+        "!",
+        "[",
+        "!",
+        "!",
+    ]  # set-up, then exportfs -ua, rpc.nfsd 0, tmpfs, nfsd fs
     assert server.spawned[0].stopped
     assert client.commands[-1].startswith("if grep -q ' /mnt/niclab-nfs ' /proc/mounts; then umount")
 
@@ -237,8 +281,11 @@ def test_run_sets_up_measures_and_cleans_up_in_order(data_dir):
 def test_a_failed_step_is_named_and_everything_is_still_undone():
     client = FakeNode("a", fail="-o vers=4.2", error="mount.nfs: Connection refused")
     server = FakeNode("b")
-    with pytest.raises(BenchmarkError, match=r"nfs: mount the export on a failed \(exit 1\): "
-                                             "mount.nfs: Connection refused"):
+    with pytest.raises(
+        BenchmarkError,
+        match=r"nfs: mount the export on a failed \(exit 1\): "
+        "mount.nfs: Connection refused",
+    ):
         nfs.PLUGIN.run(context(client, server, []), nfs.NfsOptions())
     assert any("umount" in c for c in client.commands)
     assert any("rpc.nfsd 0" in c for c in server.commands)

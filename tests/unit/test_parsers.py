@@ -23,7 +23,7 @@ def test_netperf_udp_stream_separates_sender_receiver_and_loss(data_dir):
 
 def test_netperf_udp_command_line_carries_message_size():
     argv = client_argv(NetperfOptions(test="UDP_STREAM", seconds=3, message_size=1472), "198.18.0.2")
-    assert argv[argv.index("--"):][:3] == ["--", "-m", "1472"]
+    assert argv[argv.index("--") :][:3] == ["--", "-m", "1472"]
     assert "REMOTE_RECV_CALLS" in argv[-1]
 
 
@@ -54,7 +54,23 @@ def test_iperf3_error_key_is_a_failure_even_with_exit_0(data_dir):
 def test_iperf3_command_line():
     options = iperf3.Iperf3Options(protocol="udp", seconds=5, bitrate="10M", length=1000, streams=2, reverse=True)
     assert iperf3.client_argv(options, "198.18.0.2") == [
-        "iperf3", "-c", "198.18.0.2", "-p", "5201", "-t", "5", "-J", "-P", "2", "-R", "-u", "-b", "10M", "-l", "1000"]
+        "iperf3",
+        "-c",
+        "198.18.0.2",
+        "-p",
+        "5201",
+        "-t",
+        "5",
+        "-J",
+        "-P",
+        "2",
+        "-R",
+        "-u",
+        "-b",
+        "10M",
+        "-l",
+        "1000",
+    ]
 
 
 def test_ping_summary(data_dir):

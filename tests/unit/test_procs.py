@@ -57,15 +57,16 @@ def test_down_ends_only_what_a_dead_harness_recorded(tmp_path, monkeypatch):
     try:
         pid_dir = tmp_path / "run" / "pids"
         pid_dir.mkdir(parents=True)
-        (pid_dir / "qemu-a.json").write_text(json.dumps(
-            {"name": "qemu-a", "pid": leftover.pid, "start": procs.process_start_time(leftover.pid)}))
+        (pid_dir / "qemu-a.json").write_text(
+            json.dumps({"name": "qemu-a", "pid": leftover.pid, "start": procs.process_start_time(leftover.pid)})
+        )
         # A record whose PID was recycled: same PID, other start time, must be left alone.
-        (pid_dir / "qemu-b.json").write_text(json.dumps(
-            {"name": "qemu-b", "pid": bystander.pid, "start": 1}))
+        (pid_dir / "qemu-b.json").write_text(json.dumps({"name": "qemu-b", "pid": bystander.pid, "start": 1}))
         live = tmp_path / "cache" / "live"
         live.mkdir(parents=True)
-        (live / "dead.json").write_text(json.dumps(
-            {"harness_pid": 999999999, "harness_start": 0, "pid_dir": str(pid_dir)}))
+        (live / "dead.json").write_text(
+            json.dumps({"harness_pid": 999999999, "harness_start": 0, "pid_dir": str(pid_dir)})
+        )
         ended = procs.down()
         assert [(e.name, e.pid) for e in ended] == [("qemu-a", leftover.pid)]
         assert leftover.wait(5) is not None

@@ -32,13 +32,15 @@ def scenarios(pytester):
 
 def test_one_item_per_cell_with_readable_ids(scenarios):
     result = scenarios.runpytest("--collect-only", "-q")
-    result.stdout.fnmatch_lines([
-        "scenarios/pair.yaml::nic=e1000,mtu=1500",
-        "scenarios/pair.yaml::nic=e1000,mtu=9000",
-        "scenarios/pair.yaml::nic=virtio,mtu=1500",
-        "scenarios/pair.yaml::nic=virtio,mtu=9000",
-        "4 tests collected*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "scenarios/pair.yaml::nic=e1000,mtu=1500",
+            "scenarios/pair.yaml::nic=e1000,mtu=9000",
+            "scenarios/pair.yaml::nic=virtio,mtu=1500",
+            "scenarios/pair.yaml::nic=virtio,mtu=9000",
+            "4 tests collected*",
+        ]
+    )
 
 
 def test_yaml_outside_scenarios_is_collected_only_when_named(pytester):
@@ -49,20 +51,24 @@ def test_yaml_outside_scenarios_is_collected_only_when_named(pytester):
 
 def test_an_invalid_scenario_is_one_failing_item_not_a_crash(scenarios):
     scenarios.path.joinpath("scenarios", "bad.yaml").write_text(
-        "name: bad\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1001\n")
+        "name: bad\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1001\n"
+    )
     result = scenarios.runpytest("scenarios/bad.yaml", "-q")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*bad.yaml does not validate:*",
-        "scenarios/bad.yaml:5:10: links[[]0].nic: unknown NIC model 'e1001'; did you mean 'e1000'?*",
-        "FAILED scenarios/bad.yaml::validate*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*bad.yaml does not validate:*",
+            "scenarios/bad.yaml:5:10: links[[]0].nic: unknown NIC model 'e1001'; did you mean 'e1000'?*",
+            "FAILED scenarios/bad.yaml::validate*",
+        ]
+    )
     assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
 
 
 def test_cells_a_lab_cannot_realize_are_skipped_with_the_reason(scenarios):
     scenarios.path.joinpath("lab.yaml").write_text(
-        "name: small-lab\ncards:\n  - {model: e1000, pci: '0000:03:00.0'}\n  - {model: e1000, pci: '0000:03:00.1'}\n")
+        "name: small-lab\ncards:\n  - {model: e1000, pci: '0000:03:00.0'}\n  - {model: e1000, pci: '0000:03:00.1'}\n"
+    )
     result = scenarios.runpytest("scenarios/pair.yaml", "-k", "virtio", "-rs", "--niclab-lab", "lab.yaml")
     result.assert_outcomes(skipped=2, deselected=2)
     result.stdout.fnmatch_lines(["*lab small-lab lacks cards: the cell needs 2 virtio (the lab has 0)*"])
@@ -81,13 +87,15 @@ def test_shards_split_the_cells_without_overlap(scenarios):
     for i in (1, 2, 3):
         out = scenarios.runpytest("--collect-only", "-q", "--niclab-shard", f"{i}/3").stdout.lines
         held += [line for line in out if line.startswith("scenarios/pair.yaml::")]
-    assert sorted(held) == sorted(f"scenarios/pair.yaml::nic={n},mtu={m}" for n in ("e1000", "virtio")
-                                  for m in (1500, 9000))
+    assert sorted(held) == sorted(
+        f"scenarios/pair.yaml::nic={n},mtu={m}" for n in ("e1000", "virtio") for m in (1500, 9000)
+    )
 
 
 def test_markers_and_options_are_registered(pytester):
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(["*niclab_slow*", "*niclab_lab*", "*niclab_kvm*"])
     result = pytester.runpytest("--help")
-    result.stdout.fnmatch_lines(["*--niclab-backend*", "*--niclab-lab*", "*--niclab-out*", "*--niclab-repeat*",
-                                 "*--niclab-shard*"])
+    result.stdout.fnmatch_lines(
+        ["*--niclab-backend*", "*--niclab-lab*", "*--niclab-out*", "*--niclab-repeat*", "*--niclab-shard*"]
+    )

@@ -9,10 +9,18 @@ def plan(accel="tcg", models=("e1000",)):
     ports = tuple(Port("a", i, 0, m, f"link{i}") for i, m in enumerate(models))
     node = NodeSpec("a", 0, 2, 512, ports)
     return VmPlan(
-        node=node, accel=accel, kernel="/img/vmlinuz", initrd="/img/initrd.img", cmdline="console=ttyS0",
-        nics=tuple(NicPlan(p, nics.get(p.model), mac_address(0, p.link, 0),
-                           f"dgram,local.type=fd,local.str={10 + p.link}") for p in ports),
-        serial_log="a.serial.log", qmp_socket="a.qmp", agent_socket="a.qga",
+        node=node,
+        accel=accel,
+        kernel="/img/vmlinuz",
+        initrd="/img/initrd.img",
+        cmdline="console=ttyS0",
+        nics=tuple(
+            NicPlan(p, nics.get(p.model), mac_address(0, p.link, 0), f"dgram,local.type=fd,local.str={10 + p.link}")
+            for p in ports
+        ),
+        serial_log="a.serial.log",
+        qmp_socket="a.qmp",
+        agent_socket="a.qga",
     )
 
 

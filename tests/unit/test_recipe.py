@@ -23,8 +23,19 @@ def test_every_catalog_driver_is_in_the_image(repo):
 def test_image_carries_the_benchmark_tools(repo):
     recipe = load_recipe(repo / "images" / "micro")
     names = {path.rsplit("/", 1)[-1] for path in recipe.binaries}
-    assert {"netperf", "netserver", "NPtcp", "iperf3", "bw_tcp", "lat_tcp", "lat_udp", "tc", "ip",
-            "ethtool", "qemu-ga"} <= names
+    assert {
+        "netperf",
+        "netserver",
+        "NPtcp",
+        "iperf3",
+        "bw_tcp",
+        "lat_tcp",
+        "lat_udp",
+        "tc",
+        "ip",
+        "ethtool",
+        "qemu-ga",
+    } <= names
     assert {"sch_netem", "bonding"} <= set(recipe.modules)
 
 

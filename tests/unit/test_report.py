@@ -41,17 +41,28 @@ def test_classic_table_has_a_row_per_test_and_a_column_per_card(shootout):
 def test_a_report_over_the_whole_study_has_every_section():
     report = build([load_run(RUNS / name) for name in STUDY])
     sections = {title for run in report.runs for title in run.plots}
-    assert sections == {"NetPIPE curves", "throughput, latency and CPU", "throughput against MTU", "bonding",
-                        "fio over NFS"}
+    assert sections == {
+        "NetPIPE curves",
+        "throughput, latency and CPU",
+        "throughput against MTU",
+        "bonding",
+        "fio over NFS",
+    }
     shootout = report.runs[0]
     titles = [plot.title for plot in shootout.plots["throughput, latency and CPU"]]
-    assert {"TCP throughput per card", "UDP: sent against received", "CPU utilization, netperf TCP_STREAM",
-            "Service demand, netperf TCP_STREAM"} <= set(titles)
+    assert {
+        "TCP throughput per card",
+        "UDP: sent against received",
+        "CPU utilization, netperf TCP_STREAM",
+        "Service demand, netperf TCP_STREAM",
+    } <= set(titles)
     assert [row.card for row in shootout.costs] and {row.card for row in shootout.costs} <= {"rtl8139", "e1000"}
     assert all(row.per_mbps == pytest.approx(row.price / row.peak_mbps) for row in shootout.costs)
     mtu = report.runs[1]
-    assert any(plot.title.startswith("NetPIPE on") for plot in mtu.plots.get("NetPIPE curves", [])) or \
-        "throughput against MTU" in mtu.plots
+    assert (
+        any(plot.title.startswith("NetPIPE on") for plot in mtu.plots.get("NetPIPE curves", []))
+        or "throughput against MTU" in mtu.plots
+    )
     html = render_html(report)
     assert html.count("<img ") >= 10 and "Cost per Mbit/s" in html and "Provenance" in html
     assert "<script" not in html  # a static page: nothing to run, nothing to fail

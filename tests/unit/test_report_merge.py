@@ -3,8 +3,10 @@ import json
 from niclab.report.build import build
 from niclab.report.data import load_run
 
-SCENARIO = ("name: sweep\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: ${nic}\n"
-            "matrix:\n  nic: [e1000, rtl8139, virtio]\n")
+SCENARIO = (
+    "name: sweep\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: ${nic}\n"
+    "matrix:\n  nic: [e1000, rtl8139, virtio]\n"
+)
 
 
 def shard_dir(path, cells):
@@ -12,14 +14,38 @@ def shard_dir(path, cells):
     (path / "run.json").write_text(json.dumps({"scenario": "sweep", "scenario_text": SCENARIO, "cells": cells}))
     records = []
     for i, cell in enumerate(cells):
-        records.append({"type": "summary", "scenario": "sweep", "cell": cell, "params": {"nic": cell[4:]},
-                        "benchmark_index": 0, "benchmark": "netperf TCP_STREAM",
-                        "name": "netperf.TCP_STREAM.throughput_mbps",
-                        "test": "TCP_STREAM", "metric": "throughput_mbps", "unit": "Mbit/s", "headline": True,
-                        "client": "a", "server": "b", "link": 0, "runs": ["0.1"], "n": 1, "mean": 100.0 + i,
-                        "median": 100.0 + i, "stdev": None, "cv_pct": None, "min": 100.0 + i, "max": 100.0 + i,
-                        "ci_level": 95, "ci_low": None, "ci_high": None, "samples": [100.0 + i],
-                        "unstable": False, "reasons": []})
+        records.append(
+            {
+                "type": "summary",
+                "scenario": "sweep",
+                "cell": cell,
+                "params": {"nic": cell[4:]},
+                "benchmark_index": 0,
+                "benchmark": "netperf TCP_STREAM",
+                "name": "netperf.TCP_STREAM.throughput_mbps",
+                "test": "TCP_STREAM",
+                "metric": "throughput_mbps",
+                "unit": "Mbit/s",
+                "headline": True,
+                "client": "a",
+                "server": "b",
+                "link": 0,
+                "runs": ["0.1"],
+                "n": 1,
+                "mean": 100.0 + i,
+                "median": 100.0 + i,
+                "stdev": None,
+                "cv_pct": None,
+                "min": 100.0 + i,
+                "max": 100.0 + i,
+                "ci_level": 95,
+                "ci_low": None,
+                "ci_high": None,
+                "samples": [100.0 + i],
+                "unstable": False,
+                "reasons": [],
+            }
+        )
     (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
 

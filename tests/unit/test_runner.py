@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
+
 from niclab.backends.qemu import BootError
 from niclab.errors import NiclabError
 from niclab.results import RunDir, RunInfo, read_records
 from niclab.runner import RunAborted, Runner, RunOutcome
 from niclab.scenario import load_scenario
 from niclab.session import Session
-
 from tests.fakes import FakeBackend, Replay, ReplayMiss
 
 NETPERF_STREAM = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_STREAM "
@@ -97,8 +97,14 @@ def harness(tmp_path: Path, backend: FakeBackend, text: str = SCENARIO, repeat: 
     run_path = tmp_path / "run"
     run_path.mkdir()
     run_dir = RunDir(run_path)
-    info = RunInfo(scenario=scenario.name, scenario_file=str(path), scenario_text=text,
-                   cells=[c.id for c in scenario.cells], backend=backend.name, command=["niclab", "run"])
+    info = RunInfo(
+        scenario=scenario.name,
+        scenario_file=str(path),
+        scenario_text=text,
+        cells=[c.id for c in scenario.cells],
+        backend=backend.name,
+        command=["niclab", "run"],
+    )
     lines: list[str] = []
     return Harness(Runner(backend, run_dir, info, lines.append, repeat=repeat), run_dir, scenario.cells, lines)
 
@@ -145,8 +151,10 @@ def test_the_fake_rig_looks_like_the_qemu_backends(tmp_path, backend, replay):
         assert rig.gone() == {}
         assert rig.node("a").run("ping -n -q -c 10 -i 0.2 -s 56 -W 2 -I 198.18.0.1 198.18.0.2").ok
         # run-specific values are normalized: another count and interval get the same answer
-        assert "packets transmitted" in rig.node("a").run("ping -n -q -c 3 -i 0.5 -s 56 -W 2 "
-                                                          "-I 198.18.0.1 198.18.0.2").stdout
+        assert (
+            "packets transmitted"
+            in rig.node("a").run("ping -n -q -c 3 -i 0.5 -s 56 -W 2 -I 198.18.0.1 198.18.0.2").stdout
+        )
         with pytest.raises(ReplayMiss, match="no recorded run answers 'uname -a'"):
             rig.node("a").run("uname -a")
     assert backend.realizations[0].closed
@@ -224,13 +232,25 @@ def test_a_good_run_records_provenance_runs_measurements_summaries_and_ends_ok(t
 
     run = h.of("run", benchmark="netperf TCP_STREAM")[0]
     assert (run["run"], run["client"], run["server"], run["link"], run["repeat"], run["repeats"]) == (
-        "0.1", "a", "b", 0, 1, 1)
+        "0.1",
+        "a",
+        "b",
+        0,
+        1,
+        1,
+    )
     assert run["accel"] == "tcg" and run["nics"]["a"]["driver"] == "e1000"
     # the NIC counters read before and after the stream, as replayed in that order
-    reads = [c["result"]["stdout"] for c in replay.calls
-             if c["node"] == "a" and c["op"] == "run" and "statistics/$c" in c["command"]]
-    assert run["counters"]["a"]["link0"]["tx_packets"] == (
-        counters(reads[1])["tx_packets"] - counters(reads[0])["tx_packets"]) > 0
+    reads = [
+        c["result"]["stdout"]
+        for c in replay.calls
+        if c["node"] == "a" and c["op"] == "run" and "statistics/$c" in c["command"]
+    ]
+    assert (
+        run["counters"]["a"]["link0"]["tx_packets"]
+        == (counters(reads[1])["tx_packets"] - counters(reads[0])["tx_packets"])
+        > 0
+    )
     assert all(m["run"] == "0.1" for m in h.of("measurement", benchmark="netperf", test="TCP_STREAM"))
 
     summary = h.of("summary", name="netperf.TCP_STREAM.throughput_mbps")[0]
@@ -255,8 +275,9 @@ def test_run_json_is_running_while_a_cell_runs_and_ends_ok(tmp_path, backend):
 
 
 @pytest.mark.parametrize("scenario_repeat, runner_repeat", [(None, 3), (3, None), (2, 3)])
-def test_repeats_give_a_run_record_each_and_one_summary_of_every_sample(tmp_path, backend, replay,
-                                                                        scenario_repeat, runner_repeat):
+def test_repeats_give_a_run_record_each_and_one_summary_of_every_sample(
+    tmp_path, backend, replay, scenario_repeat, runner_repeat
+):
     text = SCENARIO + (f"repeat: {scenario_repeat}\n" if scenario_repeat else "")
     h = harness(tmp_path, backend, text, repeat=runner_repeat)
     recorded = replay.result(NETPERF_STREAM, node="a")
@@ -285,29 +306,35 @@ def test_repeats_give_a_run_record_each_and_one_summary_of_every_sample(tmp_path
 def test_expectations_that_hold_are_recorded_as_passed(tmp_path, backend, replay):
     rate = keyvals(replay.result(NETPERF_RR, node="a").stdout)["THROUGHPUT"]
     gbits = keyvals(replay.result(NETPERF_STREAM, node="a").stdout)["THROUGHPUT"] * 0.9 / 1000
-    text = SCENARIO + (f"expect:\n  - netperf.TCP_STREAM.throughput_mbps > {gbits:.4f} Gbit/s\n"
-                       f"  - netperf.TCP_RR.transaction_rate >= {rate}\n")
+    text = SCENARIO + (
+        f"expect:\n  - netperf.TCP_STREAM.throughput_mbps > {gbits:.4f} Gbit/s\n"
+        f"  - netperf.TCP_RR.transaction_rate >= {rate}\n"
+    )
     h = harness(tmp_path, backend, text)
     outcome = h.run()
     assert outcome.ok and h.info()["status"] == "ok"
     found = h.of("expectation")
     assert [(e["expectation"], e["passed"]) for e in found] == [
         (f"netperf.TCP_STREAM.throughput_mbps > {gbits:.4f} Gbit/s", True),
-        (f"netperf.TCP_RR.transaction_rate >= {rate}", True)]
+        (f"netperf.TCP_RR.transaction_rate >= {rate}", True),
+    ]
     assert found[1]["measured"] == rate and found[1]["unit"] == "/s" and found[1]["samples"] == 1
 
 
 def test_a_missed_expectation_fails_the_run_and_says_which(tmp_path, backend, replay):
     rate = keyvals(replay.result(NETPERF_RR, node="a").stdout)["THROUGHPUT"]
-    text = SCENARIO + ("expect:\n  - netperf.TCP_STREAM.throughput_mbps > 1\n"
-                       f"  - netperf.TCP_RR.transaction_rate > {rate * 2:.0f}\n")
+    text = SCENARIO + (
+        f"expect:\n  - netperf.TCP_STREAM.throughput_mbps > 1\n  - netperf.TCP_RR.transaction_rate > {rate * 2:.0f}\n"
+    )
     h = harness(tmp_path, backend, text)
     outcome = h.run()
     assert not outcome.ok and outcome.status == "failed"
     assert [e["passed"] for e in h.of("expectation")] == [True, False]
     missed = h.of("expectation", passed=False)[0]
     assert missed["measured"] == rate
-    assert [v.expectation.text for v in outcome.cells[0].missed] == [f"netperf.TCP_RR.transaction_rate > {rate * 2:.0f}"]
+    assert [v.expectation.text for v in outcome.cells[0].missed] == [
+        f"netperf.TCP_RR.transaction_rate > {rate * 2:.0f}"
+    ]
     assert outcome.cells[0].errors == []
     info = h.info()
     assert info["status"] == "failed" and "expectation missed" in info["message"]
@@ -341,8 +368,12 @@ def test_a_failed_benchmark_is_recorded_and_the_next_benchmark_runs(tmp_path, ba
 
 
 def test_a_cell_that_cannot_boot_is_recorded_and_the_next_cell_runs(tmp_path, backend):
-    backend.fail_realize(BootError("guest(s) did not come up: a: the guest agent did not answer in time\n"
-                                   "--- the end of a.serial.log:\n(empty)"), at=1)
+    backend.fail_realize(
+        BootError(
+            "guest(s) did not come up: a: the guest agent did not answer in time\n--- the end of a.serial.log:\n(empty)"
+        ),
+        at=1,
+    )
     h = harness(tmp_path, backend, TWO_CELLS)
     outcome = h.run()
 
@@ -471,10 +502,18 @@ def break_results(h: Harness) -> None:
     h.run_dir.results.mkdir()
 
 
-@pytest.mark.parametrize("fault, status", [
-    ("none", "ok"), ("boot", "failed"), ("benchmark", "failed"), ("death", "failed"), ("bug", "failed"),
-    ("interrupt", "interrupted"), ("unwritable", "failed"),
-])
+@pytest.mark.parametrize(
+    "fault, status",
+    [
+        ("none", "ok"),
+        ("boot", "failed"),
+        ("benchmark", "failed"),
+        ("death", "failed"),
+        ("bug", "failed"),
+        ("interrupt", "interrupted"),
+        ("unwritable", "failed"),
+    ],
+)
 def test_run_json_always_ends_in_a_final_status(tmp_path, backend, replay, fault, status):
     h = harness(tmp_path, backend)
     if fault == "boot":

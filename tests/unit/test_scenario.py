@@ -32,7 +32,11 @@ def test_two_node_scenario_loads(repo):
 def test_matrix_expands_with_typed_substitution():
     scenario_file = parse(GOOD, "pair.yaml")
     assert [c.id for c in scenario_file.cells] == [
-        "nic=e1000,mtu=1500", "nic=e1000,mtu=4000", "nic=virtio,mtu=1500", "nic=virtio,mtu=4000"]
+        "nic=e1000,mtu=1500",
+        "nic=e1000,mtu=4000",
+        "nic=virtio,mtu=1500",
+        "nic=virtio,mtu=4000",
+    ]
     cell = scenario_file.cells[3].scenario
     assert cell.links[0].mtu == 4000 and cell.links[0].nic == "virtio"
     assert cell.nodes["a"].memory == 512 and cell.nodes["a"].cpus == 2 and cell.nodes["b"].memory == 256
@@ -45,23 +49,31 @@ def error_lines(text: str) -> list[str]:
 
 
 def test_errors_name_line_column_path_and_hint():
-    lines = error_lines(GOOD.replace("${nic}", "e1001").replace("${mtu}", "1500").replace(
-        "matrix:\n  nic: [e1000, virtio]\n  mtu: [1500, 4000]\n", ""))
-    assert lines == ["s.yaml:7:10: links[0].nic: unknown NIC model 'e1001'; did you mean 'e1000'? "
-                     "run 'niclab nics' for the list"]
+    lines = error_lines(
+        GOOD.replace("${nic}", "e1001")
+        .replace("${mtu}", "1500")
+        .replace("matrix:\n  nic: [e1000, virtio]\n  mtu: [1500, 4000]\n", "")
+    )
+    assert lines == [
+        "s.yaml:7:10: links[0].nic: unknown NIC model 'e1001'; did you mean 'e1000'? run 'niclab nics' for the list"
+    ]
 
 
 def test_mtu_above_the_model_maximum():
     lines = error_lines(GOOD.replace("[e1000, virtio]", "[rtl8139]").replace("[1500, 4000]", "[9000]"))
-    assert lines == ["s.yaml:8:10: links[0].mtu: MTU 9000 is above the rtl8139 driver's maximum (4096); "
-                     "use an MTU up to 4096, a model that takes jumbo frames, or exclude the cell"]
+    assert lines == [
+        "s.yaml:8:10: links[0].mtu: MTU 9000 is above the rtl8139 driver's maximum (4096); "
+        "use an MTU up to 4096, a model that takes jumbo frames, or exclude the cell"
+    ]
 
 
 def test_bad_yaml_and_unknown_benchmark():
     assert error_lines("name: [x\n")[0].startswith("s.yaml:2:1: (top level): not valid YAML")
     lines = error_lines(GOOD.replace("netperf: {test: TCP_RR, seconds: 3}", "netpref: {}"))
-    assert lines == ["s.yaml:13:5: benchmarks[0].netpref: unknown benchmark 'netpref'; did you mean "
-                     "'netperf'? benchmarks are: iperf3, lmbench, netperf, netpipe, nfs, ping"]
+    assert lines == [
+        "s.yaml:13:5: benchmarks[0].netpref: unknown benchmark 'netpref'; did you mean "
+        "'netperf'? benchmarks are: iperf3, lmbench, netperf, netpipe, nfs, ping"
+    ]
 
 
 def test_select_unknown_cell_suggests():

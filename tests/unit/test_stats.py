@@ -14,7 +14,7 @@ def test_summary_of_three_runs():
     assert (s.n, s.mean, s.median, s.min, s.max) == (3, 100.0, 100.0, 90.0, 110.0)
     assert s.stdev == pytest.approx(10.0)
     assert s.cv_pct == pytest.approx(10.0)
-    half = 4.302653 * 10.0 / 3 ** 0.5
+    half = 4.302653 * 10.0 / 3**0.5
     assert (s.ci_low, s.ci_high) == (pytest.approx(100 - half, rel=1e-6), pytest.approx(100 + half, rel=1e-6))
     assert s.ci_width_pct == pytest.approx(2 * half, rel=1e-6)
     assert s.samples == [100.0, 110.0, 90.0]

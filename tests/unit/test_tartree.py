@@ -8,6 +8,7 @@ from niclab.image.tartree import TarTree
 
 def make_tar(path):
     with tarfile.open(path, "w") as tar:
+
         def add(name, kind, data=b"", link=""):
             info = tarfile.TarInfo(name)
             info.type = kind
@@ -15,6 +16,7 @@ def make_tar(path):
             info.size = len(data)
             info.mode = 0o755
             tar.addfile(info, io.BytesIO(data) if data else None)
+
         add("./", tarfile.DIRTYPE)
         add("./usr", tarfile.DIRTYPE)
         add("./usr/bin", tarfile.DIRTYPE)

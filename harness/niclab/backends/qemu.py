@@ -95,17 +95,26 @@ def start_switch(supervisor: Supervisor, workdir: Path, sockets: Path, name: str
     """
     binary = shutil.which("vde_switch")
     if binary is None:
-        raise NiclabError("vde_switch is not installed (Debian package vde2): run `make setup`; "
-                          "segments of three or more nodes need it")
+        raise NiclabError(
+            "vde_switch is not installed (Debian package vde2): run `make setup`; "
+            "segments of three or more nodes need it"
+        )
     path = sockets / name
-    child = supervisor.start(name, [binary, "--sock", str(path), "--numports", "64"], cwd=workdir,
-                             log=workdir / f"{name}.log", stdin_pipe=True)
+    child = supervisor.start(
+        name,
+        [binary, "--sock", str(path), "--numports", "64"],
+        cwd=workdir,
+        log=workdir / f"{name}.log",
+        stdin_pipe=True,
+    )
     (workdir / name).symlink_to(path)
     deadline = time.monotonic() + timeout
     while not (path / "ctl").exists():
         if (gone := child.exit_reason()) is not None or time.monotonic() > deadline:
-            raise NiclabError(f"{name}: vde_switch did not start: {gone or 'no control socket'} in {path}; "
-                              f"see {workdir / (name + '.log')}")
+            raise NiclabError(
+                f"{name}: vde_switch did not start: {gone or 'no control socket'} in {path}; "
+                f"see {workdir / (name + '.log')}"
+            )
         time.sleep(0.02)
     return str(path)
 
@@ -139,15 +148,15 @@ def tail(path: Path, lines: int = 25) -> str:
 class QemuBackend:
     name = "qemu"
 
-    def __init__(self, image: Image | None = None, accel: str | None = None,
-                 boot_timeout: float | None = None):
+    def __init__(self, image: Image | None = None, accel: str | None = None, boot_timeout: float | None = None):
         self._image = image
         self._accel = accel
         self.boot_timeout = boot_timeout or env_seconds("NICLAB_BOOT_TIMEOUT", DEFAULT_BOOT_TIMEOUT_S)
         self.kvm_deadline = env_seconds("NICLAB_KVM_DEADLINE", DEFAULT_KVM_DEADLINE_S)
 
-    def _wire(self, topology: Topology, fds: ExitStack, cleanup: ExitStack, supervisor: Supervisor,
-              workdir: Path) -> dict[tuple[str, int, int], Attachment]:
+    def _wire(
+        self, topology: Topology, fds: ExitStack, cleanup: ExitStack, supervisor: Supervisor, workdir: Path
+    ) -> dict[tuple[str, int, int], Attachment]:
         """Make every cable and switch; returns how each port attaches.
 
         Cable sockets go on `fds` (closed once QEMU holds them), the switches'
@@ -159,8 +168,7 @@ class QemuBackend:
             if len(wire.ports) == 2:
                 for port, sock in zip(wire.ports, udp_cable(), strict=True):
                     fds.callback(sock.close)
-                    attachments[port.key] = Attachment(f"dgram,local.type=fd,local.str={sock.fileno()}",
-                                                       sock.fileno())
+                    attachments[port.key] = Attachment(f"dgram,local.type=fd,local.str={sock.fileno()}", sock.fileno())
             else:
                 if sockets is None:
                     sockets = Path(tempfile.mkdtemp(prefix="niclab-vde-"))
@@ -170,17 +178,24 @@ class QemuBackend:
                     attachments[port.key] = Attachment(f"vde,sock={switch}")
         return attachments
 
-    def _plan(self, spec: NodeSpec, image: Image, accel: str,
-              attachments: dict[tuple[str, int, int], Attachment]) -> VmPlan:
+    def _plan(
+        self, spec: NodeSpec, image: Image, accel: str, attachments: dict[tuple[str, int, int], Attachment]
+    ) -> VmPlan:
         nic_plans = tuple(
-            NicPlan(port, nics.get(port.model), mac_address(spec.index, port.link, port.lane),
-                    attachments[port.key].netdev)
+            NicPlan(
+                port, nics.get(port.model), mac_address(spec.index, port.link, port.lane), attachments[port.key].netdev
+            )
             for port in spec.ports
         )
         return VmPlan(
-            node=spec, accel=accel, kernel=str(image.kernel), initrd=str(image.initrd),
-            cmdline=image.cmdline, nics=nic_plans,
-            serial_log=f"{spec.name}.serial.log", qmp_socket=f"{spec.name}.qmp",
+            node=spec,
+            accel=accel,
+            kernel=str(image.kernel),
+            initrd=str(image.initrd),
+            cmdline=image.cmdline,
+            nics=nic_plans,
+            serial_log=f"{spec.name}.serial.log",
+            qmp_socket=f"{spec.name}.qmp",
             agent_socket=f"{spec.name}.qga",
         )
 
@@ -204,8 +219,10 @@ class QemuBackend:
                 stack.close()  # every KVM guest stopped before the TCG ones start
                 why = exc.summary
                 mark_kvm_unusable(image, why)
-                fallback = (f"KVM did not work here ({why}); stopped the guests and booted them under TCG. "
-                            f"KVM is marked unusable for this host and image; `niclab accel --probe` tests it again")
+                fallback = (
+                    f"KVM did not work here ({why}); stopped the guests and booted them under TCG. "
+                    f"KVM is marked unusable for this host and image; `niclab accel --probe` tests it again"
+                )
                 progress(f"warning: {fallback}")
                 set_aside(workdir, topology, "kvm")
                 choice = AccelChoice("tcg", "KVM fell back, see the warning", now())
@@ -213,8 +230,16 @@ class QemuBackend:
             rig.facts["accel_fallback"] = fallback
             yield rig
 
-    def _boot(self, stack: ExitStack, topology: Topology, workdir: Path, image: Image, binary: str,
-              choice: AccelChoice, progress: Progress) -> Rig:
+    def _boot(
+        self,
+        stack: ExitStack,
+        topology: Topology,
+        workdir: Path,
+        image: Image,
+        binary: str,
+        choice: AccelChoice,
+        progress: Progress,
+    ) -> Rig:
         """Start every node under `choice.accel` and wait for their agents; what it starts goes on `stack`.
 
         Under KVM the wait is short (`kvm_deadline`): a guest that has not answered by then
@@ -235,8 +260,11 @@ class QemuBackend:
                 except ValueError as exc:
                     raise NiclabError(str(exc)) from None
                 children[name] = supervisor.start(
-                    f"qemu-{name}", argv, cwd=workdir,
-                    log=workdir / f"{name}.qemu.log", pass_fds=passed,
+                    f"qemu-{name}",
+                    argv,
+                    cwd=workdir,
+                    log=workdir / f"{name}.qemu.log",
+                    pass_fds=passed,
                 )
         # the QEMUs hold the cable sockets now
         progress(f"booting {len(plans)} guests ({accel}: {choice.reason}; image {image.id})")
@@ -251,16 +279,20 @@ class QemuBackend:
             nodes={name: AgentNode(name, agent) for name, (agent, _) in agents.items()},
             macs={nic.port.key: nic.mac for plan in plans.values() for nic in plan.nics},
             facts={
-                "backend": self.name, "accel": accel, "accel_reason": choice.reason,
-                "qemu": qemu_version(binary), "image": image.id,
+                "backend": self.name,
+                "accel": accel,
+                "accel_reason": choice.reason,
+                "qemu": qemu_version(binary),
+                "image": image.id,
                 "kernel": image.manifest.get("kernel_version"),
                 "agent_ready_s": ready,
             },
             gone=lambda: {name: why for name, child in children.items() if (why := child.exit_reason())},
         )
 
-    def _connect_agents(self, children: dict[str, Child], workdir: Path, started: float, timeout: float,
-                        accel: str) -> dict[str, tuple[GuestAgent, float]]:
+    def _connect_agents(
+        self, children: dict[str, Child], workdir: Path, started: float, timeout: float, accel: str
+    ) -> dict[str, tuple[GuestAgent, float]]:
         deadline = started + timeout
         results: dict[str, tuple[GuestAgent, float]] = {}
         failures: dict[str, str] = {}
@@ -290,8 +322,13 @@ class QemuBackend:
                 )
             summary = "; ".join(
                 f"{why} (waited {time.monotonic() - started:.0f} s)"
-                + (f": {last}" if children[name].exit_reason() and (last := tail(workdir / f"{name}.qemu.log", 1))
-                   not in ("(empty)", "(nothing written)") else "")
-                for name, why in failures.items())
+                + (
+                    f": {last}"
+                    if children[name].exit_reason()
+                    and (last := tail(workdir / f"{name}.qemu.log", 1)) not in ("(empty)", "(nothing written)")
+                    else ""
+                )
+                for name, why in failures.items()
+            )
             raise BootError("guest(s) did not come up: " + "\n".join(details), summary)
         return results

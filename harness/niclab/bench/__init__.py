@@ -34,5 +34,14 @@ def all_metrics() -> list[MetricInfo]:
     return [metric for plugin in REGISTRY.values() for metric in plugin.metrics()]
 
 
-__all__ = ["Benchmark", "BenchContext", "BenchOptions", "Endpoints", "Measurement", "MetricInfo", "REGISTRY",
-           "all_metrics", "get"]
+__all__ = [
+    "Benchmark",
+    "BenchContext",
+    "BenchOptions",
+    "Endpoints",
+    "Measurement",
+    "MetricInfo",
+    "REGISTRY",
+    "all_metrics",
+    "get",
+]

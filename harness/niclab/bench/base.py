@@ -44,8 +44,8 @@ class Endpoints:
 class MetricInfo:
     """A metric a benchmark can report, for `niclab metrics`, expectations and comparisons."""
 
-    name: str         # the dotted name: netperf.TCP_STREAM.throughput_mbps, netpipe.latency_us
-    unit: str         # Mbit/s, us, ms, %, /s, ...
+    name: str  # the dotted name: netperf.TCP_STREAM.throughput_mbps, netpipe.latency_us
+    unit: str  # Mbit/s, us, ms, %, /s, ...
     description: str
     better: str | None = None  # "higher", "lower", or None when neither is better
 
@@ -106,15 +106,21 @@ class BenchmarkError(GuestCommandError):
 
 def poll_script(body: str, timeout: float, interval: float, give_up: str = "exit 1") -> str:
     """A guest shell loop that runs `body` every `interval` s until the body exits, or `timeout` s pass."""
-    return (f"end=$(( $(date +%s) + {int(timeout)} )); while [ $(date +%s) -le $end ]; do {body}; "
-            f"sleep {interval}; done; {give_up}")
+    return (
+        f"end=$(( $(date +%s) + {int(timeout)} )); while [ $(date +%s) -le $end ]; do {body}; "
+        f"sleep {interval}; done; {give_up}"
+    )
 
 
 def wait_listening(node: Node, port: int, proto: str = "tcp", timeout: float = 20.0) -> None:
     """Return once something listens on `port` in the guest (read from /proc/net)."""
     state = "0A" if proto == "tcp" else "07"
-    script = poll_script(f"awk -v p=:{port:04X} '$2 ~ p\"$\" && $4 == \"{state}\" {{f=1}} END {{exit !f}}' "
-                         f"/proc/net/{proto} /proc/net/{proto}6 2>/dev/null && exit 0", timeout, 0.05)
+    script = poll_script(
+        f'awk -v p=:{port:04X} \'$2 ~ p"$" && $4 == "{state}" {{f=1}} END {{exit !f}}\' '
+        f"/proc/net/{proto} /proc/net/{proto}6 2>/dev/null && exit 0",
+        timeout,
+        0.05,
+    )
     result = node.run(script, timeout=timeout + 10, check=False)
     if not result.ok:
         raise BenchmarkError(f"{node.name}: nothing listens on {proto} port {port} after {timeout:.0f} s")
@@ -130,10 +136,13 @@ def free_port(node: Node, port: int, proto: str = "tcp", timeout: float = 10.0) 
     script = "ended=''; " + poll_script(
         f"pids=$(netstat -ln{flag}p 2>/dev/null | awk '$4 ~ /:{port}$/ {{split($NF, p, \"/\"); print p[1]}}' "
         "| sort -u); "
-        f"[ -z \"$pids\" ] && {{ echo \"$ended\"; exit 0; }}; "
-        f"for p in $pids; do [ \"$p\" -gt 1 ] 2>/dev/null && ended=\"$ended $p:$(cat /proc/$p/comm)\" "
+        f'[ -z "$pids" ] && {{ echo "$ended"; exit 0; }}; '
+        f'for p in $pids; do [ "$p" -gt 1 ] 2>/dev/null && ended="$ended $p:$(cat /proc/$p/comm)" '
         "&& kill -9 $p; done",
-        timeout, 0.1, give_up='echo "$ended"; exit 1')
+        timeout,
+        0.1,
+        give_up='echo "$ended"; exit 1',
+    )
     result = node.run(script, timeout=timeout + 10, check=False)
     if not result.ok:
         raise BenchmarkError(f"{node.name}: {proto} port {port} is still taken after {timeout:.0f} s")
@@ -153,18 +162,18 @@ class Served:
     """One client run against a server `served` started: what each side did, for the raw output."""
 
     ctx: BenchContext
-    label: str              # the raw file's name (netperf-TCP_STREAM)
-    command: str            # the server's
+    label: str  # the raw file's name (netperf-TCP_STREAM)
+    command: str  # the server's
     port: int
     proto: str
     ended: list[str] = field(default_factory=list)  # what free_port ended before the server started ("pid:comm")
     process: GuestProcess | None = None
     client_command: str | None = None
-    result: CommandResult | None = None   # the client's, once run_client returned
-    client_error: str | None = None       # why run_client raised, if it did
+    result: CommandResult | None = None  # the client's, once run_client returned
+    client_error: str | None = None  # why run_client raised, if it did
     stopped: CommandResult | None = None  # the server's, once stopped
-    before: str = ""                      # what before_stop said
-    after: str = ""                       # what after_stop said
+    before: str = ""  # what before_stop said
+    after: str = ""  # what after_stop said
 
     def run_client(self, command: str | Sequence[str], timeout: float) -> CommandResult:
         """Run the client on the client node (check=False: its exit status is the plug-in's to judge)."""
@@ -197,13 +206,18 @@ class Served:
         """Everything both sides printed, for a run that failed before its plug-in could write its own."""
         lines = [f"$ {self.client_command}" if self.client_command else "# the client did not run"]
         if self.result is not None:
-            lines.append(f"# exit {self.result.returncode} after {self.result.seconds:.1f} s\n"
-                         f"{self.result.stdout}{self.result.stderr}")
+            lines.append(
+                f"# exit {self.result.returncode} after {self.result.seconds:.1f} s\n"
+                f"{self.result.stdout}{self.result.stderr}"
+            )
         if self.client_error:
             lines.append(f"# client: {self.client_error}")
         lines.append(f"# failed: {type(error).__name__}: {error}")
-        server = (f"# server `{self.command}` (exit {self.stopped.returncode}): {self.server_output}"
-                  if self.stopped else f"# server `{self.command}`: not stopped")
+        server = (
+            f"# server `{self.command}` (exit {self.stopped.returncode}): {self.server_output}"
+            if self.stopped
+            else f"# server `{self.command}`: not stopped"
+        )
         lines += [note for note in (self.before, server.rstrip(), self.after) if note]
         return "\n".join(lines) + self.leftovers + "\n"
 
@@ -228,9 +242,16 @@ def _cite(error: BaseException, path: Path) -> None:
 
 
 @contextmanager
-def served(ctx: BenchContext, command: str | Sequence[str], port: int, proto: str = "tcp", *, label: str,
-           before_stop: Callable[[], str] | None = None,
-           after_stop: Callable[[], str] | None = None) -> Iterator[Served]:
+def served(
+    ctx: BenchContext,
+    command: str | Sequence[str],
+    port: int,
+    proto: str = "tcp",
+    *,
+    label: str,
+    before_stop: Callable[[], str] | None = None,
+    after_stop: Callable[[], str] | None = None,
+) -> Iterator[Served]:
     """A server on the server node for the length of the block, which runs the client through `run_client`.
 
     In order: end whatever still listens on `port` (free_port; what it ended is

@@ -25,8 +25,9 @@ class Iperf3Options(BenchOptions):
     streams: int = Field(1, ge=1, le=128, description="parallel streams (-P)")
     reverse: bool = Field(False, description="the server sends (-R)")
     bidir: bool = Field(False, description="both directions at once (--bidir)")
-    bitrate: str | None = Field(None, pattern=r"^\d+(\.\d+)?[KMG]?$",
-                                description="target rate (-b), e.g. 10M; UDP's default is 1M")
+    bitrate: str | None = Field(
+        None, pattern=r"^\d+(\.\d+)?[KMG]?$", description="target rate (-b), e.g. 10M; UDP's default is 1M"
+    )
     length: int | None = Field(None, ge=16, le=65507, description="datagram (UDP) or buffer (TCP) bytes (-l)")
 
     @model_validator(mode="after")
@@ -51,22 +52,37 @@ def parse(text: str, protocol: str) -> list[Measurement]:
         sent, received = end["sum_sent"], end["sum_received"]
     except KeyError:
         raise BenchmarkError("iperf3's JSON has no end.sum_sent/sum_received") from None
-    found = [Measurement("iperf3", test, "throughput_mbps", received["bits_per_second"] / 1e6, "Mbit/s", extra),
-             Measurement("iperf3", test, "sent_throughput_mbps", sent["bits_per_second"] / 1e6, "Mbit/s",
-                         headline=False)]
+    found = [
+        Measurement("iperf3", test, "throughput_mbps", received["bits_per_second"] / 1e6, "Mbit/s", extra),
+        Measurement("iperf3", test, "sent_throughput_mbps", sent["bits_per_second"] / 1e6, "Mbit/s", headline=False),
+    ]
     if "sum_received_bidir_reverse" in end:
-        found.append(Measurement("iperf3", test, "reverse_throughput_mbps",
-                                 end["sum_received_bidir_reverse"]["bits_per_second"] / 1e6, "Mbit/s"))
+        found.append(
+            Measurement(
+                "iperf3",
+                test,
+                "reverse_throughput_mbps",
+                end["sum_received_bidir_reverse"]["bits_per_second"] / 1e6,
+                "Mbit/s",
+            )
+        )
     if protocol == "tcp":
-        found.append(Measurement("iperf3", test, "retransmits", float(sent.get("retransmits", 0)), "segments",
-                                 headline=False))
+        found.append(
+            Measurement("iperf3", test, "retransmits", float(sent.get("retransmits", 0)), "segments", headline=False)
+        )
         rtts = [s["sender"]["mean_rtt"] for s in end.get("streams", []) if s.get("sender", {}).get("mean_rtt")]
         if rtts:
             found.append(Measurement("iperf3", test, "rtt_mean_us", sum(rtts) / len(rtts), "us", headline=False))
     else:
         found += [
-            Measurement("iperf3", test, "loss_pct", float(received["lost_percent"]), "%",
-                        {"lost_packets": received["lost_packets"], "packets": received["packets"]}),
+            Measurement(
+                "iperf3",
+                test,
+                "loss_pct",
+                float(received["lost_percent"]),
+                "%",
+                {"lost_packets": received["lost_packets"], "packets": received["packets"]},
+            ),
             Measurement("iperf3", test, "jitter_ms", float(received["jitter_ms"]), "ms", headline=False),
         ]
     return found
@@ -96,10 +112,16 @@ class Iperf3:
     def metrics(self) -> list[MetricInfo]:
         out = []
         for test in ("TCP", "UDP"):
-            out += [MetricInfo(f"iperf3.{test}.throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
-                    MetricInfo(f"iperf3.{test}.sent_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
-                    MetricInfo(f"iperf3.{test}.reverse_throughput_mbps", "Mbit/s",
-                               "what the client got back from the server at the same time (bidir)", "higher")]
+            out += [
+                MetricInfo(f"iperf3.{test}.throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
+                MetricInfo(f"iperf3.{test}.sent_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
+                MetricInfo(
+                    f"iperf3.{test}.reverse_throughput_mbps",
+                    "Mbit/s",
+                    "what the client got back from the server at the same time (bidir)",
+                    "higher",
+                ),
+            ]
         return out + [
             MetricInfo("iperf3.TCP.retransmits", "segments", "TCP segments sent again", "lower"),
             MetricInfo("iperf3.TCP.rtt_mean_us", "us", "mean smoothed RTT the sender's TCP saw", "lower"),
@@ -111,8 +133,11 @@ class Iperf3:
         return f"iperf3.{options.protocol.upper()}."
 
     def describe(self, options: Iperf3Options) -> str:
-        return f"iperf3 {options.protocol.upper()}" + (" reverse" if options.reverse else "") + (
-            " bidir" if options.bidir else "")
+        return (
+            f"iperf3 {options.protocol.upper()}"
+            + (" reverse" if options.reverse else "")
+            + (" bidir" if options.bidir else "")
+        )
 
     def estimate_seconds(self, options: Iperf3Options) -> float:
         return options.seconds + 3
@@ -120,8 +145,12 @@ class Iperf3:
     def run(self, ctx: BenchContext, options: Iperf3Options) -> list[Measurement]:
         ends = ctx.ends
         argv = client_argv(options, ends.server_address)
-        with served(ctx, ["iperf3", "-s", "-B", ends.server_address, "-p", str(PORT), "-1"], PORT,
-                    label=f"iperf3-{options.protocol}") as run:
+        with served(
+            ctx,
+            ["iperf3", "-s", "-B", ends.server_address, "-p", str(PORT), "-1"],
+            PORT,
+            label=f"iperf3-{options.protocol}",
+        ) as run:
             result = run.run_client(argv, timeout=options.seconds * 3 + 60)
         path = run.save(f"$ {quote(argv)}\n# exit {result.returncode}\n{result.stdout}{result.stderr}{run.leftovers}")
         try:

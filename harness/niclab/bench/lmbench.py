@@ -49,35 +49,47 @@ from niclab.bench.base import (
 )
 
 BIN = "/usr/lib/lmbench/bin/x86_64-linux-gnu"
-PORTS = {"bw_tcp": (31236, "tcp"), "lat_tcp": (31234, "tcp"), "lat_udp": (34298, "udp"),
-         "lat_connect": (31237, "tcp")}
+PORTS = {"bw_tcp": (31236, "tcp"), "lat_tcp": (31234, "tcp"), "lat_udp": (34298, "udp"), "lat_connect": (31237, "tcp")}
 MIN_INTERVAL_S = {"lat_tcp": 2.0, "lat_udp": 1.0}  # benchmp's floor: MEDIUM, SHORT
 DEFAULT_WARMUP_S = {"bw_tcp": 7.5}
 SNMP = "grep -E '^(Tcp|Udp):' /proc/net/snmp"
 # lmbench processes still alive after the stop: killed by PID, and named in the raw output
-SWEEP = (f"for p in /proc/[0-9]*; do case $(readlink $p/exe 2>/dev/null) in {BIN}/*) "
-         "echo \"killed leftover ${p#/proc/}: $(tr '\\0' ' ' < $p/cmdline)\"; kill -KILL ${p#/proc/};; "
-         "esac; done 2>/dev/null; true")
+SWEEP = (
+    f"for p in /proc/[0-9]*; do case $(readlink $p/exe 2>/dev/null) in {BIN}/*) "
+    "echo \"killed leftover ${p#/proc/}: $(tr '\\0' ' ' < $p/cmdline)\"; kill -KILL ${p#/proc/};; "
+    "esac; done 2>/dev/null; true"
+)
 
 BANDWIDTH = re.compile(r"^([\d.]+) ([\d.]+) MB/sec$", re.M)
-LATENCY = re.compile(r"^(TCP latency using|UDP latency using|TCP/IP connection cost to) (\S+): "
-                     r"([\d.]+) microseconds$", re.M)
-LATENCY_LABEL = {"lat_tcp": "TCP latency using", "lat_udp": "UDP latency using",
-                 "lat_connect": "TCP/IP connection cost to"}
+LATENCY = re.compile(
+    r"^(TCP latency using|UDP latency using|TCP/IP connection cost to) (\S+): "
+    r"([\d.]+) microseconds$",
+    re.M,
+)
+LATENCY_LABEL = {
+    "lat_tcp": "TCP latency using",
+    "lat_udp": "UDP latency using",
+    "lat_connect": "TCP/IP connection cost to",
+}
 
 Test = Literal["bw_tcp", "lat_tcp", "lat_udp", "lat_connect"]
 
 
 class LmbenchOptions(BenchOptions):
     test: Test = Field(description="the lmbench program")
-    message_size: int | None = Field(None, ge=1, le=10 << 20,
-                                     description="bytes per read/write (-m); bw_tcp 65536, lat_tcp 1, lat_udp 4")
+    message_size: int | None = Field(
+        None, ge=1, le=10 << 20, description="bytes per read/write (-m); bw_tcp 65536, lat_tcp 1, lat_udp 4"
+    )
     repetitions: int = Field(11, ge=1, le=1000, description="timed repetitions; the result is their median (-N)")
-    warmup: float | None = Field(None, ge=0, le=600,
-                                 description="seconds of traffic before timing (-W); bw_tcp's default is 7.5")
-    interval_ms: int = Field(100, ge=5, le=60000,
-                             description="timing interval per repetition ($ENOUGH); lat_tcp uses at least 2 s, "
-                                         "lat_udp 1 s")
+    warmup: float | None = Field(
+        None, ge=0, le=600, description="seconds of traffic before timing (-W); bw_tcp's default is 7.5"
+    )
+    interval_ms: int = Field(
+        100,
+        ge=5,
+        le=60000,
+        description="timing interval per repetition ($ENOUGH); lat_tcp uses at least 2 s, lat_udp 1 s",
+    )
 
     @model_validator(mode="after")
     def _fits_the_test(self) -> LmbenchOptions:
@@ -138,8 +150,10 @@ def traffic(test: str, before: dict[str, int], after: dict[str, int]) -> dict:
         return {"udp_datagrams_in": delta["Udp.InDatagrams"]}
     opened, failed = delta.get("Tcp.ActiveOpens", 0), delta.get("Tcp.AttemptFails", 0)
     if failed:
-        raise BenchmarkError(f"{failed} of {opened} TCP connection attempts to the server failed, so lmbench "
-                             f"timed refusals, not the network (was the server up for the whole run?)")
+        raise BenchmarkError(
+            f"{failed} of {opened} TCP connection attempts to the server failed, so lmbench "
+            f"timed refusals, not the network (was the server up for the whole run?)"
+        )
     if opened < 1:
         raise BenchmarkError(f"{test} opened no TCP connection to the server")
     return {"tcp_connections": opened, "tcp_retransmits": delta.get("Tcp.RetransSegs", 0)}
@@ -151,15 +165,24 @@ def parse(test: str, stderr: str) -> Measurement:
         found = BANDWIDTH.search(stderr)
         if found:
             megabytes = float(found[2])  # 10^6 bytes per second
-            return Measurement("lmbench", test, "throughput_mbps", round(megabytes * 8, 6), "Mbit/s",
-                               {"lmbench_mb_per_s": megabytes, "message_bytes": round(float(found[1]) * 1e6)})
+            return Measurement(
+                "lmbench",
+                test,
+                "throughput_mbps",
+                round(megabytes * 8, 6),
+                "Mbit/s",
+                {"lmbench_mb_per_s": megabytes, "message_bytes": round(float(found[1]) * 1e6)},
+            )
     else:
         found = next((m for m in LATENCY.finditer(stderr) if m[1] == LATENCY_LABEL[test]), None)
         if found:
             return Measurement("lmbench", test, "latency_us", float(found[3]), "us")
     said = "; ".join(line.strip() for line in stderr.splitlines() if line.strip())
-    raise BenchmarkError(f"{test} printed no result: {said[-400:]}" if said else
-                         f"{test} printed no result and no error (did the server stop during the run?)")
+    raise BenchmarkError(
+        f"{test} printed no result: {said[-400:]}"
+        if said
+        else f"{test} printed no result and no error (did the server stop during the run?)"
+    )
 
 
 def measurements(test: str, result: CommandResult) -> list[Measurement]:
@@ -169,8 +192,7 @@ def measurements(test: str, result: CommandResult) -> list[Measurement]:
     if len(counted) != 2:
         raise BenchmarkError(f"expected TCP/UDP counters before and after {test}, found {len(counted)} sets")
     extra = traffic(test, counted[0], counted[1])
-    return [Measurement(found.benchmark, found.test, found.metric, found.value, found.unit,
-                        {**found.extra, **extra})]
+    return [Measurement(found.benchmark, found.test, found.metric, found.value, found.unit, {**found.extra, **extra})]
 
 
 class Lmbench:
@@ -179,8 +201,9 @@ class Lmbench:
 
     def metrics(self) -> list[MetricInfo]:
         return [
-            MetricInfo("lmbench.bw_tcp.throughput_mbps", "Mbit/s", "TCP bulk transfer rate, server to client",
-                       "higher"),
+            MetricInfo(
+                "lmbench.bw_tcp.throughput_mbps", "Mbit/s", "TCP bulk transfer rate, server to client", "higher"
+            ),
             MetricInfo("lmbench.lat_tcp.latency_us", "us", "TCP request/response round trip (median)", "lower"),
             MetricInfo("lmbench.lat_udp.latency_us", "us", "UDP request/response round trip (median)", "lower"),
             MetricInfo("lmbench.lat_connect.latency_us", "us", "TCP connect and close (median)", "lower"),
@@ -202,13 +225,25 @@ class Lmbench:
         ends, test = ctx.ends, options.test
         port, proto = PORTS[test]
         argv = client_argv(options, ends.server_address)
-        with served(ctx, server_argv(test), port, proto, label=f"lmbench-{test}",
-                    before_stop=lambda: self._shutdown(ends, test), after_stop=lambda: self._sweep(ends)) as run:
+        with served(
+            ctx,
+            server_argv(test),
+            port,
+            proto,
+            label=f"lmbench-{test}",
+            before_stop=lambda: self._shutdown(ends, test),
+            after_stop=lambda: self._sweep(ends),
+        ) as run:
             result = run.run_client(client_command(argv), timeout=self.estimate_seconds(options) * 3 + 60)
-        stopped = "\n".join(note for note in (run.before, f"# server (exit {run.server_exit}): "
-                                                           f"{run.server_output}".rstrip(), run.after) if note)
-        path = run.save(f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
-                        f"{result.stderr}\n# counters:\n{result.stdout}\n{stopped}{run.leftovers}\n")
+        stopped = "\n".join(
+            note
+            for note in (run.before, f"# server (exit {run.server_exit}): {run.server_output}".rstrip(), run.after)
+            if note
+        )
+        path = run.save(
+            f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
+            f"{result.stderr}\n# counters:\n{result.stdout}\n{stopped}{run.leftovers}\n"
+        )
         try:
             return measurements(test, result)
         except BenchmarkError as exc:

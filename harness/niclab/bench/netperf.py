@@ -57,8 +57,10 @@ class NetperfOptions(BenchOptions):
         if self.iterations is not None:
             low, high = self.iterations
             if not 3 <= low <= high <= 30:
-                raise ValueError(f"iterations {list(self.iterations)} must be [min, max] with 3 <= min <= max <= 30 "
-                                 "(netperf clamps to that range)")
+                raise ValueError(
+                    f"iterations {list(self.iterations)} must be [min, max] with 3 <= min <= max <= 30 "
+                    "(netperf clamps to that range)"
+                )
             if self.confidence is None:
                 self.confidence = Confidence()
         elif self.confidence is not None:
@@ -93,21 +95,33 @@ def server_argv(server_address: str) -> list[str]:
 def _declared() -> list[MetricInfo]:
     out = []
     for test in ("TCP_STREAM", "TCP_MAERTS"):
-        out += [MetricInfo(f"netperf.{test}.throughput_mbps", "Mbit/s", "TCP bulk transfer rate", "higher"),
-                MetricInfo(f"netperf.{test}.retransmits", "segments", "TCP segments the sender sent again", "lower")]
-    out += [MetricInfo("netperf.UDP_STREAM.send_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
-            MetricInfo("netperf.UDP_STREAM.recv_throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
-            MetricInfo("netperf.UDP_STREAM.loss_pct", "%", "datagrams sent but not received", "lower")]
+        out += [
+            MetricInfo(f"netperf.{test}.throughput_mbps", "Mbit/s", "TCP bulk transfer rate", "higher"),
+            MetricInfo(f"netperf.{test}.retransmits", "segments", "TCP segments the sender sent again", "lower"),
+        ]
+    out += [
+        MetricInfo("netperf.UDP_STREAM.send_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
+        MetricInfo("netperf.UDP_STREAM.recv_throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
+        MetricInfo("netperf.UDP_STREAM.loss_pct", "%", "datagrams sent but not received", "lower"),
+    ]
     for test in REQUEST_RESPONSE:
         out.append(MetricInfo(f"netperf.{test}.transaction_rate", "/s", "transactions per second", "higher"))
-        out += [MetricInfo(f"netperf.{test}.{metric}", "us", f"transaction latency ({key.split('_')[0].lower()})",
-                           "lower") for key, metric in LATENCIES]
+        out += [
+            MetricInfo(f"netperf.{test}.{metric}", "us", f"transaction latency ({key.split('_')[0].lower()})", "lower")
+            for key, metric in LATENCIES
+        ]
     for test in (*STREAMS, *REQUEST_RESPONSE):
         suffix, unit = ("tr", "us/Tr") if test in REQUEST_RESPONSE else ("kb", "us/KB")
         for side in ("local", "remote"):
-            out += [MetricInfo(f"netperf.{test}.{side}_cpu_pct", "%", f"{side} CPU utilization (cpu: true)", "lower"),
-                    MetricInfo(f"netperf.{test}.{side}_sd_us_per_{suffix}", unit,
-                               f"{side} service demand: CPU time per unit of work (cpu: true)", "lower")]
+            out += [
+                MetricInfo(f"netperf.{test}.{side}_cpu_pct", "%", f"{side} CPU utilization (cpu: true)", "lower"),
+                MetricInfo(
+                    f"netperf.{test}.{side}_sd_us_per_{suffix}",
+                    unit,
+                    f"{side} service demand: CPU time per unit of work (cpu: true)",
+                    "lower",
+                ),
+            ]
     return out
 
 
@@ -138,8 +152,7 @@ class Netperf:
             # waits for it forever. That says nothing about the card; one retry, and the result says so.
             ctx.progress(f"{hung}; trying once more")
             found = self._run_once(ctx, options)
-            return [replace(m, warning=m.warning or f"the first attempt hung and was retried ({hung})")
-                    for m in found]
+            return [replace(m, warning=m.warning or f"the first attempt hung and was retried ({hung})") for m in found]
 
     def _run_once(self, ctx: BenchContext, options: NetperfOptions) -> list[Measurement]:
         ends = ctx.ends
@@ -150,12 +163,16 @@ class Netperf:
                 result = run.run_client(argv, timeout=limit)
             except GuestCommandError:
                 raise NetperfHung(f"netperf {options.test} did not end within {limit:.0f} s") from None
-        raw = (f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
-               f"{result.stdout}{result.stderr}\n# server: {run.server_output}{run.leftovers}")
+        raw = (
+            f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
+            f"{result.stdout}{result.stderr}\n# server: {run.server_output}{run.leftovers}"
+        )
         path = run.save(raw)
         if not result.ok:
-            raise BenchmarkError(f"netperf {options.test} exited {result.returncode}: "
-                                 f"{(result.stderr or result.stdout).strip()[-400:]} (raw output: {path})")
+            raise BenchmarkError(
+                f"netperf {options.test} exited {result.returncode}: "
+                f"{(result.stderr or result.stdout).strip()[-400:]} (raw output: {path})"
+            )
         try:
             return measurements(options.test, parse_keyvals(result.stdout), cpu=options.cpu)
         except BenchmarkError as exc:

@@ -16,21 +16,46 @@ from niclab.bench.base import BenchmarkError, Measurement
 
 STREAMS = ("TCP_STREAM", "TCP_MAERTS", "UDP_STREAM")
 REQUEST_RESPONSE = ("TCP_RR", "UDP_RR", "TCP_CRR")
-LATENCIES = (("MEAN_LATENCY", "latency_mean_us"), ("P50_LATENCY", "latency_p50_us"),
-             ("P90_LATENCY", "latency_p90_us"), ("P99_LATENCY", "latency_p99_us"),
-             ("MIN_LATENCY", "latency_min_us"), ("MAX_LATENCY", "latency_max_us"))
+LATENCIES = (
+    ("MEAN_LATENCY", "latency_mean_us"),
+    ("P50_LATENCY", "latency_p50_us"),
+    ("P90_LATENCY", "latency_p90_us"),
+    ("P99_LATENCY", "latency_p99_us"),
+    ("MIN_LATENCY", "latency_min_us"),
+    ("MAX_LATENCY", "latency_max_us"),
+)
 SD_UNITS = {"usec/KB": ("us/KB", "kb"), "usec/Tran": ("us/Tr", "tr")}
 
-COMMON = ("THROUGHPUT", "THROUGHPUT_UNITS", "ELAPSED_TIME", "PROTOCOL", "LOCAL_CPU_UTIL", "REMOTE_CPU_UTIL",
-          "LOCAL_SD", "REMOTE_SD", "SD_UNITS", "CONFIDENCE_LEVEL", "CONFIDENCE_INTERVAL", "CONFIDENCE_ITERATION",
-          "THROUGHPUT_CONFID", "LOCAL_CPU_CONFID", "REMOTE_CPU_CONFID", "LSS_SIZE", "RSR_SIZE")
+COMMON = (
+    "THROUGHPUT",
+    "THROUGHPUT_UNITS",
+    "ELAPSED_TIME",
+    "PROTOCOL",
+    "LOCAL_CPU_UTIL",
+    "REMOTE_CPU_UTIL",
+    "LOCAL_SD",
+    "REMOTE_SD",
+    "SD_UNITS",
+    "CONFIDENCE_LEVEL",
+    "CONFIDENCE_INTERVAL",
+    "CONFIDENCE_ITERATION",
+    "THROUGHPUT_CONFID",
+    "LOCAL_CPU_CONFID",
+    "REMOTE_CPU_CONFID",
+    "LSS_SIZE",
+    "RSR_SIZE",
+)
 SELECTORS = {
     "TCP_STREAM": COMMON + ("TRANSPORT_MSS", "LOCAL_TRANSPORT_RETRANS", "LOCAL_SEND_SIZE"),
     "TCP_MAERTS": COMMON + ("TRANSPORT_MSS", "REMOTE_TRANSPORT_RETRANS"),
-    "UDP_STREAM": COMMON + ("LOCAL_SEND_THROUGHPUT", "REMOTE_RECV_THROUGHPUT", "LOCAL_SEND_CALLS",
-                            "REMOTE_RECV_CALLS", "LOCAL_SEND_SIZE"),
-    **{test: COMMON + ("REQUEST_SIZE", "RESPONSE_SIZE", "RT_LATENCY", "STDDEV_LATENCY") + tuple(k for k, _ in LATENCIES)
-       for test in REQUEST_RESPONSE},
+    "UDP_STREAM": COMMON
+    + ("LOCAL_SEND_THROUGHPUT", "REMOTE_RECV_THROUGHPUT", "LOCAL_SEND_CALLS", "REMOTE_RECV_CALLS", "LOCAL_SEND_SIZE"),
+    **{
+        test: COMMON
+        + ("REQUEST_SIZE", "RESPONSE_SIZE", "RT_LATENCY", "STDDEV_LATENCY")
+        + tuple(k for k, _ in LATENCIES)
+        for test in REQUEST_RESPONSE
+    },
 }
 
 
@@ -71,17 +96,24 @@ def confidence(values: dict[str, str], cpu: bool) -> tuple[dict, str | None]:
     iterations = _optional(values, "CONFIDENCE_ITERATION")
     achieved = {"throughput": _optional(values, "THROUGHPUT_CONFID")}
     if cpu:
-        achieved.update(local_cpu=_optional(values, "LOCAL_CPU_CONFID"),
-                        remote_cpu=_optional(values, "REMOTE_CPU_CONFID"))
+        achieved.update(
+            local_cpu=_optional(values, "LOCAL_CPU_CONFID"), remote_cpu=_optional(values, "REMOTE_CPU_CONFID")
+        )
     missed = {k: v for k, v in achieved.items() if v is not None and v > wanted}
-    facts = {"confidence_level": level, "confidence_width_pct": wanted,
-             "confidence_achieved_width_pct": {k: v for k, v in achieved.items() if v is not None},
-             "confidence_iterations": iterations, "confidence_met": not missed}
+    facts = {
+        "confidence_level": level,
+        "confidence_width_pct": wanted,
+        "confidence_achieved_width_pct": {k: v for k, v in achieved.items() if v is not None},
+        "confidence_iterations": iterations,
+        "confidence_met": not missed,
+    }
     if not missed:
         return facts, None
     detail = ", ".join(f"{k.replace('_', ' ')} ±{v / 2:.1f} %" for k, v in missed.items())
-    return facts, (f"netperf's {int(level)} % confidence target (±{wanted / 2:g} %) was missed after "
-                   f"{int(iterations or 0)} iterations: {detail}")
+    return facts, (
+        f"netperf's {int(level)} % confidence target (±{wanted / 2:g} %) was missed after "
+        f"{int(iterations or 0)} iterations: {detail}"
+    )
 
 
 def measurements(test: str, values: dict[str, str], cpu: bool = False) -> list[Measurement]:
@@ -91,30 +123,52 @@ def measurements(test: str, values: dict[str, str], cpu: bool = False) -> list[M
     if units != expected:
         raise BenchmarkError(f"netperf reported {units or 'no'} throughput units for {test}, expected {expected}")
     facts, warning = confidence(values, cpu)
-    extra = {k.lower(): values[k] for k in ("ELAPSED_TIME", "PROTOCOL", "TRANSPORT_MSS", "LSS_SIZE", "RSR_SIZE",
-                                            "REQUEST_SIZE", "RESPONSE_SIZE") if k in values} | facts
+    extra = {
+        k.lower(): values[k]
+        for k in ("ELAPSED_TIME", "PROTOCOL", "TRANSPORT_MSS", "LSS_SIZE", "RSR_SIZE", "REQUEST_SIZE", "RESPONSE_SIZE")
+        if k in values
+    } | facts
     found: list[Measurement] = []
     if test == "UDP_STREAM":
         sent, received = _number(values, "LOCAL_SEND_CALLS"), _number(values, "REMOTE_RECV_CALLS")
         lost = max(0.0, sent - received)
         found += [
-            Measurement("netperf", test, "send_throughput_mbps", _number(values, "LOCAL_SEND_THROUGHPUT"),
-                        "Mbit/s", extra, warning=warning),
-            Measurement("netperf", test, "recv_throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s",
-                        extra, warning=warning),
-            Measurement("netperf", test, "loss_pct", 100.0 * lost / sent if sent else 0.0, "%",
-                        {"sent_datagrams": int(sent), "received_datagrams": int(received),
-                         "lost_datagrams": int(lost)}),
+            Measurement(
+                "netperf",
+                test,
+                "send_throughput_mbps",
+                _number(values, "LOCAL_SEND_THROUGHPUT"),
+                "Mbit/s",
+                extra,
+                warning=warning,
+            ),
+            Measurement(
+                "netperf", test, "recv_throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s", extra, warning=warning
+            ),
+            Measurement(
+                "netperf",
+                test,
+                "loss_pct",
+                100.0 * lost / sent if sent else 0.0,
+                "%",
+                {"sent_datagrams": int(sent), "received_datagrams": int(received), "lost_datagrams": int(lost)},
+            ),
         ]
     elif test in STREAMS:
-        found.append(Measurement("netperf", test, "throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s",
-                                 extra, warning=warning))
+        found.append(
+            Measurement(
+                "netperf", test, "throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s", extra, warning=warning
+            )
+        )
         key = "LOCAL_TRANSPORT_RETRANS" if test == "TCP_STREAM" else "REMOTE_TRANSPORT_RETRANS"
         if (retrans := _optional(values, key)) is not None:
             found.append(Measurement("netperf", test, "retransmits", retrans, "segments", headline=False))
     elif test in REQUEST_RESPONSE:
-        found.append(Measurement("netperf", test, "transaction_rate", _number(values, "THROUGHPUT"), "/s",
-                                 extra, warning=warning))
+        found.append(
+            Measurement(
+                "netperf", test, "transaction_rate", _number(values, "THROUGHPUT"), "/s", extra, warning=warning
+            )
+        )
         for key, metric in LATENCIES:
             if (value := _optional(values, key)) is not None:
                 found.append(Measurement("netperf", test, metric, value, "us", headline=metric == "latency_mean_us"))

@@ -34,8 +34,8 @@ from niclab.bench.base import BenchContext, BenchmarkError, BenchOptions, Measur
 PORT = 5002
 OUTPUT = "/tmp/niclab-netpipe.out"
 MBPS_2_20_TO_10_6 = 1.048576  # NPtcp's Mbps is 2^20 bit/s
-SECONDS_PER_SIZE = 0.4          # 3 trials of ~0.1 s each: measured on an e1000 pair under TCG
-SWEEP_BITS_PER_SECOND = 300e6   # what that pair carries, for the sizes whose 3 x 3 round trips take longer
+SECONDS_PER_SIZE = 0.4  # 3 trials of ~0.1 s each: measured on an e1000 pair under TCG
+SWEEP_BITS_PER_SECOND = 300e6  # what that pair carries, for the sizes whose 3 x 3 round trips take longer
 
 Row = tuple[int, float, float]  # bytes, NPtcp Mbps (2^20 bit/s), seconds (one way)
 
@@ -43,13 +43,18 @@ Row = tuple[int, float, float]  # bytes, NPtcp Mbps (2^20 bit/s), seconds (one w
 class NetpipeOptions(BenchOptions):
     start: int = Field(1, ge=1, le=1 << 26, description="smallest message, bytes (-l)")
     end: int = Field(1 << 20, ge=1, le=1 << 26, description="largest message, bytes (-u)")
-    perturbation: int = Field(0, ge=0, le=1024,
-                              description="bytes probed either side of each size (-p); 0 turns it off")
+    perturbation: int = Field(
+        0, ge=0, le=1024, description="bytes probed either side of each size (-p); 0 turns it off"
+    )
     buffer: int | None = Field(None, ge=1024, le=1 << 28, description="socket buffer size, bytes (-b)")
     streaming: bool = Field(False, description="send one way only (-s); gives no latency")
-    max_seconds: float = Field(300.0, gt=0, le=7200,
-                               description="time budget of the sweep; a sweep cut short keeps its curve, with a "
-                                           "warning (a card whose TCP collapses can take many minutes)")
+    max_seconds: float = Field(
+        300.0,
+        gt=0,
+        le=7200,
+        description="time budget of the sweep; a sweep cut short keeps its curve, with a "
+        "warning (a card whose TCP collapses can take many minutes)",
+    )
 
     @model_validator(mode="after")
     def _sizes_in_order(self) -> NetpipeOptions:
@@ -112,8 +117,7 @@ def measurements(rows: list[Row], streaming: bool = False) -> list[Measurement]:
     curve = [[size, round(mbps * MBPS_2_20_TO_10_6, 6), round(seconds * 1e6, 3)] for size, mbps, seconds in rows]
     peak = max(curve, key=lambda point: point[1])
     smallest = min(curve, key=lambda point: point[0])
-    found = [] if streaming else [
-        Measurement("netpipe", None, "latency_us", smallest[2], "us", {"bytes": smallest[0]})]
+    found = [] if streaming else [Measurement("netpipe", None, "latency_us", smallest[2], "us", {"bytes": smallest[0]})]
     return found + [
         Measurement("netpipe", None, "peak_throughput_mbps", peak[1], "Mbit/s", {"curve": curve}),
         Measurement("netpipe", None, "peak_size_bytes", float(peak[0]), "bytes", headline=False),
@@ -136,11 +140,15 @@ class Netpipe:
 
     def metrics(self) -> list[MetricInfo]:
         return [
-            MetricInfo("netpipe.latency_us", "us", "one-way time of the smallest message (half its round trip)",
-                       "lower"),
-            MetricInfo("netpipe.peak_throughput_mbps", "Mbit/s",
-                       "highest throughput over the message sizes (extra.curve: [bytes, Mbit/s, half RTT us])",
-                       "higher"),
+            MetricInfo(
+                "netpipe.latency_us", "us", "one-way time of the smallest message (half its round trip)", "lower"
+            ),
+            MetricInfo(
+                "netpipe.peak_throughput_mbps",
+                "Mbit/s",
+                "highest throughput over the message sizes (extra.curve: [bytes, Mbit/s, half RTT us])",
+                "higher",
+            ),
             MetricInfo("netpipe.peak_size_bytes", "bytes", "message size of the peak throughput"),
         ]
 
@@ -148,8 +156,10 @@ class Netpipe:
         return "netpipe streaming" if options.streaming else "netpipe"
 
     def estimate_seconds(self, options: NetpipeOptions) -> float:
-        each = (max(SECONDS_PER_SIZE, 3 * 3 * 2 * 8 * size / SWEEP_BITS_PER_SECOND)
-                for size in sizes(options.start, options.end, options.perturbation))
+        each = (
+            max(SECONDS_PER_SIZE, 3 * 3 * 2 * 8 * size / SWEEP_BITS_PER_SECOND)
+            for size in sizes(options.start, options.end, options.perturbation)
+        )
         return sum(each) + 2
 
     def run(self, ctx: BenchContext, options: NetpipeOptions) -> list[Measurement]:
@@ -165,8 +175,10 @@ class Netpipe:
                 result, cut_short = None, str(exc)
                 table = ends.client.get(OUTPUT).decode(errors="replace")
                 summary = f"# {cut_short}\n"
-        raw = (f"$ {quote(argv)}\n{summary}\n# {OUTPUT}:\n{table}\n"
-               f"# receiver (exit {run.server_exit}): {run.server_output}{run.leftovers}")
+        raw = (
+            f"$ {quote(argv)}\n{summary}\n# {OUTPUT}:\n{table}\n"
+            f"# receiver (exit {run.server_exit}): {run.server_output}{run.leftovers}"
+        )
         path = run.save(raw)
         try:
             if result is not None and not result.ok:
@@ -177,8 +189,10 @@ class Netpipe:
         if cut_short is None:
             return found
         last = parse_rows(table)[-1][0]
-        warning = (f"the NPtcp sweep ran out of its {options.max_seconds:g} s budget at {last} bytes "
-                   f"(of {options.end}): the curve stops there")
+        warning = (
+            f"the NPtcp sweep ran out of its {options.max_seconds:g} s budget at {last} bytes "
+            f"(of {options.end}): the curve stops there"
+        )
         return [replace(m, warning=warning) for m in found]
 
 

@@ -83,8 +83,10 @@ class NfsOptions(BenchOptions):
     def _files_fit(self) -> NfsOptions:
         files = self.numjobs * size_bytes(self.file_size)
         if files + 2**20 > size_bytes(self.export_size):
-            raise ValueError(f"numjobs x file_size ({files / 2**20:g} MiB) does not fit in export_size "
-                             f"{self.export_size} (leave 1 MiB for metadata)")
+            raise ValueError(
+                f"numjobs x file_size ({files / 2**20:g} MiB) does not fit in export_size "
+                f"{self.export_size} (leave 1 MiB for metadata)"
+            )
         if max(size_bytes(self.block_size), size_bytes(self.random_block_size)) > size_bytes(self.file_size):
             raise ValueError("block sizes must not exceed file_size")
         return self
@@ -96,9 +98,20 @@ class NfsOptions(BenchOptions):
 def fio_argv(options: NfsOptions, pattern: str) -> list[str]:
     rw = PATTERNS[pattern][0]
     block = options.block_size if pattern == "seqread" else options.random_block_size
-    return ["fio", "--name=niclab", f"--directory={MOUNT_DIR}", f"--rw={rw}", f"--bs={block}",
-            f"--size={options.file_size}", f"--numjobs={options.numjobs}", f"--runtime={options.seconds}",
-            "--time_based", f"--direct={int(options.direct)}", "--ioengine=psync", "--output-format=json"]
+    return [
+        "fio",
+        "--name=niclab",
+        f"--directory={MOUNT_DIR}",
+        f"--rw={rw}",
+        f"--bs={block}",
+        f"--size={options.file_size}",
+        f"--numjobs={options.numjobs}",
+        f"--runtime={options.seconds}",
+        "--time_based",
+        f"--direct={int(options.direct)}",
+        "--ioengine=psync",
+        "--output-format=json",
+    ]
 
 
 def _split(stdout: str) -> tuple[str, dict | None]:
@@ -107,7 +120,7 @@ def _split(stdout: str) -> tuple[str, dict | None]:
     if start is None:
         return stdout.strip(), None
     try:
-        return stdout[:start.start()].strip(), json.loads(stdout[start.start():])
+        return stdout[: start.start()].strip(), json.loads(stdout[start.start() :])
     except ValueError:
         return stdout.strip(), None
 
@@ -141,8 +154,10 @@ def parse(pattern: str, stdout: str, stderr: str = "") -> list[Measurement]:
         ]
         if len(jobs) > 1:
             per_job = [s["bw_bytes"] / 1e6 for s in stats]
-            found += [Measurement("nfs", pattern, f"{prefix}bandwidth_min_mb_s", min(per_job), "MB/s", headline=False),
-                      Measurement("nfs", pattern, f"{prefix}bandwidth_max_mb_s", max(per_job), "MB/s", headline=False)]
+            found += [
+                Measurement("nfs", pattern, f"{prefix}bandwidth_min_mb_s", min(per_job), "MB/s", headline=False),
+                Measurement("nfs", pattern, f"{prefix}bandwidth_max_mb_s", max(per_job), "MB/s", headline=False),
+            ]
     return found
 
 
@@ -159,8 +174,11 @@ def server_setup(options: NfsOptions, server_address: str, client_address: str) 
     return [
         ("load the nfsd module", "modprobe nfsd"),
         ("mount the nfsd control file system", f"{_mounted(NFSD_FS)} || mount -t nfsd nfsd {NFSD_FS}"),
-        ("mount the export tmpfs", f"mkdir -p {EXPORT_DIR} /var/lib/nfs/v4recovery && "
-                                   f"mount -t tmpfs -o size={options.export_size},mode=0755 niclab-nfs {EXPORT_DIR}"),
+        (
+            "mount the export tmpfs",
+            f"mkdir -p {EXPORT_DIR} /var/lib/nfs/v4recovery && "
+            f"mount -t tmpfs -o size={options.export_size},mode=0755 niclab-nfs {EXPORT_DIR}",
+        ),
         ("export the tmpfs", quote(["exportfs", "-i", "-o", export, f"{client_address}:{EXPORT_DIR}"])),
     ]
 
@@ -179,15 +197,22 @@ def server_start(server_address: str) -> list[tuple[str, str]]:
 def client_mount(options: NfsOptions, server_address: str) -> list[tuple[str, str]]:
     return [
         ("load the NFS client module", "modprobe nfsv4"),
-        ("mount the export", f"mkdir -p {MOUNT_DIR} && " + quote(
-            ["mount.nfs", f"{server_address}:/", MOUNT_DIR, "-o", f"vers={options.nfs_version}"])),
+        (
+            "mount the export",
+            f"mkdir -p {MOUNT_DIR} && "
+            + quote(["mount.nfs", f"{server_address}:/", MOUNT_DIR, "-o", f"vers={options.nfs_version}"]),
+        ),
     ]
 
 
 def client_cleanup() -> list[tuple[str, str]]:
     umount = f"umount {MOUNT_DIR} || umount -f {MOUNT_DIR} || umount -l {MOUNT_DIR}"
-    return [("unmount the export",
-             f"if {_mounted(MOUNT_DIR)}; then {umount}; fi; rmdir {MOUNT_DIR} 2>/dev/null; ! {_mounted(MOUNT_DIR)}")]
+    return [
+        (
+            "unmount the export",
+            f"if {_mounted(MOUNT_DIR)}; then {umount}; fi; rmdir {MOUNT_DIR} 2>/dev/null; ! {_mounted(MOUNT_DIR)}",
+        )
+    ]
 
 
 def server_cleanup() -> list[tuple[str, str]]:
@@ -195,15 +220,19 @@ def server_cleanup() -> list[tuple[str, str]]:
     return [
         ("unexport", "! command -v exportfs >/dev/null || exportfs -ua"),
         ("stop nfsd", f"[ ! -e {NFSD_FS}/threads ] || rpc.nfsd 0"),
-        ("remove the export tmpfs", f"! {_mounted(EXPORT_DIR)} || umount {EXPORT_DIR}; rmdir {EXPORT_DIR} 2>/dev/null; "
-                                    f"rm -rf /var/lib/nfs/v4recovery; ! {_mounted(EXPORT_DIR)}"),
+        (
+            "remove the export tmpfs",
+            f"! {_mounted(EXPORT_DIR)} || umount {EXPORT_DIR}; rmdir {EXPORT_DIR} 2>/dev/null; "
+            f"rm -rf /var/lib/nfs/v4recovery; ! {_mounted(EXPORT_DIR)}",
+        ),
         ("unmount the nfsd control file system", f"! {_mounted(NFSD_FS)} || umount {NFSD_FS}"),
     ]
 
 
 def _have(programs: list[str]) -> str:
-    return "; ".join(f"command -v {p} >/dev/null || {{ echo '{p} is not in the guest image' >&2; exit 1; }}"
-                     for p in programs)
+    return "; ".join(
+        f"command -v {p} >/dev/null || {{ echo '{p} is not in the guest image' >&2; exit 1; }}" for p in programs
+    )
 
 
 def _run(node: Node, step: str, command: str, timeout: float = 60.0) -> CommandResult:
@@ -241,15 +270,30 @@ class Nfs:
                 prefix = "" if len(directions) == 1 else f"{direction}_"
                 what = f"{pattern} {direction}s" if prefix else pattern
                 out += [
-                    MetricInfo(f"nfs.{pattern}.{prefix}bandwidth_mb_s", "MB/s",
-                               f"{what}: bytes all jobs moved / the longest job's run time, 1 MB = 10^6 bytes",
-                               "higher"),
-                    MetricInfo(f"nfs.{pattern}.{prefix}bandwidth_min_mb_s", "MB/s",
-                               f"{what}: the slowest job's bandwidth (numjobs > 1), 1 MB = 10^6 bytes", "higher"),
-                    MetricInfo(f"nfs.{pattern}.{prefix}bandwidth_max_mb_s", "MB/s",
-                               f"{what}: the fastest job's bandwidth (numjobs > 1), 1 MB = 10^6 bytes", "higher"),
-                    MetricInfo(f"nfs.{pattern}.{prefix}iops", "/s",
-                               f"{what}: I/Os all jobs completed / the longest job's run time", "higher"),
+                    MetricInfo(
+                        f"nfs.{pattern}.{prefix}bandwidth_mb_s",
+                        "MB/s",
+                        f"{what}: bytes all jobs moved / the longest job's run time, 1 MB = 10^6 bytes",
+                        "higher",
+                    ),
+                    MetricInfo(
+                        f"nfs.{pattern}.{prefix}bandwidth_min_mb_s",
+                        "MB/s",
+                        f"{what}: the slowest job's bandwidth (numjobs > 1), 1 MB = 10^6 bytes",
+                        "higher",
+                    ),
+                    MetricInfo(
+                        f"nfs.{pattern}.{prefix}bandwidth_max_mb_s",
+                        "MB/s",
+                        f"{what}: the fastest job's bandwidth (numjobs > 1), 1 MB = 10^6 bytes",
+                        "higher",
+                    ),
+                    MetricInfo(
+                        f"nfs.{pattern}.{prefix}iops",
+                        "/s",
+                        f"{what}: I/Os all jobs completed / the longest job's run time",
+                        "higher",
+                    ),
                 ]
         return out
 
@@ -275,8 +319,10 @@ class Nfs:
             for step, command in server_start(ends.server_address):
                 _step(server, step, command)
             if (gone := mountd.poll()) is not None:
-                raise BenchmarkError(f"nfs: rpc.mountd on {server.name} exited {gone.returncode}: "
-                                     f"{(gone.stderr or gone.stdout).strip()[-500:]}")
+                raise BenchmarkError(
+                    f"nfs: rpc.mountd on {server.name} exited {gone.returncode}: "
+                    f"{(gone.stderr or gone.stdout).strip()[-500:]}"
+                )
             for step, command in client_mount(options, ends.server_address):
                 _step(client, step, command)
             mount = _mount_options(client)
@@ -285,15 +331,18 @@ class Nfs:
                 argv = fio_argv(options, pattern)
                 ctx.progress(f"nfs: fio {pattern}")
                 result = _run(client, f"fio {pattern}", quote(argv), timeout=options.seconds + layout + 60)
-                path = ctx.save_raw(f"nfs-{pattern}",
-                                    f"$ {quote(argv)}\n# exit {result.returncode}\n{result.stdout}{result.stderr}")
+                path = ctx.save_raw(
+                    f"nfs-{pattern}", f"$ {quote(argv)}\n# exit {result.returncode}\n{result.stdout}{result.stderr}"
+                )
                 try:
                     measured = parse(pattern, result.stdout, result.stderr)
                 except BenchmarkError as exc:
                     raise BenchmarkError(f"nfs: {exc} (exit {result.returncode}; raw output: {path})") from None
                 if not result.ok:
-                    raise BenchmarkError(f"nfs: fio {pattern} exited {result.returncode}: "
-                                         f"{(result.stderr or result.stdout).strip()[-500:]} (raw output: {path})")
+                    raise BenchmarkError(
+                        f"nfs: fio {pattern} exited {result.returncode}: "
+                        f"{(result.stderr or result.stdout).strip()[-500:]} (raw output: {path})"
+                    )
                 found += [replace(m, extra={**m.extra, "mount": mount}) for m in measured]
             done = True
         finally:

@@ -28,8 +28,16 @@ def parse(text: str) -> list[Measurement]:
     if sent is None:
         raise BenchmarkError(f"ping printed no summary: {text.strip()[-300:]}")
     transmitted, received = int(sent[1]), int(sent[2])
-    found = [Measurement("ping", None, "loss_pct", 100.0 * (transmitted - received) / transmitted, "%",
-                         {"transmitted": transmitted, "received": received})]
+    found = [
+        Measurement(
+            "ping",
+            None,
+            "loss_pct",
+            100.0 * (transmitted - received) / transmitted,
+            "%",
+            {"transmitted": transmitted, "received": received},
+        )
+    ]
     rtt = RTT.search(text)
     if rtt is not None:
         for i, name in enumerate(("rtt_min_ms", "rtt_avg_ms", "rtt_max_ms", "rtt_mdev_ms"), start=1):
@@ -38,8 +46,22 @@ def parse(text: str) -> list[Measurement]:
 
 
 def argv(options: PingOptions, source: str, target: str) -> list[str]:
-    return ["ping", "-n", "-q", "-c", str(options.count), "-i", f"{options.interval:g}", "-s", str(options.size),
-            "-W", "2", "-I", source, target]
+    return [
+        "ping",
+        "-n",
+        "-q",
+        "-c",
+        str(options.count),
+        "-i",
+        f"{options.interval:g}",
+        "-s",
+        str(options.size),
+        "-W",
+        "2",
+        "-I",
+        source,
+        target,
+    ]
 
 
 class Ping:
@@ -67,8 +89,10 @@ class Ping:
         result = ends.client.run(quote(command), timeout=options.count * options.interval + 60, check=False)
         path = ctx.save_raw("ping", f"$ {quote(command)}\n# exit {result.returncode}\n{result.stdout}{result.stderr}")
         if result.returncode not in (0, 1):  # 1: some probes got no answer, still a result
-            raise BenchmarkError(f"ping exited {result.returncode}: {(result.stderr or result.stdout).strip()[-300:]} "
-                                 f"(raw output: {path})")
+            raise BenchmarkError(
+                f"ping exited {result.returncode}: {(result.stderr or result.stdout).strip()[-300:]} "
+                f"(raw output: {path})"
+            )
         return parse(result.stdout)
 
 

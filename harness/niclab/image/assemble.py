@@ -23,8 +23,22 @@ from niclab.image.recipe import Recipe
 from niclab.image.tartree import TarTree
 
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib", "/lib/x86_64-linux-gnu", "/lib")
-BASE_DIRS = ("dev", "proc", "sys", "run", "tmp", "root", "etc", "var", "mnt",
-             "usr", "usr/bin", "usr/sbin", "usr/lib", "usr/lib64")
+BASE_DIRS = (
+    "dev",
+    "proc",
+    "sys",
+    "run",
+    "tmp",
+    "root",
+    "etc",
+    "var",
+    "mnt",
+    "usr",
+    "usr/bin",
+    "usr/sbin",
+    "usr/lib",
+    "usr/lib64",
+)
 MERGED_USR = {"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/lib64"}
 DEVICES = {"dev/console": (stat.S_IFCHR | 0o600, (5, 1)), "dev/null": (stat.S_IFCHR | 0o666, (1, 3))}
 
@@ -113,8 +127,9 @@ def _add_modules(tree: Tree, root: TarTree, recipe: Recipe, version: str) -> lis
     try:
         chosen = kmod.closure(deps, list(recipe.modules))
     except KeyError as exc:
-        raise NiclabError(f"image build: kernel {version} has no module(s) {exc.args[0]} "
-                          f"(listed in {recipe.directory}/recipe.toml)") from None
+        raise NiclabError(
+            f"image build: kernel {version} has no module(s) {exc.args[0]} (listed in {recipe.directory}/recipe.toml)"
+        ) from None
     for path in chosen:
         _copy_file(tree, root, f"{base}/{path}")
     aliases = kmod.filter_aliases(root.read(f"{base}/modules.alias").decode(), chosen)
@@ -165,8 +180,11 @@ def assemble(root: TarTree, recipe: Recipe) -> tuple[list[Entry], dict]:
         if any(tree.has(f"usr/{d}/{name}") for d in ("bin", "sbin")):
             continue
         target = _usr_path(applet)
-        tree.add(Entry(target, stat.S_IFLNK | 0o777,
-                       posixpath.relpath("usr/bin/busybox", posixpath.dirname(target)).encode()))
+        tree.add(
+            Entry(
+                target, stat.S_IFLNK | 0o777, posixpath.relpath("usr/bin/busybox", posixpath.dirname(target)).encode()
+            )
+        )
 
     version = kernel_version(root)
     loaded = _add_modules(tree, root, recipe, version)

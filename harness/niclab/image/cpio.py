@@ -38,9 +38,19 @@ class CpioWriter:
         self._ino += 1
         name = entry.name.encode() + b"\0"
         fields = (
-            self._ino, entry.mode, 0, 0,
+            self._ino,
+            entry.mode,
+            0,
+            0,
             2 if stat.S_ISDIR(entry.mode) else 1,
-            0, len(entry.data), 0, 0, entry.rdev[0], entry.rdev[1], len(name), 0,
+            0,
+            len(entry.data),
+            0,
+            0,
+            entry.rdev[0],
+            entry.rdev[1],
+            len(name),
+            0,
         )
         header = b"070701" + b"".join(b"%08X" % f for f in fields)
         self._out.write(header + name + _pad(len(header) + len(name)))

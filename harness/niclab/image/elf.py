@@ -28,20 +28,18 @@ def read_dynamic(data: bytes) -> Dynamic:
     """Parse a little-endian ELF64 file (x86_64 is all niclab's guests use)."""
     if not is_elf(data) or data[4] != 2 or data[5] != 1:
         raise ValueError("not a little-endian ELF64 file")
-    phoff, = struct.unpack_from("<Q", data, 0x20)
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
     loads: list[tuple[int, int, int]] = []  # vaddr, offset, filesz
     dynamic = interp = None
     for i in range(phnum):
-        p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from(
-            "<IIQQQQ", data, phoff + i * phentsize
-        )
+        p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
         if p_type == PT_LOAD:
             loads.append((p_vaddr, p_offset, p_filesz))
         elif p_type == PT_DYNAMIC:
             dynamic = (p_offset, p_filesz)
         elif p_type == PT_INTERP:
-            interp = data[p_offset:p_offset + p_filesz].rstrip(b"\0").decode()
+            interp = data[p_offset : p_offset + p_filesz].rstrip(b"\0").decode()
     if dynamic is None:
         return Dynamic(interp, (), ())
 
@@ -62,10 +60,8 @@ def read_dynamic(data: bytes) -> Dynamic:
 
     def string(index: int) -> str:
         start = strtab + index
-        return data[start:data.index(b"\0", start)].decode()
+        return data[start : data.index(b"\0", start)].decode()
 
     needed = tuple(string(v) for t, v in entries if t == DT_NEEDED)
-    runpath = tuple(
-        part for t, v in entries if t in (DT_RPATH, DT_RUNPATH) for part in string(v).split(":") if part
-    )
+    runpath = tuple(part for t, v in entries if t in (DT_RPATH, DT_RUNPATH) for part in string(v).split(":") if part)
     return Dynamic(interp, needed, runpath)

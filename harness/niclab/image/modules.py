@@ -48,7 +48,6 @@ def filter_modules_dep(deps: dict[str, list[str]], chosen: list[str]) -> str:
 def filter_aliases(text: str, chosen: list[str]) -> str:
     names = {module_name(path) for path in chosen}
     kept = [
-        line for line in text.splitlines()
-        if line.startswith("alias ") and line.split()[-1].replace("-", "_") in names
+        line for line in text.splitlines() if line.startswith("alias ") and line.split()[-1].replace("-", "_") in names
     ]
     return "".join(line + "\n" for line in kept)

@@ -17,9 +17,9 @@ BUILDER_SOURCES = Path(__file__).parent
 class SourceBuild:
     """A program built from Debian's source in the throw-away root (a [[build]] table)."""
 
-    source: str                # the source package, as `apt-get source` takes it
-    needs: tuple[str, ...]     # packages the build needs (fetched like `packages`, never copied)
-    script: str                # shell commands run in the unpacked source; they install the program
+    source: str  # the source package, as `apt-get source` takes it
+    needs: tuple[str, ...]  # packages the build needs (fetched like `packages`, never copied)
+    script: str  # shell commands run in the unpacked source; they install the program
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,9 @@ def load_recipe(directory: Path) -> Recipe:
             files=tuple(data.get("files", ())),
             modules=tuple(data["modules"]),
             cmdline=data["cmdline"],
-            builds=tuple(SourceBuild(b["source"], tuple(b.get("needs", ())), b["script"])
-                         for b in data.get("build", ())),
+            builds=tuple(
+                SourceBuild(b["source"], tuple(b.get("needs", ())), b["script"]) for b in data.get("build", ())
+            ),
         )
     except KeyError as exc:
         raise NiclabError(f"{path}: missing key {exc.args[0]!r}") from None

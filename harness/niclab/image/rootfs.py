@@ -54,8 +54,10 @@ def fetch_root(recipe: Recipe, out: Path, log: Path, progress: Callable[[str], N
         raise NiclabError("mmdebstrap is not installed: run `make setup` (or apt-get install mmdebstrap)")
     mirror = debian_mirror(recipe.suite)
     command = mmdebstrap_command(recipe, mirror, out)
-    progress(f"fetching {len(recipe.packages)} Debian packages and their dependencies ({recipe.suite}) "
-             f"with mmdebstrap; log: {log}")
+    progress(
+        f"fetching {len(recipe.packages)} Debian packages and their dependencies ({recipe.suite}) "
+        f"with mmdebstrap; log: {log}"
+    )
     started = time.monotonic()
     with log.open("w") as sink:
         sink.write("$ " + " ".join(command) + "\n")

@@ -76,8 +76,9 @@ def find_image(name: str = DEFAULT_RECIPE) -> Image | None:
     if override := os.environ.get("NICLAB_IMAGE"):
         image = _load(Path(override))
         if image is None:
-            raise NiclabError(f"NICLAB_IMAGE={override} is not a built niclab image "
-                              "(it needs vmlinuz, initrd.img and manifest.json)")
+            raise NiclabError(
+                f"NICLAB_IMAGE={override} is not a built niclab image (it needs vmlinuz, initrd.img and manifest.json)"
+            )
         return image
     wanted = recipe(name)
     return _load(_store() / f"{name}-{wanted.input_hash()}")
@@ -111,12 +112,15 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                 entries, facts = assemble(root, wanted)
                 kernel = root.read(f"/boot/vmlinuz-{facts['kernel_version']}")
                 packages = installed_packages(root.read("/var/lib/dpkg/status").decode())
-                built = {b.source: next((d for d in root.listdir("/usr/src") if d.startswith(f"{b.source}-")), "?")
-                         for b in wanted.builds}
+                built = {
+                    b.source: next((d for d in root.listdir("/usr/src") if d.startswith(f"{b.source}-")), "?")
+                    for b in wanted.builds
+                }
             (work / "vmlinuz").write_bytes(kernel)
-            with open(work / "initrd.img", "wb") as raw, gzip.GzipFile(
-                fileobj=raw, mode="wb", compresslevel=6, mtime=0
-            ) as packed:
+            with (
+                open(work / "initrd.img", "wb") as raw,
+                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as packed,
+            ):
                 writer = CpioWriter(packed)
                 for entry in entries:
                     writer.add(entry)
@@ -145,8 +149,10 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
             raise
         image = _load(target)
         assert image is not None
-        progress(f"image {image.id} ready in {manifest['build_seconds']:.0f} s "
-                 f"(initramfs {manifest['initrd_bytes'] / 2**20:.1f} MiB, kernel {manifest['kernel_version']})")
+        progress(
+            f"image {image.id} ready in {manifest['build_seconds']:.0f} s "
+            f"(initramfs {manifest['initrd_bytes'] / 2**20:.1f} MiB, kernel {manifest['kernel_version']})"
+        )
         return image
 
 

@@ -51,7 +51,7 @@ class TarTree:
                 target = member.linkname
                 if not target.startswith("/"):
                     target = posixpath.join(current, target)
-                rest = "/".join(parts[i + 1:])
+                rest = "/".join(parts[i + 1 :])
                 return self.resolve(posixpath.join(target, rest) if rest else target, _depth + 1)
             current = candidate
         return posixpath.normpath(current)
@@ -82,6 +82,7 @@ class TarTree:
     def listdir(self, path: str) -> list[str]:
         base = self.resolve(path).rstrip("/") + "/"
         return sorted(
-            name[len(base):] for name in self._members
-            if name.startswith(base) and "/" not in name[len(base):] and name != base
+            name[len(base) :]
+            for name in self._members
+            if name.startswith(base) and "/" not in name[len(base) :] and name != base
         )

@@ -55,8 +55,11 @@ class Inventory(BaseModel):
         """Why this lab cannot realize the scenario (a cell), or None if it can."""
         needed = Counter(port.model for port in scenario.topology().ports)
         have = self.counts()
-        short = [f"{count} {model} (the lab has {have[model]})" for model, count in sorted(needed.items())
-                 if have[model] < count]
+        short = [
+            f"{count} {model} (the lab has {have[model]})"
+            for model, count in sorted(needed.items())
+            if have[model] < count
+        ]
         return f"lab {self.name} lacks cards: the cell needs {', '.join(short)}" if short else None
 
 

@@ -32,9 +32,11 @@ def ping_script(source: Iface, targets: list[Iface]) -> str:
     lines = []
     for target in targets:
         via = f"-I {shlex.quote(source.name)} {target.address}"
-        lines.append(f"ok=''; for i in $(seq {PING_TIMEOUT_S}); do ping -n -q -c 1 -W 1 {via} >/dev/null && "
-                     f"{{ ok=1; break; }}; done; [ -n \"$ok\" ] || {{ echo 'unreachable {target.address}'; exit 1; }}; "
-                     f"echo 'target {target.address}'; ping -n -q -c 3 -i 0.2 -W 1 {via} | tail -n 1")
+        lines.append(
+            f"ok=''; for i in $(seq {PING_TIMEOUT_S}); do ping -n -q -c 1 -W 1 {via} >/dev/null && "
+            f"{{ ok=1; break; }}; done; [ -n \"$ok\" ] || {{ echo 'unreachable {target.address}'; exit 1; }}; "
+            f"echo 'target {target.address}'; ping -n -q -c 3 -i 0.2 -W 1 {via} | tail -n 1"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -64,8 +66,9 @@ def parallel(jobs: dict[str, Callable[[], T]]) -> dict[str, T]:
     if len(failed) == 1:
         raise failed[0][1]
     if failed:
-        raise NetconfError("\n".join(str(exc) if isinstance(exc, NiclabError) else f"{key}: {exc}"
-                                     for key, exc in failed)) from failed[0][1]
+        raise NetconfError(
+            "\n".join(str(exc) if isinstance(exc, NiclabError) else f"{key}: {exc}" for key, exc in failed)
+        ) from failed[0][1]
     return results
 
 
@@ -81,15 +84,17 @@ def _reachability(rig: Rig, net: NetPlan) -> dict[str, float]:
     def ping_from(node: str) -> dict[str, float]:
         rtts = {}
         for source, targets in jobs[node]:
-            result = rig.node(node).run(ping_script(source, targets), timeout=(PING_TIMEOUT_S + 5) * len(targets),
-                                        check=False)
+            result = rig.node(node).run(
+                ping_script(source, targets), timeout=(PING_TIMEOUT_S + 5) * len(targets), check=False
+            )
             current = None
             for line in result.stdout.splitlines():
                 if line.startswith("unreachable "):
                     target = next(t for t in targets if t.address == line.split()[1])
                     raise NetconfError(
                         f"link {source.link}: {source.node} ({source.address}) cannot reach {target.node} "
-                        f"({target.address}) over {source.name} ({source.ports[0].model}) within {PING_TIMEOUT_S} s")
+                        f"({target.address}) over {source.name} ({source.ports[0].model}) within {PING_TIMEOUT_S} s"
+                    )
                 if line.startswith("target "):
                     current = next(t for t in targets if t.address == line.split()[1])
                 elif (match := RTT_RE.search(line)) and current is not None:
@@ -113,8 +118,10 @@ def configure(rig: Rig, net: NetPlan, progress) -> dict:
         macs = {port.key: rig.mac(port) for iface in ifaces for port in iface.ports}
         result = rig.node(node).run(node_script(ifaces, macs), timeout=CARRIER_TIMEOUT_S + 60, check=False)
         if not result.ok:
-            raise NetconfError(f"{node}: configuring {', '.join(i.name for i in ifaces)} failed: "
-                               f"{(result.stderr or result.stdout).strip()}")
+            raise NetconfError(
+                f"{node}: configuring {', '.join(i.name for i in ifaces)} failed: "
+                f"{(result.stderr or result.stdout).strip()}"
+            )
         state = verify.parse_state(rig.node(node).run(verify.state_script(ifaces), timeout=60).stdout)
         problems = verify.mismatches(node, ifaces, state)
         if problems:
@@ -124,17 +131,26 @@ def configure(rig: Rig, net: NetPlan, progress) -> dict:
     states = parallel({node: partial(configure_node, node) for node in rig.nodes})
     configured = time.monotonic() - started
     rtts = _reachability(rig, net)
-    progress(f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
-             f"idle RTT " + ", ".join(f"{k} {v:.2f} ms" for k, v in sorted(rtts.items())) + ")")
+    progress(
+        f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
+        f"idle RTT " + ", ".join(f"{k} {v:.2f} ms" for k, v in sorted(rtts.items())) + ")"
+    )
     return {
         "configure_s": round(configured, 2),
         "idle_rtt_ms": rtts,
-        "interfaces": {f"{i.node}/{i.name}": {
-            "address": f"{i.address}/{PREFIX}", "mtu": i.mtu, "link": i.link, "lane": i.lane,
-            "ports": [p.ifname for p in i.ports], "model": i.ports[0].model,
-            **({"bond": i.bond.model_dump(exclude_none=True)} if i.bond else {}),
-            **({"netem": i.netem.describe()} if i.netem else {}),
-            **({"offloads": i.offloads} if i.offloads else {}),
-        } for i in net.ifaces},
+        "interfaces": {
+            f"{i.node}/{i.name}": {
+                "address": f"{i.address}/{PREFIX}",
+                "mtu": i.mtu,
+                "link": i.link,
+                "lane": i.lane,
+                "ports": [p.ifname for p in i.ports],
+                "model": i.ports[0].model,
+                **({"bond": i.bond.model_dump(exclude_none=True)} if i.bond else {}),
+                **({"netem": i.netem.describe()} if i.netem else {}),
+                **({"offloads": i.offloads} if i.offloads else {}),
+            }
+            for i in net.ifaces
+        },
         "observed": states,
     }

@@ -68,8 +68,7 @@ class NetPlan:
 def subnet(index: int) -> ipaddress.IPv4Network:
     size = 2 ** (32 - PREFIX)
     if not 0 <= index < BASE.num_addresses // size:
-        raise NetconfError(f"more than {BASE.num_addresses // size} cables: 198.18.0.0/15 has no room "
-                           "for another /24")
+        raise NetconfError(f"more than {BASE.num_addresses // size} cables: 198.18.0.0/15 has no room for another /24")
     return ipaddress.IPv4Network((int(BASE.network_address) + index * size, PREFIX))
 
 
@@ -83,12 +82,21 @@ def plan(scenario: Scenario) -> NetPlan:
             net = subnet(index)
             index += 1
             for host, node in enumerate(link.between, start=1):
-                ports = tuple(p for p in topology.node(node).ports
-                              if p.link == link_index and (lane is None or p.lane == lane))
-                ifaces.append(Iface(
-                    node=node, name=f"bond{link_index}" if link.bond else ports[0].ifname,
-                    address=str(net.network_address + host), link=link_index, lane=lane, mtu=link.mtu,
-                    ports=ports, bond=link.bond, netem=link.netem.get(node),
-                    offloads=link.offloads.get(node, {}),
-                ))
+                ports = tuple(
+                    p for p in topology.node(node).ports if p.link == link_index and (lane is None or p.lane == lane)
+                )
+                ifaces.append(
+                    Iface(
+                        node=node,
+                        name=f"bond{link_index}" if link.bond else ports[0].ifname,
+                        address=str(net.network_address + host),
+                        link=link_index,
+                        lane=lane,
+                        mtu=link.mtu,
+                        ports=ports,
+                        bond=link.bond,
+                        netem=link.netem.get(node),
+                        offloads=link.offloads.get(node, {}),
+                    )
+                )
     return NetPlan(tuple(ifaces))

@@ -39,8 +39,10 @@ def _bond_script(iface: Iface, bond: Bond) -> list[str]:
         options += f" xmit_hash_policy {bond.xmit_hash_policy}"
     lines = [f"ip link add {name} type bond {options}"]
     for port in iface.ports:
-        lines += [f"ip link set dev {shlex.quote(port.ifname)} down",
-                  f"ip link set dev {shlex.quote(port.ifname)} master {name}"]
+        lines += [
+            f"ip link set dev {shlex.quote(port.ifname)} down",
+            f"ip link set dev {shlex.quote(port.ifname)} master {name}",
+        ]
     lines.append(f"ip link set dev {name} mtu {iface.mtu}")
     return lines
 
@@ -52,8 +54,10 @@ def _l3_script(iface: Iface) -> list[str]:
     lines.append(f"ip link set dev {name} up")
     if iface.netem is not None:
         # `replace` would keep settings of an earlier netem: start from nothing.
-        lines += [f"tc qdisc del dev {name} root >/dev/null 2>&1 || true",
-                  f"tc qdisc add dev {name} root netem {' '.join(iface.netem.tc_args())}"]
+        lines += [
+            f"tc qdisc del dev {name} root >/dev/null 2>&1 || true",
+            f"tc qdisc add dev {name} root netem {' '.join(iface.netem.tc_args())}",
+        ]
     return lines
 
 
@@ -66,12 +70,13 @@ def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> s
             lines += _bond_script(iface, iface.bond)
     for iface in ifaces:
         lines += _l3_script(iface)
-    watched = " ".join(shlex.quote(n) for n in dict.fromkeys(
-        [p.ifname for i in ifaces for p in i.ports] + [i.name for i in ifaces]))
+    watched = " ".join(
+        shlex.quote(n) for n in dict.fromkeys([p.ifname for i in ifaces for p in i.ports] + [i.name for i in ifaces])
+    )
     lines += [
         f"for i in $(seq {CARRIER_TIMEOUT_S * 10}); do",
         "  down=''",
-        f"  for n in {watched}; do [ \"$(cat /sys/class/net/$n/carrier 2>/dev/null)\" = 1 ] || down=\"$down $n\"; done",
+        f'  for n in {watched}; do [ "$(cat /sys/class/net/$n/carrier 2>/dev/null)" = 1 ] || down="$down $n"; done',
         '  [ -z "$down" ] && exit 0',
         "  sleep 0.1",
         "done",

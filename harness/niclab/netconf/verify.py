@@ -17,37 +17,47 @@ from niclab.netconf.plan import Iface
 
 # ethtool -k lines as feature.NAME=VALUE, and the indented parts of a group as
 # subfeature.NAME=VALUE (a group is fixed when all its parts are).
-FEATURE_AWK = ('{ part = ($0 ~ /^[ \\t]/); sub(/^[ \\t]+/, ""); k = $0; sub(/:.*/, "", k); v = $0; '
-               'sub(/^[^:]*: */, "", v); if (v != "") print (part ? "subfeature." : "feature.") k "=" v }')
+FEATURE_AWK = (
+    '{ part = ($0 ~ /^[ \\t]/); sub(/^[ \\t]+/, ""); k = $0; sub(/:.*/, "", k); v = $0; '
+    'sub(/^[^:]*: */, "", v); if (v != "") print (part ? "subfeature." : "feature.") k "=" v }'
+)
 
 
 def state_script(ifaces: list[Iface]) -> str:
     lines = []
     for iface in ifaces:
         q = shlex.quote(iface.name)
-        lines += [f"echo '[iface {iface.name}]'",
-                  f"echo \"mtu=$(cat /sys/class/net/{q}/mtu)\"",
-                  f"echo \"carrier=$(cat /sys/class/net/{q}/carrier 2>/dev/null)\"",
-                  f"echo \"qdisc=$(tc qdisc show dev {q} | head -n 1)\""]
+        lines += [
+            f"echo '[iface {iface.name}]'",
+            f'echo "mtu=$(cat /sys/class/net/{q}/mtu)"',
+            f'echo "carrier=$(cat /sys/class/net/{q}/carrier 2>/dev/null)"',
+            f'echo "qdisc=$(tc qdisc show dev {q} | head -n 1)"',
+        ]
         if iface.bond is not None:
-            lines += [f"echo \"bond_mode=$(cut -d' ' -f1 /sys/class/net/{q}/bonding/mode)\"",
-                      f"echo \"bond_miimon=$(cat /sys/class/net/{q}/bonding/miimon)\"",
-                      f"for s in $(cat /sys/class/net/{q}/bonding/slaves); do "
-                      f"echo \"bond_port.$s=$(cat /sys/class/net/$s/bonding_slave/mii_status)\"; done"]
+            lines += [
+                f"echo \"bond_mode=$(cut -d' ' -f1 /sys/class/net/{q}/bonding/mode)\"",
+                f'echo "bond_miimon=$(cat /sys/class/net/{q}/bonding/miimon)"',
+                f"for s in $(cat /sys/class/net/{q}/bonding/slaves); do "
+                f'echo "bond_port.$s=$(cat /sys/class/net/$s/bonding_slave/mii_status)"; done',
+            ]
         for port in iface.ports:
             p = shlex.quote(port.ifname)
-            lines += [f"echo '[port {port.ifname}]'",
-                      f"echo \"mtu=$(cat /sys/class/net/{p}/mtu)\"",
-                      f"echo \"carrier=$(cat /sys/class/net/{p}/carrier 2>/dev/null)\"",
-                      f"echo \"driver=$(ethtool -i {p} 2>/dev/null | sed -n 's/^driver: //p')\"",
-                      f"ethtool -k {p} 2>/dev/null | awk '{FEATURE_AWK}'"]
+            lines += [
+                f"echo '[port {port.ifname}]'",
+                f'echo "mtu=$(cat /sys/class/net/{p}/mtu)"',
+                f'echo "carrier=$(cat /sys/class/net/{p}/carrier 2>/dev/null)"',
+                f"echo \"driver=$(ethtool -i {p} 2>/dev/null | sed -n 's/^driver: //p')\"",
+                f"ethtool -k {p} 2>/dev/null | awk '{FEATURE_AWK}'",
+            ]
     return "\n".join(lines) + "\n"
 
 
 def parse_state(text: str) -> dict[str, dict]:
     """'[iface bond0]' / '[port link1p0]' sections of key=value lines -> {'iface bond0': {...}}."""
-    return {name: dict(line.partition("=")[::2] for line in lines if "=" in line)
-            for name, lines in sections(text)[1].items()}
+    return {
+        name: dict(line.partition("=")[::2] for line in lines if "=" in line)
+        for name, lines in sections(text)[1].items()
+    }
 
 
 def _ethtool_text(section: dict[str, str]) -> str:
@@ -94,12 +104,16 @@ def mismatches(node: str, ifaces: list[Iface], state: dict[str, dict]) -> list[s
                 problems.append(f"{node}/{port.ifname}: no carrier")
             model = nics.lookup(port.model)
             if model is not None and port_state.get("driver") != model.driver:
-                problems.append(f"{node}/{port.ifname}: driver {port_state.get('driver') or 'none'} is bound, "
-                                f"the {model.name} model needs {model.driver}")
+                problems.append(
+                    f"{node}/{port.ifname}: driver {port_state.get('driver') or 'none'} is bound, "
+                    f"the {model.name} model needs {model.driver}"
+                )
             if iface.offloads:
                 parsed = offloads.parse_features(_ethtool_text(port_state))
-                problems += [f"{node}/{port.ifname} ({port.model}): offload {p}"
-                             for p in offloads.mismatches(iface.offloads, parsed)]
+                problems += [
+                    f"{node}/{port.ifname} ({port.model}): offload {p}"
+                    for p in offloads.mismatches(iface.offloads, parsed)
+                ]
     return problems
 
 
@@ -112,6 +126,8 @@ def summary(state: dict[str, dict]) -> dict:
         if features:
             entry["offloads"] = {
                 name: ("on" if features[name][0] else "off") + (" [fixed]" if features[name][1] else "")
-                for name in offloads.SHORT_NAMES.values() if name in features}
+                for name in offloads.SHORT_NAMES.values()
+                if name in features
+            }
         out[section] = entry
     return out

@@ -1,7 +1,7 @@
 """Reports: one self-contained HTML page from one or more run directories.
 
-    from niclab.report import report_runs
-    report_runs([Path("runs/…-nic-shootout")], Path("report.html"))
+from niclab.report import report_runs
+report_runs([Path("runs/…-nic-shootout")], Path("report.html"))
 """
 
 from __future__ import annotations

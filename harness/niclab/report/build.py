@@ -19,7 +19,7 @@ class RunSection:
     run: RunData
     table: Table
     plots: dict[str, list[Plot]]
-    missing: list[str]                 # sections these runs have no data for
+    missing: list[str]  # sections these runs have no data for
     costs: list[cost.CostRow]
     currency: str
     expectations: list[dict]
@@ -49,14 +49,27 @@ def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report
             "fio over NFS": [p for p in [plots.nfs_plot(run)] if p],
         }
         known, currency = cost.prices_of(run, prices)
-        sections.append(RunSection(
-            run=run, table=summary_table(run), plots={k: v for k, v in figures.items() if v},
-            missing=[k for k, v in figures.items() if not v], costs=cost.cost_rows(run, known), currency=currency,
-            expectations=[e for c in run.cells for e in c.expectations],
-            errors=[e for c in run.cells for e in c.errors],
-            cells=[{"id": c.id, "rig": provenance.rig_line(c), "interfaces": provenance.interfaces(c),
-                    "interrupts": provenance.interrupt_spread(c)} for c in run.cells],
-        ))
+        sections.append(
+            RunSection(
+                run=run,
+                table=summary_table(run),
+                plots={k: v for k, v in figures.items() if v},
+                missing=[k for k, v in figures.items() if not v],
+                costs=cost.cost_rows(run, known),
+                currency=currency,
+                expectations=[e for c in run.cells for e in c.expectations],
+                errors=[e for c in run.cells for e in c.errors],
+                cells=[
+                    {
+                        "id": c.id,
+                        "rig": provenance.rig_line(c),
+                        "interfaces": provenance.interfaces(c),
+                        "interrupts": provenance.interrupt_spread(c),
+                    }
+                    for c in run.cells
+                ],
+            )
+        )
     names = list(dict.fromkeys(run.scenario for run in runs))
     return Report(
         title="niclab report: " + ", ".join(names),

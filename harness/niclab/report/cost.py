@@ -16,8 +16,12 @@ import yaml
 from niclab import nics
 from niclab.report.data import RunData
 
-PEAK_METRICS = ("netperf.TCP_STREAM.throughput_mbps", "netpipe.peak_throughput_mbps", "lmbench.bw_tcp.throughput_mbps",
-                "netperf.UDP_STREAM.recv_throughput_mbps")
+PEAK_METRICS = (
+    "netperf.TCP_STREAM.throughput_mbps",
+    "netpipe.peak_throughput_mbps",
+    "lmbench.bw_tcp.throughput_mbps",
+    "netperf.UDP_STREAM.recv_throughput_mbps",
+)
 
 
 @dataclass(frozen=True)

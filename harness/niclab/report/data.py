@@ -18,8 +18,8 @@ from niclab.results import read_records
 class CellData:
     id: str
     params: dict
-    facts: dict = field(default_factory=dict)          # the `cell` record
-    end: dict = field(default_factory=dict)            # the `cell_end` record
+    facts: dict = field(default_factory=dict)  # the `cell` record
+    end: dict = field(default_factory=dict)  # the `cell_end` record
     summaries: list[dict] = field(default_factory=list)
     measurements: list[dict] = field(default_factory=list)
     runs: dict[str, dict] = field(default_factory=dict)  # run id -> `run` record

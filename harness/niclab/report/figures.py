@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-          "#17becf")
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
 @dataclass(frozen=True)
 class Plot:
     title: str
-    image: str    # data:image/png;base64,...
+    image: str  # data:image/png;base64,...
     caption: str
 
 
@@ -34,8 +33,9 @@ def to_plot(figure: Figure, title: str, caption: str) -> Plot:
     return Plot(title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(), caption)
 
 
-def grouped_bars(ax: Axes, groups: list[str], series: dict[str, list[tuple[float | None, float | None]]],
-                 unit: str) -> None:
+def grouped_bars(
+    ax: Axes, groups: list[str], series: dict[str, list[tuple[float | None, float | None]]], unit: str
+) -> None:
     """Bars per group, one per series, each (value, half-width of its interval or None)."""
     count = max(len(series), 1)
     width = 0.8 / count
@@ -43,8 +43,15 @@ def grouped_bars(ax: Axes, groups: list[str], series: dict[str, list[tuple[float
         xs = [g + (i - (count - 1) / 2) * width for g in range(len(groups))]
         heights = [v if v is not None else 0 for v, _ in values]
         errors = [e or 0 for _, e in values]
-        ax.bar(xs, heights, width, yerr=errors if any(errors) else None, capsize=3, label=name,
-               color=COLORS[i % len(COLORS)])
+        ax.bar(
+            xs,
+            heights,
+            width,
+            yerr=errors if any(errors) else None,
+            capsize=3,
+            label=name,
+            color=COLORS[i % len(COLORS)],
+        )
     ax.set_xticks(range(len(groups)), groups, rotation=20 if max(map(len, groups), default=0) > 10 else 0)
     ax.set_ylabel(unit)
     ax.grid(axis="y", alpha=0.3)

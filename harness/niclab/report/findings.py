@@ -18,14 +18,14 @@ from niclab.report.data import RunData
 from niclab.report.figures import size_label
 from niclab.report.plots import netpipe_curve
 
-DIP_DEPTH = 0.15          # a dip is at least 15 % below the lower of its two neighbours
+DIP_DEPTH = 0.15  # a dip is at least 15 % below the lower of its two neighbours
 UDP_RECEIVER_SHARE = 0.5  # the receiver got less than half of what was sent
-IRQ_ONE_CPU_SHARE = 0.9   # a CPU took more than 90 % of a bond's interrupts
+IRQ_ONE_CPU_SHARE = 0.9  # a CPU took more than 90 % of a bond's interrupts
 
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str   # dip, unstable, udp-receiver, irq-one-cpu
+    kind: str  # dip, unstable, udp-receiver, irq-one-cpu
     where: str  # scenario · cell
     text: str
 
@@ -46,18 +46,30 @@ def find(run: RunData) -> list[Finding]:
         where = f"{run.scenario} · {cell.id}"
         if curve := netpipe_curve(cell):
             for size, value, floor in dips(curve):
-                found.append(Finding("dip", where, f"NetPIPE dips at {size_label(size)} bytes: {value:.0f} Mbit/s, "
-                                                   f"{100 * (1 - value / floor):.0f} % below its neighbours"))
+                found.append(
+                    Finding(
+                        "dip",
+                        where,
+                        f"NetPIPE dips at {size_label(size)} bytes: {value:.0f} Mbit/s, "
+                        f"{100 * (1 - value / floor):.0f} % below its neighbours",
+                    )
+                )
         for s in cell.summaries:
             if s["unstable"] and s.get("headline"):
-                found.append(Finding("unstable", where, f"{s['benchmark']} {s['metric']} is unstable: "
-                                                        f"{'; '.join(s['reasons'])}"))
+                found.append(
+                    Finding("unstable", where, f"{s['benchmark']} {s['metric']} is unstable: {'; '.join(s['reasons'])}")
+                )
         sent = cell.summary("netperf.UDP_STREAM.send_throughput_mbps")
         received = cell.summary("netperf.UDP_STREAM.recv_throughput_mbps")
         if sent and received and sent["mean"] > 0 and received["mean"] < UDP_RECEIVER_SHARE * sent["mean"]:
-            found.append(Finding("udp-receiver", where,
-                                 f"UDP: {sent['mean']:.0f} Mbit/s sent, {received['mean']:.0f} received "
-                                 f"({100 * received['mean'] / sent['mean']:.0f} %): the receiver drops"))
+            found.append(
+                Finding(
+                    "udp-receiver",
+                    where,
+                    f"UDP: {sent['mean']:.0f} Mbit/s sent, {received['mean']:.0f} received "
+                    f"({100 * received['mean'] / sent['mean']:.0f} %): the receiver drops",
+                )
+            )
         found += _bond_irqs(cell, where)
     return found
 
@@ -75,8 +87,13 @@ def _bond_irqs(cell, where: str) -> list[Finding]:
             total = sum(per_cpu)
             if len(per_cpu) >= 2 and total and max(per_cpu) > IRQ_ONE_CPU_SHARE * total:
                 cpu = per_cpu.index(max(per_cpu))
-                found.append(Finding("irq-one-cpu", where,
-                                     f"{node}: {100 * max(per_cpu) / total:.0f} % of the interrupts of its "
-                                     f"{nic['ports']} bonded ports landed on CPU {cpu} ({run['benchmark']})"))
+                found.append(
+                    Finding(
+                        "irq-one-cpu",
+                        where,
+                        f"{node}: {100 * max(per_cpu) / total:.0f} % of the interrupts of its "
+                        f"{nic['ports']} bonded ports landed on CPU {cpu} ({run['benchmark']})",
+                    )
+                )
                 break
     return found

@@ -9,8 +9,12 @@ from __future__ import annotations
 from niclab.report.data import CellData, RunData
 from niclab.report.figures import COLORS, Plot, bytes_axis, grouped_bars, new_figure, to_plot
 
-NFS_PATTERNS = (("seqread", "nfs.seqread.bandwidth_mb_s"), ("randread", "nfs.randread.bandwidth_mb_s"),
-                ("randrw read", "nfs.randrw.read_bandwidth_mb_s"), ("randrw write", "nfs.randrw.write_bandwidth_mb_s"))
+NFS_PATTERNS = (
+    ("seqread", "nfs.seqread.bandwidth_mb_s"),
+    ("randread", "nfs.randread.bandwidth_mb_s"),
+    ("randrw read", "nfs.randrw.read_bandwidth_mb_s"),
+    ("randrw write", "nfs.randrw.write_bandwidth_mb_s"),
+)
 
 
 def half_width(summary: dict | None) -> float | None:
@@ -59,18 +63,33 @@ def netpipe_plots(run: RunData) -> list[Plot]:
         axis.grid(alpha=0.3)
         axis.legend()
     latency_ax.set_yscale("log")
-    plots.append(to_plot(figure, "NetPIPE: throughput against message size",
-                         f"{run.scenario}: one line per card; NPtcp's sweep, Mbit/s = 10^6 bit/s."))
-    plots.append(to_plot(latency_figure, "NetPIPE: time against message size",
-                         f"{run.scenario}: half the round trip of each message size (log-log)."))
+    plots.append(
+        to_plot(
+            figure,
+            "NetPIPE: throughput against message size",
+            f"{run.scenario}: one line per card; NPtcp's sweep, Mbit/s = 10^6 bit/s.",
+        )
+    )
+    plots.append(
+        to_plot(
+            latency_figure,
+            "NetPIPE: time against message size",
+            f"{run.scenario}: half the round trip of each message size (log-log).",
+        )
+    )
     # one plot per card with a line per MTU
     for card, cells in by_card.items():
         if len(cells) < 2:
             continue
         figure, ax = new_figure(6.5, 3.8)
         for i, (cell, curve) in enumerate(sorted(cells, key=lambda item: _mtu_of(item[0]) or 0)):
-            ax.plot([p[0] for p in curve], [p[1] for p in curve], label=f"MTU {cell.params.get('mtu', cell.id)}",
-                    color=COLORS[i % len(COLORS)], linewidth=1.3)
+            ax.plot(
+                [p[0] for p in curve],
+                [p[1] for p in curve],
+                label=f"MTU {cell.params.get('mtu', cell.id)}",
+                color=COLORS[i % len(COLORS)],
+                linewidth=1.3,
+            )
         bytes_axis(ax)
         ax.set_ylabel("throughput (Mbit/s)")
         ax.grid(alpha=0.3)
@@ -79,41 +98,81 @@ def netpipe_plots(run: RunData) -> list[Plot]:
     return plots
 
 
-def _bars(run: RunData, title: str, caption: str, unit: str, series: dict[str, str],
-          link: int | None = None) -> Plot | None:
+def _bars(
+    run: RunData, title: str, caption: str, unit: str, series: dict[str, str], link: int | None = None
+) -> Plot | None:
     """Bars per cell for the named summaries (series label -> metric name)."""
     cells = [c for c in run.cells if any(c.summary(name, link) for name in series.values())]
     if not cells:
         return None
     figure, ax = new_figure()
-    data = {label: [(s["mean"] if (s := cell.summary(name, link)) else None, half_width(s))
-                    for cell in cells] for label, name in series.items()}
+    data = {
+        label: [(s["mean"] if (s := cell.summary(name, link)) else None, half_width(s)) for cell in cells]
+        for label, name in series.items()
+    }
     grouped_bars(ax, [c.card if run.axes == ["nic"] else c.id for c in cells], data, unit)
     return to_plot(figure, title, caption)
 
 
 def throughput_bars(run: RunData) -> list[Plot]:
     plots = [
-        _bars(run, "TCP throughput per card", f"{run.scenario}: netperf TCP_STREAM, mean with its confidence "
-              "interval.", "Mbit/s", {"TCP_STREAM": "netperf.TCP_STREAM.throughput_mbps",
-                                      "NetPIPE peak": "netpipe.peak_throughput_mbps",
-                                      "lmbench bw_tcp": "lmbench.bw_tcp.throughput_mbps"}, link=0),
-        _bars(run, "UDP: sent against received", f"{run.scenario}: netperf UDP_STREAM; the gap is what the "
-              "receiver lost.", "Mbit/s", {"sent": "netperf.UDP_STREAM.send_throughput_mbps",
-                                           "received": "netperf.UDP_STREAM.recv_throughput_mbps"}, link=0),
-        _bars(run, "Latency per card", f"{run.scenario}: round trips (netperf TCP_RR mean, lmbench medians) and "
-              "NetPIPE's one-way time.", "µs", {"TCP_RR mean": "netperf.TCP_RR.latency_mean_us",
-                                                 "lmbench lat_tcp": "lmbench.lat_tcp.latency_us",
-                                                 "lmbench lat_udp": "lmbench.lat_udp.latency_us",
-                                                 "NetPIPE": "netpipe.latency_us"}, link=0),
+        _bars(
+            run,
+            "TCP throughput per card",
+            f"{run.scenario}: netperf TCP_STREAM, mean with its confidence interval.",
+            "Mbit/s",
+            {
+                "TCP_STREAM": "netperf.TCP_STREAM.throughput_mbps",
+                "NetPIPE peak": "netpipe.peak_throughput_mbps",
+                "lmbench bw_tcp": "lmbench.bw_tcp.throughput_mbps",
+            },
+            link=0,
+        ),
+        _bars(
+            run,
+            "UDP: sent against received",
+            f"{run.scenario}: netperf UDP_STREAM; the gap is what the receiver lost.",
+            "Mbit/s",
+            {"sent": "netperf.UDP_STREAM.send_throughput_mbps", "received": "netperf.UDP_STREAM.recv_throughput_mbps"},
+            link=0,
+        ),
+        _bars(
+            run,
+            "Latency per card",
+            f"{run.scenario}: round trips (netperf TCP_RR mean, lmbench medians) and NetPIPE's one-way time.",
+            "µs",
+            {
+                "TCP_RR mean": "netperf.TCP_RR.latency_mean_us",
+                "lmbench lat_tcp": "lmbench.lat_tcp.latency_us",
+                "lmbench lat_udp": "lmbench.lat_udp.latency_us",
+                "NetPIPE": "netpipe.latency_us",
+            },
+            link=0,
+        ),
     ]
     for test in ("TCP_STREAM", "UDP_STREAM", "TCP_RR"):
-        plots.append(_bars(run, f"CPU utilization, netperf {test}", f"{run.scenario}: netperf -c -C.", "%",
-                           {"local": f"netperf.{test}.local_cpu_pct", "remote": f"netperf.{test}.remote_cpu_pct"}))
+        plots.append(
+            _bars(
+                run,
+                f"CPU utilization, netperf {test}",
+                f"{run.scenario}: netperf -c -C.",
+                "%",
+                {"local": f"netperf.{test}.local_cpu_pct", "remote": f"netperf.{test}.remote_cpu_pct"},
+            )
+        )
         unit, suffix = ("µs per transaction", "tr") if test.endswith("RR") else ("µs per KB", "kb")
-        plots.append(_bars(run, f"Service demand, netperf {test}", f"{run.scenario}: CPU time per unit of work.",
-                           unit, {"local": f"netperf.{test}.local_sd_us_per_{suffix}",
-                                  "remote": f"netperf.{test}.remote_sd_us_per_{suffix}"}))
+        plots.append(
+            _bars(
+                run,
+                f"Service demand, netperf {test}",
+                f"{run.scenario}: CPU time per unit of work.",
+                unit,
+                {
+                    "local": f"netperf.{test}.local_sd_us_per_{suffix}",
+                    "remote": f"netperf.{test}.remote_sd_us_per_{suffix}",
+                },
+            )
+        )
     return [p for p in plots if p]
 
 
@@ -130,8 +189,15 @@ def mtu_lines(run: RunData) -> Plot | None:
     figure, ax = new_figure()
     for i, (card, values) in enumerate(points.items()):
         values.sort()
-        ax.errorbar([v[0] for v in values], [v[1] for v in values], yerr=[v[2] or 0 for v in values], marker="o",
-                    capsize=3, label=card, color=COLORS[i % len(COLORS)])
+        ax.errorbar(
+            [v[0] for v in values],
+            [v[1] for v in values],
+            yerr=[v[2] or 0 for v in values],
+            marker="o",
+            capsize=3,
+            label=card,
+            color=COLORS[i % len(COLORS)],
+        )
     ax.set_xlabel("MTU (bytes)")
     ax.set_ylabel("TCP throughput (Mbit/s)")
     ax.grid(alpha=0.3)
@@ -156,15 +222,20 @@ def bonding_plot(run: RunData) -> Plot | None:
         ports = sorted(values)
         color = COLORS[i % len(COLORS)]
         ax.plot(ports, [values[p] for p in ports], marker="o", color=color, label=f"{card} measured")
-        ax.plot(ports, [values[1] * p for p in ports], linestyle="--", color=color, alpha=0.6,
-                label=f"{card}: N × one port")
+        ax.plot(
+            ports, [values[1] * p for p in ports], linestyle="--", color=color, alpha=0.6, label=f"{card}: N × one port"
+        )
     ax.set_xlabel("bonded ports")
     ax.set_ylabel("TCP throughput (Mbit/s)")
     ax.set_xticks(sorted({p for v in series.values() for p in v}))
     ax.grid(alpha=0.3)
     ax.legend()
-    return to_plot(figure, "Bonding: throughput against ports", f"{run.scenario}: netperf TCP_STREAM over one card "
-                   "and over the bond, against the ideal of N times the single card.")
+    return to_plot(
+        figure,
+        "Bonding: throughput against ports",
+        f"{run.scenario}: netperf TCP_STREAM over one card "
+        "and over the bond, against the ideal of N times the single card.",
+    )
 
 
 def nfs_plot(run: RunData) -> Plot | None:
@@ -172,8 +243,11 @@ def nfs_plot(run: RunData) -> Plot | None:
     if not cells:
         return None
     figure, ax = new_figure()
-    data = {cell.card if run.axes == ["nic"] else cell.id: [
-        (s["mean"] if (s := cell.summary(name)) else None, half_width(s)) for _, name in NFS_PATTERNS]
-        for cell in cells}
+    data = {
+        cell.card if run.axes == ["nic"] else cell.id: [
+            (s["mean"] if (s := cell.summary(name)) else None, half_width(s)) for _, name in NFS_PATTERNS
+        ]
+        for cell in cells
+    }
     grouped_bars(ax, [label for label, _ in NFS_PATTERNS], data, "MB/s (10^6 bytes)")
     return to_plot(figure, "fio over NFS: bandwidth per pattern", f"{run.scenario}: NFSv4 on a tmpfs across the link.")

@@ -17,8 +17,13 @@ def _data_uri(text: str, mime: str) -> str:
 
 
 def render_html(report: Report) -> str:
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["data_uri"] = _data_uri
     env.filters["num"] = lambda v: "" if v is None else (f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}")
     return env.get_template("report.html.j2").render(report=report)

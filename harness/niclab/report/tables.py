@@ -62,15 +62,21 @@ class Table:
         writer = csv.writer(out)
         writer.writerow(["test", "unit"] + [h for c in self.columns for h in (c, f"{c} ±")])
         for test, unit, cells in self.rows:
-            writer.writerow([test, unit] + [v for c in cells for v in (
-                "" if c.mean is None else f"{c.mean:.6g}", "" if not c.half else f"{c.half:.6g}")])
+            writer.writerow(
+                [test, unit]
+                + [
+                    v
+                    for c in cells
+                    for v in ("" if c.mean is None else f"{c.mean:.6g}", "" if not c.half else f"{c.half:.6g}")
+                ]
+            )
         return out.getvalue()
 
     def markdown(self) -> str:
-        lines = ["| test | unit | " + " | ".join(self.columns) + " |",
-                 "|---|---|" + "---|" * len(self.columns)]
-        lines += [f"| {test} | {unit} | " + " | ".join(c.text() for c in cells) + " |"
-                  for test, unit, cells in self.rows]
+        lines = ["| test | unit | " + " | ".join(self.columns) + " |", "|---|---|" + "---|" * len(self.columns)]
+        lines += [
+            f"| {test} | {unit} | " + " | ".join(c.text() for c in cells) + " |" for test, unit, cells in self.rows
+        ]
         return "\n".join(lines + [""] + [f"{note}" for note in self.notes]) + "\n"
 
 
@@ -96,8 +102,11 @@ def summary_table(run: RunData) -> Table:
         cells = []
         for cell in run.cells:
             found = cell.summary(name, link)
-            half = ((found["ci_high"] - found["ci_low"]) / 2
-                    if found and found["n"] > 1 and found.get("ci_low") is not None else None)
+            half = (
+                (found["ci_high"] - found["ci_low"]) / 2
+                if found and found["n"] > 1 and found.get("ci_low") is not None
+                else None
+            )
             cells.append(Cell(found["mean"] if found else None, half, bool(found and found["unstable"])))
         rows.append((label + (f" (link {link})" if len(links) > 1 else ""), units[(name, link)], cells))
     levels = {s["ci_level"] for c in run.cells for s in c.summaries if s["n"] > 1}
