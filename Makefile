@@ -8,13 +8,19 @@ SCENARIO ?= scenarios/two-node.yaml
 STAMP   := $(VENV)/.niclab-installed
 BIN     := $(VENV)/bin
 
-.PHONY: demo test setup host test-host venv image clean
+.PHONY: demo test lint setup host test-host venv image clean
 
 demo: setup
 	$(BIN)/niclab run $(SCENARIO)
 
-test: setup test-host
+test: setup test-host lint
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
+
+# ruff's lint and format check over the code, then mypy over the package (files from pyproject.toml).
+lint: venv
+	$(BIN)/ruff check harness tests bench
+	$(BIN)/ruff format --check harness tests bench
+	$(BIN)/mypy
 
 setup: host venv image
 

@@ -18,17 +18,35 @@ import re
 from dataclasses import dataclass
 
 from niclab.bench import all_metrics
-from niclab.scenario.errors import did_you_mean
+from niclab.scenario.errors import did_you_mean, shown
 
-OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
-             "!=": operator.ne}
+OPERATORS = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
 # unit -> (dimension, factor to the dimension's base unit)
-UNITS = {"bit/s": ("rate", 1.0), "kbit/s": ("rate", 1e3), "Mbit/s": ("rate", 1e6), "Gbit/s": ("rate", 1e9),
-         "kB/s": ("bytes", 1e3), "MB/s": ("bytes", 1e6), "GB/s": ("bytes", 1e9),
-         "us": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0)}
+UNITS = {
+    "bit/s": ("rate", 1.0),
+    "kbit/s": ("rate", 1e3),
+    "Mbit/s": ("rate", 1e6),
+    "Gbit/s": ("rate", 1e9),
+    "kB/s": ("bytes", 1e3),
+    "MB/s": ("bytes", 1e6),
+    "GB/s": ("bytes", 1e9),
+    "us": ("time", 1e-6),
+    "ms": ("time", 1e-3),
+    "s": ("time", 1.0),
+}
 SELECTOR_KEYS = {"link": "link", "from": "client", "to": "server"}
-GRAMMAR = re.compile(r"^\s*(?P<name>[A-Za-z0-9_.]+)(?:\[(?P<selector>[^\]]*)\])?\s*(?P<op>>=|<=|==|!=|>|<)\s*"
-                     r"(?P<value>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(?P<unit>\S+)?\s*$")
+GRAMMAR = re.compile(
+    r"^\s*(?P<name>[A-Za-z0-9_.]+)(?:\[(?P<selector>[^\]]*)\])?\s*(?P<op>>=|<=|==|!=|>|<)\s*"
+    # atomic value and one optional unit: linear time, where "\s*(\S+)?\s*$" backtracked quadratically
+    r"(?>(?P<value>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?))(?:\s*(?P<unit>\S+))?\s*$"
+)
 
 
 class ExpectationError(ValueError):
@@ -45,7 +63,7 @@ class Expectation:
     selector: tuple[tuple[str, str], ...]  # (record field, value)
     op: str
     value: float  # in the metric's own unit
-    unit: str     # the metric's unit
+    unit: str  # the metric's unit
 
     def holds(self, measured: float) -> bool:
         return OPERATORS[self.op](measured, self.value)
@@ -58,13 +76,15 @@ def parse(text: str) -> Expectation:
     """Parse and check one expectation against the metrics niclab knows."""
     match = GRAMMAR.match(text) if isinstance(text, str) else None
     if match is None:
-        raise ExpectationError(f"{text!r} is not an expectation",
-                               "write METRIC OP VALUE [UNIT], e.g. netperf.TCP_STREAM.throughput_mbps >= 100")
+        raise ExpectationError(
+            f"{shown(text)} is not an expectation",
+            "write METRIC OP VALUE [UNIT], e.g. netperf.TCP_STREAM.throughput_mbps >= 100",
+        )
     declared = {m.name: m for m in all_metrics()}
     name = match["name"]
     if name not in declared:
         hint = did_you_mean(name, declared)
-        raise ExpectationError(f"unknown metric {name!r}", f"{hint + ' ' if hint else ''}run 'niclab metrics'")
+        raise ExpectationError(f"unknown metric {shown(name)}", f"{hint + ' ' if hint else ''}run 'niclab metrics'")
     unit = declared[name].unit
     value = float(match["value"])
     if match["unit"] and match["unit"] != unit:
@@ -76,7 +96,7 @@ def parse(text: str) -> Expectation:
     for part in filter(None, (p.strip() for p in (match["selector"] or "").split(","))):
         key, sep, wanted = part.partition("=")
         if not sep or key.strip() not in SELECTOR_KEYS:
-            raise ExpectationError(f"selector {part!r} is not understood", "use link=N, from=NODE or to=NODE")
+            raise ExpectationError(f"selector {shown(part)} is not understood", "use link=N, from=NODE or to=NODE")
         selector.append((SELECTOR_KEYS[key.strip()], wanted.strip()))
     return Expectation(text.strip(), name, tuple(selector), match["op"], value, unit)
 
@@ -87,7 +107,7 @@ class Verdict:
     passed: bool
     measured: float | None  # the mean; None when nothing was measured
     samples: int
-    where: str              # client->server on link N
+    where: str  # client->server on link N
 
     def describe(self) -> str:
         e = self.expectation
@@ -102,5 +122,13 @@ def evaluate(expectation: Expectation, summaries: list[dict]) -> list[Verdict]:
     matching = [s for s in summaries if expectation.matches(s)]
     if not matching:
         return [Verdict(expectation, False, None, 0, "")]
-    return [Verdict(expectation, expectation.holds(s["mean"]), s["mean"], s["n"],
-                    f"{s['client']}->{s['server']} on link {s['link']}") for s in matching]
+    return [
+        Verdict(
+            expectation,
+            expectation.holds(s["mean"]),
+            s["mean"],
+            s["n"],
+            f"{s['client']}->{s['server']} on link {s['link']}",
+        )
+        for s in matching
+    ]

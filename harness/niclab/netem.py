@@ -24,9 +24,18 @@ def _number_and_unit(field: str, value: Any, units: dict, example: str) -> float
         raise ValueError(f"netem {field} {value} needs a unit, e.g. {example}")
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z%]+)\s*", str(value))
     if not match or match[2].lower() not in units:
-        raise ValueError(f"netem {field} {value!r} is not understood; write it like {example} "
-                         f"(units: {', '.join(units)})")
-    return float(match[1]) * units[match[2].lower()]
+        raise ValueError(
+            f"netem {field} {_shown(value)} is not understood; write it like {example} (units: {', '.join(units)})"
+        )
+    number = float(match[1]) * units[match[2].lower()]
+    if not math.isfinite(number):  # a few hundred digits make float() say inf
+        raise ValueError(f"netem {field} {_shown(value)} is too large")
+    return number
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:28]}...{text[-28:]}"
 
 
 def parse_duration_us(field: str, value: Any) -> float:
@@ -36,7 +45,7 @@ def parse_duration_us(field: str, value: Any) -> float:
 def parse_percent(field: str, value: Any) -> float:
     percent = _number_and_unit(field, value, {"%": 1.0}, "0.5%")
     if percent > 100:
-        raise ValueError(f"netem {field} {value!r} is more than 100%")
+        raise ValueError(f"netem {field} {_shown(value)} is more than 100%")
     return percent
 
 
@@ -90,7 +99,7 @@ class Netem(BaseModel):
         return None if value is None else parse_rate_bps(info.field_name, value)
 
     @model_validator(mode="after")
-    def _needs_delay(self) -> "Netem":
+    def _needs_delay(self) -> Netem:
         for field in ("jitter", "reorder", "distribution"):
             if getattr(self, field) is not None and not self.delay:
                 raise ValueError(f"netem {field} needs a delay (reordering and jitter act on delayed packets)")
@@ -176,13 +185,18 @@ def mismatches(wanted: Netem, installed: dict[str, float] | None) -> list[str]:
         return ["no netem qdisc is installed"]
     problems = []
     # a 0 % probability or a 0 delay is no impairment: tc leaves it out of what it shows
-    expected = {k: v for k, v in wanted.model_dump().items()
-                if v is not None and k != "distribution" and (v != 0 or k == "limit")}
+    expected = {
+        k: v
+        for k, v in wanted.model_dump().items()
+        if v is not None and k != "distribution" and (v != 0 or k == "limit")
+    }
     expected.setdefault("limit", 1000)
     for key, value in expected.items():
         got = installed.get(key)
         if got is None or not math.isclose(got, value, rel_tol=2e-3, abs_tol=1e-6):
-            problems.append(f"{key}: asked {_show(key, value)}, installed {'nothing' if got is None else _show(key, got)}")
+            problems.append(
+                f"{key}: asked {_show(key, value)}, installed {'nothing' if got is None else _show(key, got)}"
+            )
     for key in sorted(installed.keys() - expected.keys()):
         problems.append(f"{key}: not asked, installed {_show(key, installed[key])}")
     return problems

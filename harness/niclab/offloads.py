@@ -8,20 +8,38 @@ reports it rather than measuring something other than what was asked.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 SHORT_NAMES = {
-    "rx": "rx-checksumming", "tx": "tx-checksumming", "sg": "scatter-gather",
-    "tso": "tcp-segmentation-offload", "ufo": "udp-fragmentation-offload",
-    "gso": "generic-segmentation-offload", "gro": "generic-receive-offload",
-    "lro": "large-receive-offload", "rxvlan": "rx-vlan-offload", "txvlan": "tx-vlan-offload",
-    "ntuple": "ntuple-filters", "rxhash": "receive-hashing",
+    "rx": "rx-checksumming",
+    "tx": "tx-checksumming",
+    "sg": "scatter-gather",
+    "tso": "tcp-segmentation-offload",
+    "ufo": "udp-fragmentation-offload",
+    "gso": "generic-segmentation-offload",
+    "gro": "generic-receive-offload",
+    "lro": "large-receive-offload",
+    "rxvlan": "rx-vlan-offload",
+    "txvlan": "tx-vlan-offload",
+    "ntuple": "ntuple-filters",
+    "rxhash": "receive-hashing",
 }
 LONG_NAMES = set(SHORT_NAMES.values()) | {
-    "tx-nocache-copy", "rx-gro-hw", "rx-gro-list", "rx-udp-gro-forwarding", "highdma", "rx-fcs", "rx-all",
-    "tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-checksum-ipv4", "tx-checksum-ip-generic",
-    "tx-checksum-ipv6", "tx-scatter-gather", "tx-udp-segmentation", "rx-vlan-filter",
+    "tx-nocache-copy",
+    "rx-gro-hw",
+    "rx-gro-list",
+    "rx-udp-gro-forwarding",
+    "highdma",
+    "rx-fcs",
+    "rx-all",
+    "tx-tcp-segmentation",
+    "tx-tcp6-segmentation",
+    "tx-checksum-ipv4",
+    "tx-checksum-ip-generic",
+    "tx-checksum-ipv6",
+    "tx-scatter-gather",
+    "tx-udp-segmentation",
+    "rx-vlan-filter",
 }
 
 
@@ -33,9 +51,11 @@ def check_feature(feature: str) -> str | None:
     """None if ethtool knows the feature, else a message with a suggestion."""
     if feature in SHORT_NAMES or feature in LONG_NAMES:
         return None
-    close = difflib.get_close_matches(feature, [*SHORT_NAMES, *LONG_NAMES], n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    return f"unknown offload feature {feature!r}{hint} (ethtool -K names: {', '.join(SHORT_NAMES)})"
+    from niclab.scenario.errors import closest, shown  # not at the top: niclab.scenario imports this module
+
+    close = closest(feature, [*SHORT_NAMES, *LONG_NAMES])  # within the file's budget of suggestions
+    hint = f"; did you mean '{close}'?" if close else ""
+    return f"unknown offload feature {shown(feature)}{hint} (ethtool -K names: {', '.join(SHORT_NAMES)})"
 
 
 def parse_switch(feature: str, value: Any) -> bool:
@@ -44,7 +64,8 @@ def parse_switch(feature: str, value: Any) -> bool:
         return value
     if str(value).lower() in ("on", "off"):
         return str(value).lower() == "on"
-    raise ValueError(f"{value!r} is neither on nor off")
+    text = repr(value)
+    raise ValueError(f"{text if len(text) <= 60 else text[:28] + '...' + text[-28:]} is neither on nor off")
 
 
 def ethtool_args(settings: dict[str, bool]) -> list[str]:
@@ -70,8 +91,8 @@ def parse_features(text: str) -> dict[str, tuple[bool, bool]]:
             children.setdefault(group, []).append(fixed)
         else:
             group = name
-    for name, fixed in children.items():
-        if fixed and all(fixed):
+    for name, parts in children.items():
+        if parts and all(parts):
             found[name] = (found[name][0], True)
     return found
 

@@ -8,5 +8,17 @@ from niclab.scenario.errors import Problem, ScenarioError
 from niclab.scenario.model import BenchmarkSpec, Bond, Link, NodeOptions, Scenario
 from niclab.scenario.template import Cell, ScenarioFile, cell_id, load_scenario, parse
 
-__all__ = ["BenchmarkSpec", "Bond", "Cell", "Link", "NodeOptions", "Problem", "Scenario", "ScenarioError",
-           "ScenarioFile", "cell_id", "load_scenario", "parse"]
+__all__ = [
+    "BenchmarkSpec",
+    "Bond",
+    "Cell",
+    "Link",
+    "NodeOptions",
+    "Problem",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioFile",
+    "cell_id",
+    "load_scenario",
+    "parse",
+]

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, \
-    model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from niclab import bench, nics, offloads
 from niclab.netem import Netem
 from niclab.scenario.errors import NAME_PATTERN as NAME_RE
-from niclab.scenario.errors import Problem, Problems, did_you_mean, pydantic_problems
+from niclab.scenario.errors import Problem, Problems, did_you_mean, listing, pydantic_problems, shown
 from niclab.topology import NodeSpec, Port, Topology, Wire, port_ifname
+
 BOND_MODES = ("balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb")
 
 
@@ -25,7 +26,9 @@ def _memory_mib(value: Any) -> int:
         return value
     match = re.fullmatch(r"\s*(\d+)\s*([MG])i?B?\s*", str(value), re.IGNORECASE)
     if not match:
-        raise ValueError(f"memory {value!r} needs a unit: 256M or 1G")
+        raise ValueError(f"memory {shown(value)} needs a unit: 256M or 1G")
+    if len(match[1].lstrip("0")) > 9:  # int() of thousands of digits is slow, and refused past 4300
+        raise ValueError(f"memory {shown(value)} is outside 64M..64G")
     return int(match[1]) * (1024 if match[2].upper() == "G" else 1)
 
 
@@ -43,8 +46,9 @@ class NodeOptions(_Strict):
 
 
 class Bond(_Strict):
-    mode: Literal["balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb",
-                  "balance-alb"] = "balance-rr"
+    mode: Literal[
+        "balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb"
+    ] = "balance-rr"
     miimon: int = Field(100, ge=0, le=10000, description="link check interval (ms)")
     xmit_hash_policy: Literal["layer2", "layer2+3", "layer3+4", "encap2+3", "encap3+4"] | None = None
 
@@ -56,8 +60,11 @@ def _per_end(value: dict, ends: list[str]) -> tuple[bool, dict, list[Problem]]:
     offload value never is one).
     """
     if value and all(isinstance(v, dict) or v is None for v in value.values()):
-        problems = [Problem((key,), f"{key!r} is not an end of this link ({', '.join(ends)})", at_key=True)
-                    for key in value if key not in ends]
+        problems = [
+            Problem((key,), f"{shown(key)} is not an end of this link ({listing(ends)})", at_key=True)
+            for key in value
+            if key not in ends
+        ]
         return True, {end: (value.get(end) or {}) for end in ends}, problems
     return False, {end: value for end in ends}, []
 
@@ -79,8 +86,15 @@ class Link(_Strict):
         if isinstance(value, str):
             if value not in BOND_MODES:
                 hint = did_you_mean(value, BOND_MODES)
-                raise Problems([Problem((), f"unknown bonding mode {value!r}",
-                                        f"{hint + ' ' if hint else ''}modes: {', '.join(BOND_MODES)}")])
+                raise Problems(
+                    [
+                        Problem(
+                            (),
+                            f"unknown bonding mode {shown(value)}",
+                            f"{hint + ' ' if hint else ''}modes: {', '.join(BOND_MODES)}",
+                        )
+                    ]
+                )
             return {"mode": value}
         return value
 
@@ -92,7 +106,7 @@ class Link(_Strict):
         if not isinstance(value, dict):
             raise Problems([Problem((), "offloads maps ethtool feature names to on or off, e.g. {tso: off}")])
         per_end, settings, problems = _per_end(value, info.data.get("between") or [])
-        result = {}
+        result: dict[str, dict[str, bool]] = {}
         for end, features in settings.items():
             base = (end,) if per_end else ()
             result[end] = {}
@@ -130,6 +144,7 @@ class Link(_Strict):
     @classmethod
     def _canonical_nic(cls, value: str | dict[str, str]) -> str | dict[str, str]:
         """An alias (virtio-net-pci) becomes its catalog name (virtio); unknown names stay for the error."""
+
         def canonical(name: str) -> str:
             found = nics.lookup(name)
             return found.name if found else name
@@ -180,14 +195,22 @@ def benchmark_spec(item: Any) -> BenchmarkSpec:
     if isinstance(item, str):
         item = {item: {}}
     if not isinstance(item, dict) or len(item) != 1:
-        raise Problems([Problem((), "each benchmark is one tool name with its options, "
-                                    "e.g. {netperf: {test: TCP_RR}}")])
-    (tool, options), = item.items()
+        raise Problems(
+            [Problem((), "each benchmark is one tool name with its options, e.g. {netperf: {test: TCP_RR}}")]
+        )
+    ((tool, options),) = item.items()
     if tool not in bench.REGISTRY:
         hint = did_you_mean(tool, bench.REGISTRY)
-        raise Problems([Problem((tool,), f"unknown benchmark {tool!r}",
-                                f"{hint + ' ' if hint else ''}benchmarks are: {', '.join(bench.REGISTRY)}",
-                                at_key=True)])
+        raise Problems(
+            [
+                Problem(
+                    (tool,),
+                    f"unknown benchmark {shown(tool)}",
+                    f"{hint + ' ' if hint else ''}benchmarks are: {', '.join(bench.REGISTRY)}",
+                    at_key=True,
+                )
+            ]
+        )
     if options is not None and not isinstance(options, dict):
         raise Problems([Problem((tool,), f"the options of {tool} are a mapping, e.g. {{seconds: 10}}")])
     try:
@@ -211,8 +234,10 @@ class Statistics(_Strict):
             return None
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", str(value))
         if not match or isinstance(value, (int, float)):
-            raise ValueError(f"{info.field_name} {value!r} needs a unit: 10%")
-        return float(match[1])
+            raise ValueError(f"{info.field_name} {shown(value)} needs a unit: 10%")
+        if not math.isfinite(percent := float(match[1])):
+            raise ValueError(f"{info.field_name} {shown(value)} is too large")
+        return percent
 
 
 class Scenario(_Strict):
@@ -224,7 +249,9 @@ class Scenario(_Strict):
     repeat: int = Field(1, ge=1, le=100, description="runs of each benchmark per cell")
     statistics: Statistics = Field(default_factory=Statistics)
     expect: list[str] = Field(default_factory=list, description="checks like 'netperf.TCP_RR.transaction_rate > 500'")
-    prices: dict[str, float] = Field(default_factory=dict, description="price per card, by NIC model, for cost per Mbit/s")
+    prices: dict[str, float] = Field(
+        default_factory=dict, description="price per card, by NIC model, for cost per Mbit/s"
+    )
     currency: str = Field("", max_length=8, description="the prices' currency, e.g. USD")
 
     @field_validator("prices", mode="before")
@@ -236,10 +263,16 @@ class Scenario(_Strict):
         for model, price in value.items():
             if nics.lookup(model) is None:
                 hint = did_you_mean(model, nics.names())
-                problems.append(Problem((model,), f"unknown NIC model {model!r}",
-                                        f"{hint + ' ' if hint else ''}prices are per catalog model", at_key=True))
+                problems.append(
+                    Problem(
+                        (model,),
+                        f"unknown NIC model {shown(model)}",
+                        f"{hint + ' ' if hint else ''}prices are per catalog model",
+                        at_key=True,
+                    )
+                )
             elif isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
-                problems.append(Problem((model,), f"a price is a number, not {price!r}"))
+                problems.append(Problem((model,), f"a price is a number, not {shown(price)}"))
         if problems:
             raise Problems(problems)
         return {nics.get(model).name: float(price) for model, price in value.items()}
@@ -251,8 +284,11 @@ class Scenario(_Strict):
             if not all(isinstance(n, str) for n in value):
                 raise Problems([Problem((), "nodes is a list of names or a mapping of name to options")])
             if len(set(value)) != len(value):
-                twice = next(n for n in value if value.count(n) > 1)
-                raise Problems([Problem((value.index(twice, value.index(twice) + 1),), f"node {twice!r} twice")])
+                seen: dict[str, int] = {}
+                for i, name in enumerate(value):  # not value.count(): a long list would take quadratic time
+                    if name in seen:
+                        raise Problems([Problem((i,), f"node {shown(name)} twice")])
+                    seen[name] = i
             return {name: {} for name in value}
         if isinstance(value, dict):
             return {name: ({} if options is None else options) for name, options in value.items()}
@@ -274,20 +310,28 @@ class Scenario(_Strict):
         return specs
 
     @model_validator(mode="after")
-    def _semantics(self) -> "Scenario":
+    def _semantics(self) -> Scenario:
         problems: list[Problem] = []
         if len(self.nodes) < 2:
             problems.append(Problem(("nodes",), "a scenario needs at least two nodes"))
         for name in self.nodes:
             if not re.match(NAME_RE, name) or len(name) > 20:
-                problems.append(Problem(("nodes", name), f"node name {name!r} must match [a-z0-9-]+ "
-                                                         "(at most 20 characters)", at_key=True))
+                problems.append(
+                    Problem(
+                        ("nodes", name),
+                        f"node name {shown(name)} must match [a-z0-9-]+ (at most 20 characters)",
+                        at_key=True,
+                    )
+                )
         for i, link in enumerate(self.links):
-            problems += [Problem(("links", i, *p.path), p.message, p.hint, p.at_key)
-                         for p in link_problems(link, self.nodes)]
+            problems += [
+                Problem(("links", i, *p.path), p.message, p.hint, p.at_key) for p in link_problems(link, self.nodes)
+            ]
         for i, spec in enumerate(self.benchmarks):
-            problems += [Problem(("benchmarks", i, spec.tool, *p.path), p.message, p.hint, p.at_key)
-                         for p in benchmark_problems(spec, self)]
+            problems += [
+                Problem(("benchmarks", i, spec.tool, *p.path), p.message, p.hint, p.at_key)
+                for p in benchmark_problems(spec, self)
+            ]
         for i, text in enumerate(self.expect):
             problems += [Problem(("expect", i), p.message, p.hint) for p in expectation_problems(text, self)]
         if problems:
@@ -299,13 +343,17 @@ class Scenario(_Strict):
         wires = []
         for i, link in enumerate(self.links):
             for lane in range(link.count):
-                ends = tuple(Port(node, i, lane, nics.get(link.model_for(node)).name,
-                                  port_ifname(i, lane, link.count)) for node in link.between)
+                ends = tuple(
+                    Port(node, i, lane, nics.get(link.model_for(node)).name, port_ifname(i, lane, link.count))
+                    for node in link.between
+                )
                 for port in ends:
                     ports[port.node].append(port)
                 wires.append(Wire(i, lane, ends))
-        nodes = tuple(NodeSpec(name, index, options.cpus, options.memory, tuple(ports[name]))
-                      for index, (name, options) in enumerate(self.nodes.items()))
+        nodes = tuple(
+            NodeSpec(name, index, options.cpus, options.memory, tuple(ports[name]))
+            for index, (name, options) in enumerate(self.nodes.items())
+        )
         return Topology(nodes, tuple(wires))
 
 
@@ -313,34 +361,60 @@ def link_problems(link: Link, nodes: dict[str, NodeOptions]) -> list[Problem]:
     problems = []
     for j, node in enumerate(link.between):
         if node not in nodes:
-            problems.append(Problem(("between", j), f"unknown node {node!r}",
-                                    did_you_mean(node, nodes) or f"nodes are: {', '.join(nodes)}"))
+            problems.append(
+                Problem(
+                    ("between", j),
+                    f"unknown node {shown(node)}",
+                    did_you_mean(node, nodes) or f"nodes are: {listing(nodes)}",
+                )
+            )
     if len(set(link.between)) != len(link.between):
         problems.append(Problem(("between",), "a node appears twice in the same link"))
     if link.bond is not None and link.count < 2:
-        problems.append(Problem(("bond",), f"bonding needs at least two ports per end; this link has count {link.count}",
-                                "set count: 2 or more, or remove bond"))
+        problems.append(
+            Problem(
+                ("bond",),
+                f"bonding needs at least two ports per end; this link has count {link.count}",
+                "set count: 2 or more, or remove bond",
+            )
+        )
     per_end = {} if isinstance(link.nic, str) else link.nic
     for node in per_end:
         if node not in link.between:
-            problems.append(Problem(("nic", node), f"{node!r} is not an end of this link "
-                                                   f"({', '.join(link.between)})", at_key=True))
-    missing = [node for node in link.between if per_end and node not in per_end]
+            problems.append(
+                Problem(
+                    ("nic", node), f"{shown(node)} is not an end of this link ({listing(link.between)})", at_key=True
+                )
+            )
+    # {} (or a mapping with none of the ends) names no model for any end: the same mistake as a missing end
+    missing = [node for node in link.between if not isinstance(link.nic, str) and node not in per_end]
     if missing:
-        problems.append(Problem(("nic",), f"no NIC model for end {', '.join(map(repr, missing))}"))
-    models = [(("nic",), link.nic)] if isinstance(link.nic, str) else \
-        [(("nic", node), model) for node, model in per_end.items()]
+        ends = "end" if len(missing) == 1 else "ends"
+        problems.append(Problem(("nic",), f"no NIC model for {ends} {', '.join(map(repr, missing))}"))
+    models = (
+        [(("nic",), link.nic)]
+        if isinstance(link.nic, str)
+        else [(("nic", node), model) for node, model in per_end.items()]
+    )
     for path, model in models:
         found = nics.lookup(model)
         if found is None:
             hint = did_you_mean(model, nics.names())
-            problems.append(Problem(path, f"unknown NIC model {model!r}",
-                                    f"{hint + ' ' if hint else ''}run 'niclab nics' for the list"))
+            problems.append(
+                Problem(
+                    path,
+                    f"unknown NIC model {shown(model)}",
+                    f"{hint + ' ' if hint else ''}run 'niclab nics' for the list",
+                )
+            )
         elif link.mtu > found.max_mtu:
-            problems.append(Problem(("mtu",), f"MTU {link.mtu} is above the {found.name} driver's maximum "
-                                              f"({found.max_mtu})",
-                                    f"use an MTU up to {found.max_mtu}, a model that takes jumbo frames, "
-                                    "or exclude the cell"))
+            problems.append(
+                Problem(
+                    ("mtu",),
+                    f"MTU {link.mtu} is above the {found.name} driver's maximum ({found.max_mtu})",
+                    f"use an MTU up to {found.max_mtu}, a model that takes jumbo frames, or exclude the cell",
+                )
+            )
     return problems
 
 
@@ -353,8 +427,13 @@ def expectation_problems(text: str, scenario: Scenario) -> list[Problem]:
         return [Problem((), exc.message, exc.hint)]
     tool = expectation.name.split(".", 1)[0]
     if not any(expectation.name.startswith(spec.metric_prefix) for spec in scenario.benchmarks if spec.tool == tool):
-        return [Problem((), f"no benchmark of this scenario measures {expectation.name}",
-                        f"add a {tool} benchmark that does, or drop the expectation")]
+        return [
+            Problem(
+                (),
+                f"no benchmark of this scenario measures {expectation.name}",
+                f"add a {tool} benchmark that does, or drop the expectation",
+            )
+        ]
     return []
 
 
@@ -369,11 +448,16 @@ def benchmark_problems(spec: BenchmarkSpec, scenario: Scenario) -> list[Problem]
     for field in ("from_", "to"):
         node = getattr(options, field)
         if node is not None and node not in link.between:
-            known = node in scenario.nodes
-            problems.append(Problem((field.rstrip("_"),),
-                                    f"node {node!r} is not on link {options.link} ({', '.join(link.between)})"
-                                    if known else f"unknown node {node!r}",
-                                    "" if known else did_you_mean(node, scenario.nodes)))
+            on_scenario = node in scenario.nodes
+            problems.append(
+                Problem(
+                    (field.rstrip("_"),),
+                    f"node {shown(node)} is not on link {options.link} ({listing(link.between)})"
+                    if on_scenario
+                    else f"unknown node {shown(node)}",
+                    "" if on_scenario else did_you_mean(node, scenario.nodes),
+                )
+            )
     if options.from_ is not None and options.from_ == options.to:
         problems.append(Problem(("to",), "a benchmark runs between two different nodes"))
     return problems

@@ -10,6 +10,7 @@ names them.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +19,22 @@ from typing import Any
 from pydantic import ValidationError
 
 from niclab.errors import UsageError
-from niclab.scenario.errors import Problem, ScenarioError, did_you_mean, pydantic_problems
+from niclab.scenario.errors import (
+    Problem,
+    ScenarioError,
+    did_you_mean,
+    listing,
+    pydantic_problems,
+    shown,
+    suggestion_budget,
+)
 from niclab.scenario.model import Scenario
-from niclab.yamlpos import Positions, YamlError, load
+from niclab.yamlpos import Positions, YamlError, load, position_at
 
-PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+PLACEHOLDER = re.compile(r"\$\{([^${}]*)\}")  # no $ or { inside: linear time even on "${${${..." strings
 AXIS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TEMPLATE_KEYS = ("matrix", "exclude")
+MAX_CELLS = 1000  # combinations of the matrix axes (each is validated as a whole scenario)
 
 
 @dataclass(frozen=True)
@@ -55,8 +65,9 @@ class ScenarioFile:
         for cell_id in wanted:
             if cell_id not in by_id:
                 hint = did_you_mean(cell_id, by_id)
-                raise UsageError(f"{self.display}: no cell {cell_id!r}; "
-                                 f"{hint + ' ' if hint else ''}cells are: {', '.join(by_id)}")
+                raise UsageError(
+                    f"{self.display}: no cell {cell_id!r}; {hint + ' ' if hint else ''}cells are: {', '.join(by_id)}"
+                )
             chosen.append(by_id[cell_id])
         return chosen
 
@@ -97,19 +108,29 @@ def _placeholders(value: Any, path: tuple = ()):
 def _check_matrix(matrix: Any) -> list[Problem]:
     if not isinstance(matrix, dict):
         return [Problem(("matrix",), "matrix maps each axis to a list of values, e.g. {nic: [e1000, virtio]}")]
+    combinations = math.prod(len(values) for values in matrix.values() if isinstance(values, list))
+    if combinations > MAX_CELLS:
+        return [
+            Problem(
+                ("matrix",),
+                f"the matrix has {combinations:,} combinations of its axes; niclab expands at most {MAX_CELLS:,}",
+                "use fewer values per axis, or split the scenario into several files",
+            )
+        ]
     problems = []
     for axis, values in matrix.items():
         if not AXIS_RE.match(axis):
-            problems.append(Problem(("matrix", axis), f"axis name {axis!r} must be a name like nic or mtu",
-                                    at_key=True))
+            problems.append(
+                Problem(("matrix", axis), f"axis name {shown(axis)} must be a name like nic or mtu", at_key=True)
+            )
         if not isinstance(values, list) or not values:
             problems.append(Problem(("matrix", axis), "an axis is a non-empty list of values, e.g. [1500, 9000]"))
             continue
         for i, value in enumerate(values):
             if not isinstance(value, (str, int, float, bool)):
-                problems.append(Problem(("matrix", axis, i), f"axis values are plain values, not {value!r}"))
+                problems.append(Problem(("matrix", axis, i), f"axis values are plain values, not {shown(value)}"))
             elif values.index(value) != i:
-                problems.append(Problem(("matrix", axis, i), f"{value!r} is listed twice in axis {axis!r}"))
+                problems.append(Problem(("matrix", axis, i), f"{shown(value)} is listed twice in axis {shown(axis)}"))
     return problems
 
 
@@ -124,11 +145,21 @@ def _check_exclude(exclude: Any, matrix: dict[str, list]) -> list[Problem]:
         for axis, value in rule.items():
             if axis not in matrix:
                 hint = did_you_mean(axis, matrix)
-                problems.append(Problem(("exclude", i, axis), f"no matrix axis {axis!r}",
-                                        hint or f"axes are: {', '.join(matrix) or 'none'}", at_key=True))
+                problems.append(
+                    Problem(
+                        ("exclude", i, axis),
+                        f"no matrix axis {shown(axis)}",
+                        hint or f"axes are: {listing(matrix) or 'none'}",
+                        at_key=True,
+                    )
+                )
             elif value not in matrix[axis]:
-                problems.append(Problem(("exclude", i, axis), f"{value!r} is not a value of axis {axis!r} "
-                                                              f"({', '.join(map(str, matrix[axis]))})"))
+                problems.append(
+                    Problem(
+                        ("exclude", i, axis),
+                        f"{shown(value)} is not a value of axis {shown(axis)} ({listing(matrix[axis])})",
+                    )
+                )
     return problems
 
 
@@ -138,13 +169,23 @@ def _check_placeholders(body: dict, matrix: dict[str, list]) -> list[Problem]:
         used.add(name)
         if name not in matrix:
             hint = did_you_mean(name, matrix)
-            problems.append(Problem(path, f"${{{name}}} names no matrix axis",
-                                    hint or (f"axes are: {', '.join(matrix)}" if matrix
-                                             else "add a matrix: with that axis")))
+            problems.append(
+                Problem(
+                    path,
+                    f"${{{name if len(name) <= 60 else name[:28] + '...' + name[-28:]}}} names no matrix axis",
+                    hint or (f"axes are: {listing(matrix)}" if matrix else "add a matrix: with that axis"),
+                )
+            )
     for axis in matrix:
         if axis not in used:
-            problems.append(Problem(("matrix", axis), f"matrix axis {axis!r} is never used",
-                                    f"write ${{{axis}}} where its value belongs, or drop the axis", at_key=True))
+            problems.append(
+                Problem(
+                    ("matrix", axis),
+                    f"matrix axis {shown(axis)} is never used",
+                    f"write ${{{axis}}} where its value belongs, or drop the axis",
+                    at_key=True,
+                )
+            )
     return problems
 
 
@@ -154,11 +195,13 @@ def _excluded(params: dict[str, Any], exclude: list[dict]) -> bool:
 
 def _cells_text(ids: list[str]) -> str:
     shown = ", ".join(ids[:3])
-    return f"cell {shown}" if len(ids) == 1 else f"cells {shown}" + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    return (
+        f"cell {shown}" if len(ids) == 1 else f"cells {shown}" + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    )
 
 
 def _expand(body: dict, matrix: dict[str, list], exclude: list[dict]) -> tuple[list[Cell], list[Problem]]:
-    combos = [dict(zip(matrix, values)) for values in itertools.product(*matrix.values())]
+    combos = [dict(zip(matrix, values, strict=True)) for values in itertools.product(*matrix.values())]
     kept = [params for params in combos if not _excluded(params, exclude)]
     if not kept:
         return [], [Problem(("exclude",), "every cell of the matrix is excluded")]
@@ -183,27 +226,48 @@ def _expand(body: dict, matrix: dict[str, list], exclude: list[dict]) -> tuple[l
         # serialize_as_any: each benchmark's own options too, not only the fields every benchmark shares
         config = cell.scenario.model_dump_json(exclude={"description"}, serialize_as_any=True)
         if config in seen:
-            problems.append(Problem(("matrix",), f"cells {seen[config]} and {cell.id} expand to the same "
-                                                 "configuration", "drop the duplicate value or exclude one cell"))
+            problems.append(
+                Problem(
+                    ("matrix",),
+                    f"cells {seen[config]} and {cell.id} expand to the same configuration",
+                    "drop the duplicate value or exclude one cell",
+                )
+            )
         else:
             seen[config] = cell.id
     return cells, problems
 
 
 def parse(text: str, display: str, path: Path | None = None) -> ScenarioFile:
+    with suggestion_budget():  # difflib's suggestions are slow: a file gets a fixed number of them
+        return _parse(text, display, path)
+
+
+def _parse(text: str, display: str, path: Path | None) -> ScenarioFile:
     try:
         raw, positions = load(text)
     except YamlError as exc:
         hint = exc.hint
         lines = text.splitlines()
         line = lines[exc.position.line - 1] if exc.position and exc.position.line <= len(lines) else ""
-        if "${" in line and "{" in line.replace("${", ""):
+        if exc.message.startswith("not valid YAML") and "${" in line and "{" in line.replace("${", ""):
             hint = 'inside { } a placeholder must be quoted: "${axis}", or use block style'
         raise ScenarioError(display, [(exc.position, Problem(exc.path, exc.message, hint))]) from None
 
     def fail(problems: list[Problem], where: Positions) -> ScenarioError:
         return ScenarioError(display, [(where.of(p.path, p.at_key), p) for p in problems])
 
+    if raw is None:
+        raise fail(
+            [
+                Problem(
+                    (),
+                    "the file is empty (or only comments); a scenario is a mapping with name, nodes, "
+                    "links and benchmarks",
+                )
+            ],
+            positions,
+        )
     if not isinstance(raw, dict):
         raise fail([Problem((), "a scenario is a mapping with name, nodes, links and benchmarks")], positions)
     matrix = raw.get("matrix") or {}
@@ -222,9 +286,25 @@ def parse(text: str, display: str, path: Path | None = None) -> ScenarioFile:
 
 def load_scenario(path: Path) -> ScenarioFile:
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"{path}: no such scenario file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read it ({exc})") from None
-    return parse(text, str(path), path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    return parse(decode(data, str(path)), str(path), path)
+
+
+def decode(data: bytes, display: str) -> str:
+    """The file's text; bytes that are not UTF-8 are a problem of the file, reported where they are."""
+    try:
+        return data.decode("utf-8-sig")  # without a byte-order mark, which would count as a column
+    except UnicodeDecodeError as exc:
+        before = exc.object[: exc.start].decode("utf-8")  # exc.object: the bytes after the mark, if there is one
+        bad = exc.object[exc.start : exc.end]
+        problem = Problem(
+            (),
+            f"the file is not UTF-8 text: {'byte' if len(bad) == 1 else 'bytes'} "
+            f"{' '.join(f'0x{byte:02x}' for byte in bad)} cannot be decoded ({exc.reason})",
+            "save the file as UTF-8",
+        )
+        raise ScenarioError(display, [(position_at(before, len(before)), problem)]) from None
