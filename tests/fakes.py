@@ -104,6 +104,20 @@ ERRORS: dict[str, type[Exception]] = {
 KILLED = "process qemu-{node} (pid 1) was killed by signal 9"
 
 
+def captured(data_dir: Path, tool: str, name: str) -> CommandResult:
+    """A command's result as captured in the guest (tests/data/TOOL/NAME.json: command, returncode, seconds,
+    stdout, stderr)."""
+    found = json.loads((data_dir / tool / f"{name}.json").read_text())
+    return CommandResult(
+        "a",
+        ("/bin/sh", "-c", found["command"]),
+        found["returncode"],
+        found["stdout"],
+        found["stderr"],
+        found["seconds"],
+    )
+
+
 class ReplayMiss(AssertionError):
     """A guest command that neither the replay nor a test's rule answers."""
 

@@ -3,7 +3,6 @@ netperf, iperf3, lmbench and netpipe all go through it (port freed first, server
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from niclab.backends.base import CommandResult, GuestCommandError
 from niclab.bench import iperf3, lmbench, netperf, netpipe
 from niclab.bench.base import BenchContext, BenchmarkError, Endpoints, served
+from tests.fakes import captured
 
 SERVER, CLIENT = "198.18.0.2", "198.18.0.1"
 FREE, LISTENING = "netstat -ln", "awk -v p=:"  # what free_port's and wait_listening's scripts contain
@@ -249,18 +249,6 @@ def test_other_errors_keep_their_message_and_get_a_note(tmp_path):
 # -- the four plug-ins go through it ---------------------------------------------------------------
 
 
-def lmbench_capture(data_dir: Path, name: str) -> CommandResult:
-    found = json.loads((data_dir / "lmbench" / f"{name}.json").read_text())
-    return CommandResult(
-        "a",
-        ("/bin/sh", "-c", found["command"]),
-        found["returncode"],
-        found["stdout"],
-        found["stderr"],
-        found["seconds"],
-    )
-
-
 def plugin_cases(data_dir: Path) -> dict:
     """name -> (plug-in, options, port, proto, client replies, client files, raw file name)."""
     return {
@@ -287,7 +275,7 @@ def plugin_cases(data_dir: Path) -> dict:
             lmbench.LmbenchOptions(test="lat_udp", repetitions=3),
             34298,
             "udp",
-            {"lat_udp -N": lmbench_capture(data_dir, "lat_udp")},
+            {"lat_udp -N": captured(data_dir, "lmbench", "lat_udp")},
             {},
             "lmbench-lat_udp",
         ),
@@ -358,7 +346,7 @@ def test_netperf_hang_of_another_test_is_not_retried(tmp_path):
 def test_lmbench_shuts_its_server_down_with_S_then_stops_then_sweeps(tmp_path, data_dir):
     rig = Rig(
         tmp_path,
-        client={"lat_tcp -N": lmbench_capture(data_dir, "lat_tcp")},
+        client={"lat_tcp -N": captured(data_dir, "lmbench", "lat_tcp")},
         server={lmbench.SWEEP: result("killed leftover 77: lat_tcp -s\n")},
     )
     lmbench.PLUGIN.run(rig.ctx, lmbench.LmbenchOptions(test="lat_tcp", repetitions=3))

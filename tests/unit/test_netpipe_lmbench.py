@@ -3,7 +3,6 @@ command lines, unit conversions checked by hand, failures, and run() against fak
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,22 +14,10 @@ from niclab.bench import lmbench, netpipe
 from niclab.bench.base import BenchContext, BenchmarkError, Endpoints
 from niclab.bench.lmbench import LmbenchOptions
 from niclab.bench.netpipe import NetpipeOptions
+from tests.fakes import captured
 
 SERVER, CLIENT = "198.18.0.2", "198.18.0.1"
 TESTS = ("bw_tcp", "lat_tcp", "lat_udp", "lat_connect")
-
-
-def capture(data_dir: Path, tool: str, name: str) -> CommandResult:
-    """A command's result as captured in the guest: {command, returncode, seconds, stdout, stderr}."""
-    found = json.loads((data_dir / tool / f"{name}.json").read_text())
-    return CommandResult(
-        "a",
-        ("/bin/sh", "-c", found["command"]),
-        found["returncode"],
-        found["stdout"],
-        found["stderr"],
-        found["seconds"],
-    )
 
 
 def ok(stdout: str = "") -> CommandResult:
@@ -101,7 +88,7 @@ def test_netpipe_bad_output_file(text, message):
     ],
 )
 def test_netpipe_failure_messages(data_dir, name, code, message):
-    result = capture(data_dir, "netpipe", name)
+    result = captured(data_dir, "netpipe", name)
     assert result.returncode == code
     assert netpipe.failure(result.returncode, result.stdout, result.stderr) == (
         f"NPtcp exited {code}: " + message.replace("\\(", "(").replace("\\)", ")")
@@ -165,7 +152,7 @@ def test_netpipe_default_run_is_well_under_a_minute():
 
 def test_lmbench_bw_tcp_mb_is_10_6_bytes(data_dir):
     """`0.065536 55.10 MB/sec`: lmbench's MB is 10^6 bytes (its first column is 65536 / 10^6), so x 8."""
-    [found] = lmbench.measurements("bw_tcp", capture(data_dir, "lmbench", "bw_tcp"))
+    [found] = lmbench.measurements("bw_tcp", captured(data_dir, "lmbench", "bw_tcp"))
     assert (found.name, found.unit) == ("lmbench.bw_tcp.throughput_mbps", "Mbit/s")
     assert found.value == pytest.approx(440.8)  # 55.10 x 8, not 55.10 x 8 x 1.048576 = 462.2
     assert found.extra == {
@@ -185,12 +172,12 @@ def test_lmbench_bw_tcp_mb_is_10_6_bytes(data_dir):
     ],
 )
 def test_lmbench_latencies_are_round_trips_in_us(data_dir, test, value, extra):
-    [found] = lmbench.measurements(test, capture(data_dir, "lmbench", test))
+    [found] = lmbench.measurements(test, captured(data_dir, "lmbench", test))
     assert (found.name, found.value, found.unit, found.extra) == (f"lmbench.{test}.latency_us", value, "us", extra)
 
 
 def test_lmbench_counters_parse(data_dir):
-    before, after = lmbench.snapshots(capture(data_dir, "lmbench", "lat_tcp").stdout)
+    before, after = lmbench.snapshots(captured(data_dir, "lmbench", "lat_tcp").stdout)
     assert before["Tcp.ActiveOpens"] == 680 and after["Tcp.ActiveOpens"] == 681
     assert before["Tcp.MaxConn"] == -1 and after["Udp.InDatagrams"] == 64779
 
@@ -211,7 +198,7 @@ def test_lmbench_counters_parse(data_dir):
     ],
 )
 def test_lmbench_failures_exit_0_and_are_caught(data_dir, name, message):
-    result = capture(data_dir, "lmbench", name)
+    result = captured(data_dir, "lmbench", name)
     assert result.returncode == 0
     with pytest.raises(BenchmarkError, match=message):
         lmbench.measurements(name.split("_no_server")[0].split("_server_gone")[0], result)
@@ -219,8 +206,8 @@ def test_lmbench_failures_exit_0_and_are_caught(data_dir, name, message):
 
 def test_lmbench_bogus_no_server_numbers_look_like_results(data_dir):
     """Why the counters are read: without them these would pass as measurements."""
-    assert lmbench.parse("lat_tcp", capture(data_dir, "lmbench", "lat_tcp_no_server").stderr).value == 0.6903
-    assert lmbench.parse("lat_connect", capture(data_dir, "lmbench", "lat_connect_no_server").stderr).value == 285.9158
+    assert lmbench.parse("lat_tcp", captured(data_dir, "lmbench", "lat_tcp_no_server").stderr).value == 0.6903
+    assert lmbench.parse("lat_connect", captured(data_dir, "lmbench", "lat_connect_no_server").stderr).value == 285.9158
 
 
 def test_lmbench_result_of_another_test_is_not_taken():
@@ -229,7 +216,7 @@ def test_lmbench_result_of_another_test_is_not_taken():
 
 
 def test_lmbench_missing_counters_are_an_error(data_dir):
-    result = capture(data_dir, "lmbench", "lat_tcp")
+    result = captured(data_dir, "lmbench", "lat_tcp")
     with pytest.raises(BenchmarkError, match="counters before and after"):
         lmbench.measurements("lat_tcp", CommandResult("a", (), 0, "", result.stderr, 1.0))
 
@@ -292,7 +279,7 @@ def test_every_produced_metric_is_declared_with_its_unit(data_dir):
     declared = {m.name: m.unit for m in netpipe.PLUGIN.metrics() + lmbench.PLUGIN.metrics()}
     rows = netpipe.parse_rows((data_dir / "netpipe" / "e1000.out").read_text())
     produced = netpipe.measurements(rows) + [
-        m for test in TESTS for m in lmbench.measurements(test, capture(data_dir, "lmbench", test))
+        m for test in TESTS for m in lmbench.measurements(test, captured(data_dir, "lmbench", test))
     ]
     assert {m.name for m in produced} == set(declared)
     for m in produced:
@@ -400,7 +387,7 @@ def test_a_sweep_out_of_time_keeps_its_curve_with_a_warning(tmp_path, data_dir):
     ],
 )
 def test_netpipe_run_failure_names_the_tool_message_and_raw_output(tmp_path, data_dir, name, message):
-    client = FakeNode("a", {"NPtcp -h": capture(data_dir, "netpipe", name)})
+    client = FakeNode("a", {"NPtcp -h": captured(data_dir, "netpipe", name)})
     server = FakeNode("b")
     with pytest.raises(BenchmarkError, match=message) as caught:
         netpipe.PLUGIN.run(context(tmp_path, client, server), NetpipeOptions())
@@ -410,7 +397,7 @@ def test_netpipe_run_failure_names_the_tool_message_and_raw_output(tmp_path, dat
 
 @pytest.mark.parametrize("test", TESTS)
 def test_lmbench_run_stops_its_server_with_S_and_sweeps_both_guests(tmp_path, data_dir, test):
-    client = FakeNode("a", {f"{test} -N": capture(data_dir, "lmbench", test)})
+    client = FakeNode("a", {f"{test} -N": captured(data_dir, "lmbench", test)})
     server = FakeNode("b")
     [found] = lmbench.PLUGIN.run(context(tmp_path, client, server), LmbenchOptions(test=test, repetitions=3))
     assert found.name in {m.name for m in lmbench.PLUGIN.metrics()}
@@ -422,7 +409,7 @@ def test_lmbench_run_stops_its_server_with_S_and_sweeps_both_guests(tmp_path, da
 
 
 def test_lmbench_run_failure_still_stops_the_server(tmp_path, data_dir):
-    client = FakeNode("a", {"lat_tcp -N": capture(data_dir, "lmbench", "lat_tcp_no_server")})
+    client = FakeNode("a", {"lat_tcp -N": captured(data_dir, "lmbench", "lat_tcp_no_server")})
     server = FakeNode("b")
     with pytest.raises(BenchmarkError, match=r"connection attempts to the server failed.*raw output: "):
         lmbench.PLUGIN.run(context(tmp_path, client, server), LmbenchOptions(test="lat_tcp"))
