@@ -29,10 +29,6 @@ class Progress:
             print(f"[{time.monotonic() - self.started:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def _on_sigterm(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 # -- verbs ----------------------------------------------------------------
 
 
@@ -428,7 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    from niclab.procs import raise_interrupt
+
+    signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         return args.func(args)
     except NiclabError as exc:  # a scenario that does not validate exits 1 under validate, plan and run alike

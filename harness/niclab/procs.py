@@ -33,6 +33,11 @@ def die_with_parent() -> None:  # runs in the child between fork and exec
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def raise_interrupt(signum, frame) -> None:
+    """A signal handler: SIGTERM stops niclab as Ctrl-C does (every guest stopped on the way out)."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _child_setup() -> None:  # runs in the child between fork and exec
     die_with_parent()
     os.umask(0o077)  # its sockets (QMP, agent) and logs are the user's alone

@@ -74,11 +74,9 @@ def _sigterm_interrupts() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _interrupt)
+        from niclab.procs import raise_interrupt
 
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+        signal.signal(signal.SIGTERM, raise_interrupt)
 
 
 # -- collection -----------------------------------------------------------
