@@ -8,7 +8,7 @@ SCENARIO ?= scenarios/two-node.yaml
 STAMP   := $(VENV)/.niclab-installed
 BIN     := $(VENV)/bin
 
-.PHONY: demo test lint setup host test-host venv image clean
+.PHONY: demo test lint setup host test-host venv image vagrant clean
 
 demo: setup
 	$(BIN)/niclab run $(SCENARIO)
@@ -40,6 +40,12 @@ $(STAMP): pyproject.toml
 
 image: venv
 	$(BIN)/niclab image build
+
+# The Vagrant rig's set-up: Vagrant, vagrant-libvirt and a running libvirtd, then the niclab/debian box
+# (built from Debian packages, added locally). Then: vagrant up, vagrant ssh a -c 'netperf -H b'.
+vagrant: venv
+	scripts/setup-host --vagrant
+	$(BIN)/niclab vagrant box
 
 clean:
 	rm -rf $(VENV) runs

@@ -96,10 +96,19 @@ def write_run_report(run_dir: Path, progress) -> Path | str:
         return "(not written; see the message above)"
 
 
+def _recipe_name(name: str) -> str:
+    from niclab.paths import images_dir
+
+    known = sorted(p.parent.name for p in images_dir().glob("*/recipe.toml"))
+    if name not in known:
+        raise UsageError(f"no image recipe {name!r}; recipes are: {', '.join(known)} (in {images_dir()})")
+    return name
+
+
 def cmd_image_build(args) -> int:
     from niclab.image.store import build_image
 
-    image = build_image(force=args.force, progress=Progress())
+    image = build_image(_recipe_name(args.recipe), force=args.force, progress=Progress())
     print(image.directory)
     return EXIT_OK
 
@@ -107,10 +116,12 @@ def cmd_image_build(args) -> int:
 def cmd_image_info(args) -> int:
     from niclab.image.store import find_image, recipe
 
-    image = find_image()
+    name = _recipe_name(args.recipe)
+    image = find_image(name)
     if image is None:
-        wanted = recipe()
-        print(f"image {wanted.name}-{wanted.input_hash()} is not built; run `niclab image build`", file=sys.stderr)
+        wanted = recipe(name)
+        build = "niclab image build" + ("" if name == "micro" else f" {name}")
+        print(f"image {wanted.name}-{wanted.input_hash()} is not built; run `{build}`", file=sys.stderr)
         return EXIT_FAILED
     m = image.manifest
     if args.json:
@@ -121,6 +132,9 @@ def cmd_image_info(args) -> int:
         f"in {m['build_seconds']} s\nsuite      {m['suite']}\nkernel     {m['kernel_version']}\n"
         f"initramfs  {m['initrd_bytes'] / 2**20:.1f} MiB\nmodules    {', '.join(m['modules'])}"
     )
+    if image.disk is not None:
+        qcow2_mib = m["disk"]["qcow2_bytes"] / 2**20
+        print(f"disk       {image.disk} ({m['disk']['size_mib']} MiB ext4, {qcow2_mib:.0f} MiB qcow2)")
     tools = (
         "linux-image-amd64",
         "netperf",
@@ -133,8 +147,12 @@ def cmd_image_info(args) -> int:
         "nfs-kernel-server",
         "busybox-static",
         "firmware-misc-nonfree",
+        "systemd",
+        "openssh-server",
+        "fio",
     )
-    print("packages   " + "\n           ".join(f"{p} {m['packages'].get(p, '?')}" for p in tools))
+    shown = [p for p in tools if p in m["packages"]]
+    print("packages   " + "\n           ".join(f"{p} {m['packages'][p]}" for p in shown))
     for source, directory in m.get("built_from_source", {}).items():
         print(f"built      {source} from Debian source ({directory})")
     print(f"           ({len(m['packages'])} packages in all: niclab image info --json)")
@@ -310,8 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     build = image_verbs.add_parser(
         "build",
         help="build the image (if its recipe changed, or with --force)",
-        description="Build the guest image for the current recipe.",
+        description="Build a guest image for the current recipe: micro (a kernel and an initramfs, what "
+        "`niclab run` boots) or debian (a full Debian disk, the Vagrant box).",
     )
+    build.add_argument("recipe", nargs="?", default="micro", metavar="RECIPE", help="micro (default) or debian")
     build.add_argument("--force", action="store_true", help="build even if the cache has it")
     build.set_defaults(func=cmd_image_build)
     info = image_verbs.add_parser(
@@ -319,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the image's versions",
         description="Show the built image: kernel, packages and their versions.",
     )
+    info.add_argument("recipe", nargs="?", default="micro", metavar="RECIPE", help="micro (default) or debian")
     info.add_argument("--json", action="store_true", help="the whole manifest as JSON")
     info.set_defaults(func=cmd_image_info)
 
@@ -419,6 +440,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("files", nargs="+", metavar="FILE")
     validate.set_defaults(func=cmd_validate)
+
+    from niclab.vagrant.cli import add_parser as add_vagrant_parser
+
+    add_vagrant_parser(verbs)
     return parser
 
 

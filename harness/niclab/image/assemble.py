@@ -1,9 +1,10 @@
-"""Assemble the micro image's initramfs from a guest root tarball and the recipe.
+"""Assemble an image's initramfs from a guest root tarball and the recipe.
 
 The result is an ordered list of cpio entries: a merged-/usr tree with the
 recipe's programs and the libraries they need, busybox applets for everything
 else, the chosen kernel modules with their own modules.dep and modules.alias,
-and the recipe's rootfs/ overlay (init scripts, /etc files).
+and the recipe's overlay (init scripts, /etc files). For a disk recipe the
+same code makes the slim initramfs that mounts the disk.
 """
 
 from __future__ import annotations
@@ -173,7 +174,8 @@ def assemble(root: TarTree, recipe: Recipe) -> tuple[list[Entry], dict]:
     busybox = root.read("/usr/bin/busybox")
     tree.add(Entry("usr/bin/busybox", stat.S_IFREG | 0o755, busybox))
     tree.add(Entry("init", stat.S_IFLNK | 0o777, b"/usr/bin/busybox"))
-    tree.add(Entry("usr/bin/sh", stat.S_IFLNK | 0o777, b"dash"))
+    if tree.has("usr/bin/dash"):  # else busybox is the shell too
+        tree.add(Entry("usr/bin/sh", stat.S_IFLNK | 0o777, b"dash"))
     for applet in _busybox_applets(busybox):
         # Real programs win over applets: busybox's `ip` and `tc` are not iproute2's.
         name = posixpath.basename(applet)
@@ -188,6 +190,6 @@ def assemble(root: TarTree, recipe: Recipe) -> tuple[list[Entry], dict]:
 
     version = kernel_version(root)
     loaded = _add_modules(tree, root, recipe, version)
-    _add_overlay(tree, recipe.rootfs_overlay)
+    _add_overlay(tree, recipe.initrd_overlay)
     facts = {"kernel_version": version, "modules": loaded, "binaries": list(recipe.binaries)}
     return tree.sorted_entries(), facts

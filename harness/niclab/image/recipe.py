@@ -23,6 +23,15 @@ class SourceBuild:
 
 
 @dataclass(frozen=True)
+class Disk:
+    """A [disk] table: the recipe's packages go onto an ext4 disk, and the initramfs only mounts it."""
+
+    size_mib: int  # the file system's size (the qcow2 file holds only what is used)
+    inodes: int
+    customize: str | None = None  # a script beside the recipe, run in the root as a customize hook
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     directory: Path
@@ -34,10 +43,17 @@ class Recipe:
     modules: tuple[str, ...]
     cmdline: str
     builds: tuple[SourceBuild, ...] = ()
+    disk: Disk | None = None
 
     @property
     def rootfs_overlay(self) -> Path:
+        """Files copied over the guest root: the initramfs's (micro), or the disk's."""
         return self.directory / "rootfs"
+
+    @property
+    def initrd_overlay(self) -> Path:
+        """Files copied into the initramfs last (its /init, /etc): rootfs/ for the micro kind, initrd/ beside a disk."""
+        return self.directory / "initrd" if self.disk else self.rootfs_overlay
 
     def input_hash(self) -> str:
         """A hash of every input: the recipe, the files beside it, the builder's code."""
@@ -50,6 +66,12 @@ class Recipe:
                 digest.update(f"{label}:{rel} {mode}\n".encode())
                 digest.update(path.read_bytes())
         return digest.hexdigest()[:16]
+
+
+def _disk(table: dict) -> Disk:
+    return Disk(
+        size_mib=int(table["size_mib"]), inodes=int(table.get("inodes", 65536)), customize=table.get("customize")
+    )
 
 
 def load_recipe(directory: Path) -> Recipe:
@@ -67,13 +89,14 @@ def load_recipe(directory: Path) -> Recipe:
             suite=data["suite"],
             components=tuple(data["components"]),
             packages=tuple(data["packages"]),
-            binaries=tuple(data["binaries"]),
+            binaries=tuple(data.get("binaries", ())),
             files=tuple(data.get("files", ())),
             modules=tuple(data["modules"]),
             cmdline=data["cmdline"],
             builds=tuple(
                 SourceBuild(b["source"], tuple(b.get("needs", ())), b["script"]) for b in data.get("build", ())
             ),
+            disk=_disk(data["disk"]) if "disk" in data else None,
         )
     except KeyError as exc:
         raise NiclabError(f"{path}: missing key {exc.args[0]!r}") from None

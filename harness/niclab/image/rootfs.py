@@ -26,6 +26,17 @@ def build_hook(build: SourceBuild) -> str:
     return f'--customize-hook=chroot "$1" sh -ec {shlex.quote(script)}'
 
 
+def disk_hooks(recipe: Recipe) -> list[str]:
+    """For a disk recipe: copy rootfs/ over the root (owned by root), then run its customize script."""
+    if recipe.disk is None:
+        return []
+    overlay = shlex.quote(str(recipe.rootfs_overlay))
+    hooks = [f'--customize-hook=tar -C {overlay} -c . | tar -C "$1" -x --no-same-owner']
+    if recipe.disk.customize:
+        hooks.append(f'--customize-hook=sh {shlex.quote(str(recipe.directory / recipe.disk.customize))} "$1"')
+    return hooks
+
+
 def mmdebstrap_command(recipe: Recipe, mirror: str, out: Path) -> list[str]:
     packages = list(recipe.packages)
     if recipe.builds:  # apt-get source needs apt and dpkg-source in the root, and deb-src lines
@@ -39,6 +50,7 @@ def mmdebstrap_command(recipe: Recipe, mirror: str, out: Path) -> list[str]:
         "--dpkgopt=path-exclude=/usr/share/man/*",
         "--dpkgopt=path-exclude=/usr/share/locale/*",
         *(build_hook(b) for b in recipe.builds),
+        *disk_hooks(recipe),
         recipe.suite,
         str(out),
         mirror,

@@ -1,6 +1,7 @@
 """The image cache: build an image once per recipe hash, find it, describe it.
 
-Layout: <cache>/images/<recipe>-<hash>/{vmlinuz, initrd.img, manifest.json}.
+Layout: <cache>/images/<recipe>-<hash>/{vmlinuz, initrd.img, manifest.json}, and
+disk.qcow2 for a recipe with a [disk] table.
 A build happens in a temporary directory next to it and is renamed into place,
 so a half-built image is never found; a lock keeps two builds from racing.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from niclab.errors import NiclabError
 from niclab.image.assemble import assemble
 from niclab.image.cpio import CpioWriter
+from niclab.image.disk import make_disk
 from niclab.image.manifest import installed_packages
 from niclab.image.recipe import Recipe, load_recipe
 from niclab.image.rootfs import fetch_root
@@ -49,6 +51,11 @@ class Image:
         return self.directory / "initrd.img"
 
     @property
+    def disk(self) -> Path | None:
+        """The root disk (qcow2) of a disk image; None for the micro kind, which is all initramfs."""
+        return self.directory / "disk.qcow2" if "disk" in self.manifest else None
+
+    @property
     def id(self) -> str:
         return f"{self.name}-{self.input_hash}"
 
@@ -62,7 +69,8 @@ def _load(directory: Path) -> Image | None:
         manifest = json.loads((directory / "manifest.json").read_text())
     except (OSError, ValueError):
         return None
-    if not ((directory / "vmlinuz").is_file() and (directory / "initrd.img").is_file()):
+    needed = ["vmlinuz", "initrd.img"] + (["disk.qcow2"] if "disk" in manifest else [])
+    if not all((directory / name).is_file() for name in needed):
         return None
     return Image(manifest["recipe"], manifest["input_hash"], directory, manifest["cmdline"], manifest)
 
@@ -72,8 +80,8 @@ def recipe(name: str = DEFAULT_RECIPE) -> Recipe:
 
 
 def find_image(name: str = DEFAULT_RECIPE) -> Image | None:
-    """The built image for the current recipe, or the one $NICLAB_IMAGE points at."""
-    if override := os.environ.get("NICLAB_IMAGE"):
+    """The built image for the current recipe, or the one $NICLAB_IMAGE points at (for the micro image)."""
+    if name == DEFAULT_RECIPE and (override := os.environ.get("NICLAB_IMAGE")):
         image = _load(Path(override))
         if image is None:
             raise NiclabError(
@@ -107,6 +115,8 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
         try:
             root_tar = work / "root.tar"
             fetch_root(wanted, root_tar, work / "mmdebstrap.log", progress)
+            if wanted.disk is not None:
+                make_disk(wanted.disk, root_tar, work / "disk.qcow2", progress)
             progress("assembling the initramfs")
             with TarTree(root_tar) as root:
                 entries, facts = assemble(root, wanted)
@@ -139,6 +149,11 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                 "packages": packages,
                 "built_from_source": built,  # source package -> the unpacked directory (its version)
             }
+            if wanted.disk is not None:
+                manifest["disk"] = {
+                    "size_mib": wanted.disk.size_mib,
+                    "qcow2_bytes": (work / "disk.qcow2").stat().st_size,
+                }
             (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
             root_tar.unlink()
             if target.exists():
@@ -149,9 +164,10 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
             raise
         image = _load(target)
         assert image is not None
+        disk = f", disk {manifest['disk']['qcow2_bytes'] / 2**20:.0f} MiB" if "disk" in manifest else ""
         progress(
             f"image {image.id} ready in {manifest['build_seconds']:.0f} s "
-            f"(initramfs {manifest['initrd_bytes'] / 2**20:.1f} MiB, kernel {manifest['kernel_version']})"
+            f"(initramfs {manifest['initrd_bytes'] / 2**20:.1f} MiB{disk}, kernel {manifest['kernel_version']})"
         )
         return image
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
-from niclab.backends.base import Rig
+from niclab.backends.base import Node, Rig
 from niclab.errors import NiclabError
 from niclab.netconf import verify
 from niclab.netconf.plan import PREFIX, Iface, NetconfError, NetPlan, plan, subnet
@@ -24,7 +24,19 @@ PING_TIMEOUT_S = 20
 RTT_RE = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)")
 T = TypeVar("T")
 
-__all__ = ["Iface", "NetPlan", "NetconfError", "PREFIX", "configure", "node_script", "plan", "subnet"]
+__all__ = [
+    "PREFIX",
+    "Iface",
+    "NetPlan",
+    "NetconfError",
+    "apply_node",
+    "check_node",
+    "configure",
+    "node_script",
+    "plan",
+    "reachability",
+    "subnet",
+]
 
 
 def ping_script(source: Iface, targets: list[Iface]) -> str:
@@ -72,7 +84,7 @@ def parallel(jobs: dict[str, Callable[[], T]]) -> dict[str, T]:
     return results
 
 
-def _reachability(rig: Rig, net: NetPlan) -> dict[str, float]:
+def reachability(rig: Rig, net: NetPlan) -> dict[str, float]:
     """Ping across every cable (one way) and within every segment (every pair)."""
     jobs: dict[str, list[tuple[Iface, list[Iface]]]] = {}
     for group in net.segments().values():
@@ -107,6 +119,25 @@ def _reachability(rig: Rig, net: NetPlan) -> dict[str, float]:
     return {key: value for rtts in found.values() for key, value in rtts.items()}
 
 
+def apply_node(node: Node, ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> None:
+    """Run the configuration script in one node's guest."""
+    result = node.run(node_script(ifaces, macs), timeout=CARRIER_TIMEOUT_S + 60, check=False)
+    if not result.ok:
+        raise NetconfError(
+            f"{node.name}: configuring {', '.join(i.name for i in ifaces)} failed: "
+            f"{(result.stderr or result.stdout).strip()}"
+        )
+
+
+def check_node(node: Node, ifaces: list[Iface]) -> dict:
+    """Read one node's network back and compare it with the plan; returns the observed state."""
+    state = verify.parse_state(node.run(verify.state_script(ifaces), timeout=60).stdout)
+    problems = verify.mismatches(node.name, ifaces, state)
+    if problems:
+        raise NetconfError(f"{node.name}: the network is not what the scenario asks:\n  " + "\n  ".join(problems))
+    return verify.summary(state)
+
+
 def configure(rig: Rig, net: NetPlan, progress) -> dict:
     """Configure every node (in parallel), check the result, ping across every wire. Returns facts."""
     started = time.monotonic()
@@ -115,22 +146,12 @@ def configure(rig: Rig, net: NetPlan, progress) -> dict:
         ifaces = net.on(node)
         if not ifaces:
             return {}
-        macs = {port.key: rig.mac(port) for iface in ifaces for port in iface.ports}
-        result = rig.node(node).run(node_script(ifaces, macs), timeout=CARRIER_TIMEOUT_S + 60, check=False)
-        if not result.ok:
-            raise NetconfError(
-                f"{node}: configuring {', '.join(i.name for i in ifaces)} failed: "
-                f"{(result.stderr or result.stdout).strip()}"
-            )
-        state = verify.parse_state(rig.node(node).run(verify.state_script(ifaces), timeout=60).stdout)
-        problems = verify.mismatches(node, ifaces, state)
-        if problems:
-            raise NetconfError(f"{node}: the network is not what the scenario asks:\n  " + "\n  ".join(problems))
-        return verify.summary(state)
+        apply_node(rig.node(node), ifaces, {port.key: rig.mac(port) for iface in ifaces for port in iface.ports})
+        return check_node(rig.node(node), ifaces)
 
     states = parallel({node: partial(configure_node, node) for node in rig.nodes})
     configured = time.monotonic() - started
-    rtts = _reachability(rig, net)
+    rtts = reachability(rig, net)
     progress(
         f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
         f"idle RTT " + ", ".join(f"{k} {v:.2f} ms" for k, v in sorted(rtts.items())) + ")"

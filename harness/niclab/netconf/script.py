@@ -37,7 +37,8 @@ def _bond_script(iface: Iface, bond: Bond) -> list[str]:
     options = f"mode {bond.mode} miimon {bond.miimon}"
     if bond.xmit_hash_policy:
         options += f" xmit_hash_policy {bond.xmit_hash_policy}"
-    lines = [f"ip link add {name} type bond {options}"]
+    # A bond left by an earlier run of the script (Vagrant provisions again) goes first: the script is re-runnable.
+    lines = [f"ip link del {name} >/dev/null 2>&1 || true", f"ip link add {name} type bond {options}"]
     for port in iface.ports:
         lines += [
             f"ip link set dev {shlex.quote(port.ifname)} down",

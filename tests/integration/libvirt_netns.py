@@ -1,0 +1,153 @@
+"""libvirtd, virtlogd and Vagrant inside a network namespace the test makes.
+
+vagrant-libvirt's management network is a NAT bridge with an address; in the
+namespace it never appears in the host's own network. The daemons are the
+test's children (started in the foreground, ended by PID), and what they
+defined for the test (storage pools, box volumes) is removed again at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+URI = "qemu:///system"
+
+
+def virsh(*args: str, check: bool = True) -> str:
+    return subprocess.run(["virsh", "-c", URI, "-q", *args], capture_output=True, text=True, check=check).stdout
+
+
+def answers() -> bool:
+    return subprocess.run(["virsh", "-c", URI, "uri"], capture_output=True).returncode == 0
+
+
+def names(text: str) -> set[str]:
+    return {line.strip() for line in text.splitlines() if line.strip()}
+
+
+def volumes(pool: str) -> set[str]:
+    """The volume names of a pool (this virsh's vol-list has no --name)."""
+    return {line.split()[0] for line in virsh("vol-list", pool, check=False).splitlines() if line.strip()}
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def host_links() -> set[str]:
+    """The network devices of the host's own namespace."""
+    listing = subprocess.run(["ip", "-br", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[0] for line in listing.splitlines() if line.strip()}
+
+
+@dataclass
+class IsolatedLibvirt:
+    netns: str
+    libvirtd_pid: int
+    logs: Path
+
+    def command(self, argv: list[str]) -> list[str]:
+        """`argv` run inside the namespace (where the management network is)."""
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+    def qemus(self) -> list[int]:
+        """QEMU processes libvirtd started (its children)."""
+        return [p for p in children(self.libvirtd_pid) if b"qemu" in Path(f"/proc/{p}/comm").read_bytes()]
+
+
+def why_not() -> str | None:
+    """Why this host cannot run the isolated libvirtd, or None."""
+    if os.geteuid() != 0:
+        return "a network namespace and qemu:///system need root"
+    for program in ("libvirtd", "virtlogd", "virsh", "vagrant", "ip"):
+        if shutil.which(program) is None:
+            return f"{program} is not installed (make test installs it: scripts/setup-host --test)"
+    if answers():
+        return (
+            "a libvirtd the tests did not start is running; the test would put vagrant-libvirt's management "
+            "network into its namespace, which is the host's"
+        )
+    return None
+
+
+def _end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def daemon_argv(netns: str, daemon: str, hide_kvm: bool) -> list[str]:
+    """The daemon in the namespace. Where KVM is broken, libvirtd must not see /dev/kvm: its own probe of
+    QEMU's capabilities (`-machine none,accel=kvm:tcg`) then hangs, and every domain definition waits on it
+    for minutes. A private mount namespace with /dev/null over /dev/kvm makes that probe fail at once."""
+    argv = ["ip", "netns", "exec", netns]
+    if hide_kvm and daemon == "libvirtd" and Path("/dev/kvm").exists():
+        # unshare and sh exec: the PID stays the daemon's own.
+        return [
+            *argv,
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount --bind /dev/null /dev/kvm && exec libvirtd",
+        ]
+    return [*argv, daemon]
+
+
+@contextmanager
+def isolated_libvirt(logs: Path, hide_kvm: bool) -> Iterator[IsolatedLibvirt]:
+    netns = f"niclab-test-{os.getpid()}"
+    logs.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    daemons: list[subprocess.Popen] = []
+    try:
+        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
+        for daemon in ("virtlogd", "libvirtd"):
+            with open(logs / f"{daemon}.log", "w") as log:
+                # ip netns exec execs the daemon: the PID is the daemon's own.
+                daemons.append(
+                    subprocess.Popen(daemon_argv(netns, daemon, hide_kvm), stdout=log, stderr=subprocess.STDOUT)
+                )
+        deadline = time.monotonic() + 30
+        while not answers():
+            if time.monotonic() > deadline or daemons[-1].poll() is not None:
+                raise RuntimeError(f"libvirtd did not answer on {URI}; see {logs}/libvirtd.log")
+            time.sleep(0.3)
+        pools_before = names(virsh("pool-list", "--all", "--name"))
+        networks_before = names(virsh("net-list", "--all", "--name"))
+        try:
+            yield IsolatedLibvirt(netns, daemons[-1].pid, logs)
+        finally:
+            for domain in names(virsh("list", "--all", "--name")):
+                if domain.startswith("niclab-"):
+                    virsh("destroy", domain, check=False)
+                    virsh("undefine", domain, "--nvram", check=False)
+            for network in names(virsh("net-list", "--all", "--name")) - networks_before:
+                virsh("net-destroy", network, check=False)  # ends its dnsmasq
+                virsh("net-undefine", network, check=False)
+            for pool in names(virsh("pool-list", "--all", "--name")) - pools_before:
+                for volume in volumes(pool):
+                    virsh("vol-delete", volume, "--pool", pool, check=False)
+                virsh("pool-destroy", pool, check=False)
+                virsh("pool-undefine", pool, check=False)
+    finally:
+        for proc in reversed(daemons):
+            _end(proc)
+        subprocess.run(["ip", "netns", "delete", netns], check=False)

@@ -1,0 +1,163 @@
+"""`vagrant up` of a scenario: the README's Vagrant commands, in a network namespace the test makes.
+
+One rig for the module (booting two Debian guests under TCG is the expensive
+part): the box is built and added, the rig comes up with the scenario's cable,
+MTU and netem, traffic crosses the test cable by node name, the settings read
+back match a `niclab run` of the same scenario, and `vagrant destroy -f`
+leaves no domain, volume, process or network behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from niclab import netem
+from niclab.accel import choose_accel
+from niclab.image import find_image
+from niclab.paths import SOURCE_ROOT
+from tests.integration.libvirt_netns import (
+    IsolatedLibvirt,
+    host_links,
+    isolated_libvirt,
+    names,
+    virsh,
+    volumes,
+    why_not,
+)
+
+SCENARIO = Path(__file__).with_name("vagrant-netem.yaml")
+UP_TIMEOUT_S = 1200
+
+if (reason := why_not()) is not None:
+    pytest.skip(f"the Vagrant rig cannot run here: {reason}", allow_module_level=True)
+
+
+class Rig:
+    def __init__(self, libvirt: IsolatedLibvirt, env: dict[str, str], dotfile: Path):
+        self.libvirt, self.env, self.dotfile = libvirt, env, dotfile
+
+    def vagrant(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            self.libvirt.command(["vagrant", *args]),
+            cwd=SOURCE_ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            pytest.fail(
+                f"vagrant {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+            )
+        return proc
+
+    def ssh(self, node: str, command: str, timeout: float = 120) -> str:
+        return self.vagrant("ssh", node, "-c", command, timeout=timeout).stdout
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory) -> Rig:
+    # Vagrant's home must be reachable by libvirt's QEMU user (it reads the box's kernel there):
+    # pytest's own temporary directories are private to root.
+    links_before = host_links()
+    home = Path(tempfile.mkdtemp(prefix="niclab-vagrant-home-", dir="/tmp"))
+    home.chmod(0o755)
+    dotfile = tmp_path_factory.mktemp("vagrant") / "dotfile"
+    env = {
+        **os.environ,
+        "VAGRANT_HOME": str(home),
+        "VAGRANT_DOTFILE_PATH": str(dotfile),
+        "VAGRANT_CHECKPOINT_DISABLE": "1",
+        "VAGRANT_DEFAULT_PROVIDER": "libvirt",
+        "NICLAB_SCENARIO": str(SCENARIO),
+        "NICLAB": str(Path(sys.executable).with_name("niclab")),
+    }
+    try:
+        box = subprocess.run(
+            [sys.executable, "-m", "niclab", "vagrant", "box"], env=env, capture_output=True, text=True
+        )
+        assert box.returncode == 0, box.stderr[-4000:]
+        image = find_image("debian")
+        assert image is not None
+        hide_kvm = choose_accel(image).accel != "kvm"
+        with isolated_libvirt(tmp_path_factory.mktemp("libvirt"), hide_kvm=hide_kvm) as libvirt:
+            rig = Rig(libvirt, env, dotfile)
+            try:
+                yield rig
+            finally:
+                rig.vagrant("destroy", "-f", timeout=300, check=False)
+    finally:
+        subprocess.run(["rm", "-rf", str(home)], check=False)
+    assert host_links() == links_before, "the Vagrant test left a network device in the host's namespace"
+
+
+@pytest.mark.timeout(2400)  # the first test also builds the Debian image and the box (module fixture)
+def test_vagrant_up_cables_and_configures_the_scenarios_nodes(rig):
+    up = rig.vagrant("up", timeout=UP_TIMEOUT_S)
+    assert "niclab: checking a's links" in up.stdout
+    assert "every cable passes traffic" in up.stdout + up.stderr
+    network = json.loads((rig.dotfile / "niclab" / "network.json").read_text())
+    assert set(network["observed"]) == {"a", "b"}
+
+
+def test_node_names_cross_the_test_cable_and_netperf_runs(rig):
+    assert rig.ssh("a", "getent hosts b").split()[0] == "198.18.0.2"
+    out = rig.ssh("a", "netperf -H b -l 3 -P 0 -t TCP_STREAM", timeout=180)
+    throughput = float(out.split()[-1])
+    assert throughput > 0, out
+    motd = rig.ssh("a", "cat /etc/motd")
+    assert "link0: e1000 (driver e1000) 198.18.0.1/24 mtu 4000, netem delay 20ms -> b 198.18.0.2" in motd
+
+
+def test_the_netem_delay_shows_in_ping(rig):
+    out = rig.ssh("a", "ping -n -c 5 -i 0.3 b")
+    minimum = float(re.search(r"= ([\d.]+)/", out)[1])
+    assert minimum >= 20, out  # a's egress is delayed 20 ms; b answers at once
+
+
+def _comparable(observed: dict) -> dict:
+    """What the link settings are, without what may differ between two boots (qdisc handles)."""
+    out = {}
+    for node, sections in observed.items():
+        for section, values in sections.items():
+            out[f"{node} {section}"] = {
+                "mtu": values.get("mtu"),
+                "carrier": values.get("carrier"),
+                "driver": values.get("driver"),
+                "netem": netem.parse_qdisc(values.get("qdisc", "")),
+                "offloads": values.get("offloads"),
+            }
+    return out
+
+
+def test_the_same_scenario_under_niclab_run_reads_back_the_same_settings(rig, tmp_path):
+    vagrant_side = json.loads((rig.dotfile / "niclab" / "network.json").read_text())["observed"]
+    run = subprocess.run(
+        [sys.executable, "-m", "niclab", "run", str(SCENARIO), "--out", str(tmp_path), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (results,) = tmp_path.glob("*/results.jsonl")
+    cell = json.loads(results.read_text().splitlines()[0])
+    assert _comparable(vagrant_side) == _comparable(cell["network"]["observed"])
+    assert _comparable(vagrant_side)["a iface link0"]["mtu"] == "4000"
+
+
+def test_destroy_leaves_no_domain_volume_process_or_network(rig):
+    rig.vagrant("destroy", "-f", timeout=300)
+    assert [d for d in names(virsh("list", "--all", "--name")) if d.startswith("niclab-")] == []
+    left = volumes("default")
+    # What stays is vagrant-libvirt's copy of the box (the base of the next `up`), not the rig's disks.
+    assert [v for v in left if "_vagrant_box_image_" not in v] == []
+    assert rig.libvirt.qemus() == []
+    assert "vagrant-libvirt" not in names(virsh("net-list", "--all", "--name"))
