@@ -1,6 +1,7 @@
 """The Vagrant rig of a scenario cell: machines, cables, provisioning scripts, and what it refuses."""
 
 import json
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -14,6 +15,7 @@ from niclab.backends.qemu_cmd import mac_address
 from niclab.image import Image
 from niclab.paths import SOURCE_ROOT
 from niclab.scenario import parse
+from niclab.ssh import SshTarget, remote_command
 from niclab.vagrant import box, rig, state
 
 TWO_NODE = """\
@@ -166,3 +168,11 @@ def test_the_vagrantfiles_are_valid_ruby():
     for path in (SOURCE_ROOT / "Vagrantfile", SOURCE_ROOT / "vagrant" / "box" / "Vagrantfile"):
         checked = subprocess.run(["ruby", "-c", str(path)], capture_output=True, text=True)
         assert checked.returncode == 0, checked.stderr
+
+
+def test_ssh_commands_run_as_root_and_keep_their_words():
+    remote = remote_command(("/bin/sh", "-c", "echo 'a b' \"$HOME\""))
+    assert shlex.split(remote) == ["sudo", "-n", "/bin/sh", "-c", "echo 'a b' \"$HOME\""]
+    argv = SshTarget("192.0.2.7", 2222, "vagrant", "/k").argv(remote)
+    assert argv[0] == "ssh" and argv[-2:] == ["vagrant@192.0.2.7", remote]
+    assert "BatchMode=yes" in argv and ["-p", "2222"] == argv[argv.index("-p") : argv.index("-p") + 2]

@@ -21,7 +21,7 @@ DEFAULT_SCENARIO = "scenarios/two-node.yaml"
 Progress = Callable[[str], None]
 
 
-def _progress(args) -> Progress:
+def _progress() -> Progress:
     from niclab.cli import Progress
 
     return Progress()
@@ -34,7 +34,7 @@ def _cell(args):
     if args.cell:
         return scenario_file.select([args.cell])[0]
     if len(scenario_file.cells) > 1:
-        _progress(args)(
+        _progress()(
             f"{args.scenario} has {len(scenario_file.cells)} cells; using {scenario_file.cells[0].id} "
             f"(choose with NICLAB_CELL=…: {', '.join(c.id for c in scenario_file.cells)})"
         )
@@ -73,7 +73,7 @@ def cmd_config(args) -> int:
         "rig": rig.as_dict(),
         "box": {"name": BOX_NAME, "version": box_version(image) if image else None, "problem": problem},
         "libvirt": {
-            **_driver(image, _progress(args)),
+            **_driver(image, _progress()),
             "uri": os.environ.get("NICLAB_LIBVIRT_URI", "qemu:///system"),
             "prefix": domain_prefix(dotfile),
         },
@@ -92,7 +92,7 @@ def cmd_check(args) -> int:
     if args.node not in cell.scenario.nodes:
         raise UsageError(f"no node {args.node!r} in {args.scenario}; nodes are: {', '.join(cell.scenario.nodes)}")
     target = SshTarget(args.host, args.port, args.user, args.key)
-    check(cell, args.node, target, state_dir(Path(args.dotfile)), _progress(args))
+    check(cell, args.node, target, state_dir(Path(args.dotfile)), _progress())
     return 0
 
 
@@ -108,7 +108,7 @@ def cmd_box(args) -> int:
     from niclab.image import ensure_image
     from niclab.vagrant.box import add_box
 
-    progress = _progress(args)
+    progress = _progress()
     image = ensure_image("debian", progress=progress)
     print(add_box(image, progress))
     return 0
