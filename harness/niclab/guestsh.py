@@ -3,7 +3,8 @@
 # by_mac MAC: the name of the interface with that MAC (drivers load in modalias
 # order, so eth0, eth1 … say nothing about which cable is which).
 BY_MAC = (
-    'by_mac() { for d in /sys/class/net/*; do [ "$(cat "$d/address")" = "$1" ] && { echo "${d##*/}"; return 0; }; '
+    'by_mac() { for d in /sys/class/net/*; do [ -f "$d/address" ] && [ "$(cat "$d/address")" = "$1" ] && '
+    '{ echo "${d##*/}"; return 0; }; '
     'done; echo "no interface has MAC $1" >&2; return 3; }'
 )
 

@@ -147,3 +147,13 @@ def test_parallel_raises_a_foreign_exception_as_itself_naming_the_node():
         netconf.parallel({"a": lambda: 1, "b": boom})
     assert caught.value.__notes__ == ["(in the job of node b)"]
     assert netconf.parallel({"a": lambda: 1, "b": lambda: 2}) == {"a": 1, "b": 2}
+
+
+def test_the_script_can_run_again_a_stale_bond_goes_before_ports_are_found_by_mac():
+    # A bond's ports carry the bond's MAC; deleting it first gives them their own back (Vagrant provisions again).
+    net = plan()
+    ifaces = net.on("a")
+    macs = {port.key: f"02:00:00:00:00:{i:02x}" for i, port in enumerate(p for i in ifaces for p in i.ports)}
+    script = netconf.node_script(ifaces, macs)
+    assert script.index("ip link del bond2") < script.index("dev=$(by_mac")
+    assert script.index("ip link del bond2") < script.index("ip link add bond2 type bond")

@@ -37,8 +37,7 @@ def _bond_script(iface: Iface, bond: Bond) -> list[str]:
     options = f"mode {bond.mode} miimon {bond.miimon}"
     if bond.xmit_hash_policy:
         options += f" xmit_hash_policy {bond.xmit_hash_policy}"
-    # A bond left by an earlier run of the script (Vagrant provisions again) goes first: the script is re-runnable.
-    lines = [f"ip link del {name} >/dev/null 2>&1 || true", f"ip link add {name} type bond {options}"]
+    lines = [f"ip link add {name} type bond {options}"]
     for port in iface.ports:
         lines += [
             f"ip link set dev {shlex.quote(port.ifname)} down",
@@ -64,6 +63,9 @@ def _l3_script(iface: Iface) -> list[str]:
 
 def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> str:
     lines = ["set -e", BY_MAC]
+    # The script is re-runnable (Vagrant provisions again): a bond left by an earlier run goes first, which
+    # also gives its ports back their own MACs (a bond's ports carry the bond's), so by_mac finds them.
+    lines += [f"ip link del {shlex.quote(i.name)} >/dev/null 2>&1 || true" for i in ifaces if i.bond is not None]
     for iface in ifaces:
         lines += _ports_script(iface, macs)
     for iface in ifaces:
