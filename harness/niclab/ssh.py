@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from niclab.backends.base import Command, CommandResult, GuestCommandError, as_argv
+from niclab.guest import shorten
 
 CONNECT_TIMEOUT_S = 15
 
@@ -58,10 +59,6 @@ def remote_command(argv: tuple[str, ...], as_root: bool = True) -> str:
     return shlex.join(words)
 
 
-def _shown(argv: tuple[str, ...]) -> str:
-    return argv[-1] if argv[:2] == ("/bin/sh", "-c") else shlex.join(argv)
-
-
 class SshProcess:
     """A background command on the target; stopping it ends the remote process group, not just ssh."""
 
@@ -101,7 +98,7 @@ class SshProcess:
             except subprocess.TimeoutExpired:
                 self.stop()
                 raise GuestCommandError(
-                    f"{self._node.name}: `{_shown(self.argv)}` did not finish in {timeout:.0f} s; killed it"
+                    f"{self._node.name}: `{shorten(self.argv)}` did not finish in {timeout:.0f} s; killed it"
                 ) from None
             return self._finish(stdout, stderr)
         return self._result
@@ -134,7 +131,7 @@ class SshNode:
                 self.target.argv(remote_command(argv)), capture_output=True, text=True, timeout=timeout
             )
         except subprocess.TimeoutExpired:
-            raise GuestCommandError(f"{self.name}: `{_shown(argv)}` did not finish in {timeout:.0f} s") from None
+            raise GuestCommandError(f"{self.name}: `{shorten(argv)}` did not finish in {timeout:.0f} s") from None
         if proc.returncode == 255 and not proc.stdout:
             raise GuestCommandError(
                 f"{self.name}: ssh to {self.target.user}@{self.target.host}:{self.target.port} failed: "

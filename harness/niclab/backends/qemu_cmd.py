@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from niclab.nics import NicModel
-from niclab.topology import NodeSpec, Port
+from niclab.topology import NodeSpec, Port, Topology
 
 # PCI slots on the pc machine's bus 0: 0 host bridge, 1 PIIX (ISA, IDE, ACPI);
 # with -nodefaults there is no VGA, so 2 holds virtio-serial and 3..31 the NICs.
@@ -21,6 +21,11 @@ def mac_address(node_index: int, link: int, lane: int) -> str:
         if not 0 <= value <= 0xFF:
             raise ValueError(f"MAC field {value} out of range 0..255")
     return f"02:4e:4c:{node_index:02x}:{link:02x}:{lane:02x}"
+
+
+def port_macs(topology: Topology) -> dict[tuple[str, int, int], str]:
+    """Every port's MAC (Port.key -> MAC): what netconf finds the ports by, on any backend that sets them."""
+    return {p.key: mac_address(spec.index, p.link, p.lane) for spec in topology.nodes for p in spec.ports}
 
 
 @dataclass(frozen=True)

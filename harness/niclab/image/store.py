@@ -8,19 +8,18 @@ so a half-built image is never found; a lock keeps two builds from racing.
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from niclab.errors import NiclabError
+from niclab.filelock import locked
 from niclab.image.assemble import assemble
 from niclab.image.cpio import CpioWriter
 from niclab.image.disk import make_disk
@@ -92,21 +91,10 @@ def find_image(name: str = DEFAULT_RECIPE) -> Image | None:
     return _load(_store() / f"{name}-{wanted.input_hash()}")
 
 
-@contextmanager
-def _build_lock() -> Iterator[None]:
-    _store().mkdir(parents=True, exist_ok=True)
-    with open(_store() / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: bool = False) -> Image:
     wanted = recipe(name)
     target = _store() / f"{name}-{wanted.input_hash()}"
-    with _build_lock():
+    with locked(_store() / ".lock"):
         if not force and (existing := _load(target)) is not None:
             return existing
         started = time.monotonic()

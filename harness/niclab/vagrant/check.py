@@ -17,7 +17,7 @@ from pathlib import Path
 
 from niclab import netconf
 from niclab.backends.base import Node, Rig
-from niclab.backends.qemu_cmd import mac_address
+from niclab.backends.qemu_cmd import port_macs
 from niclab.scenario import Cell
 from niclab.ssh import SshNode, SshTarget
 from niclab.vagrant.state import locked
@@ -40,8 +40,7 @@ def forget(state: Path, node: str) -> None:
 
 def _rig(cell: Cell, nodes: dict[str, Node]) -> Rig:
     topology = cell.scenario.topology()
-    macs = {p.key: mac_address(spec.index, p.link, p.lane) for spec in topology.nodes for p in spec.ports}
-    return Rig(topology=topology, nodes=nodes, macs=macs)
+    return Rig(topology=topology, nodes=nodes, macs=port_macs(topology))
 
 
 def check(cell: Cell, node: str, target: SshTarget, state: Path, progress: Progress) -> dict | None:

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import asdict, dataclass
 
 from niclab import netconf, nics
-from niclab.backends.qemu_cmd import mac_address
+from niclab.backends.qemu_cmd import port_macs
 from niclab.errors import NiclabError
 from niclab.netconf.plan import PREFIX, Iface, NetPlan
 from niclab.scenario import Cell
@@ -178,9 +178,9 @@ def rig_for(cell: Cell, scenario_file: str, ports: dict[str, int]) -> VagrantRig
     _check_wires(topology)
     net = netconf.plan(scenario)
     peer_of = {p.key: q for w in topology.wires for p, q in (w.ports, w.ports[::-1])}
+    macs = port_macs(topology)
     machines = []
     for spec in topology.nodes:
-        macs = {p.key: mac_address(spec.index, p.link, p.lane) for p in spec.ports}
         cables = tuple(
             Cable(
                 ifname=p.ifname,

@@ -7,14 +7,14 @@ UDP ports, domain names or check results.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import socket
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
+
+from niclab.filelock import locked as file_locked
 
 
 def state_dir(dotfile: Path) -> Path:
@@ -23,15 +23,9 @@ def state_dir(dotfile: Path) -> Path:
     return path
 
 
-@contextmanager
-def locked(state: Path) -> Iterator[None]:
+def locked(state: Path) -> AbstractContextManager[None]:
     """One niclab command at a time changes the state (machines come up in parallel)."""
-    with open(state / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_locked(state / ".lock")
 
 
 def _free_udp_ports(count: int) -> list[int]:
