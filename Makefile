@@ -8,12 +8,14 @@ SCENARIO ?= scenarios/two-node.yaml
 STAMP   := $(VENV)/.niclab-installed
 BIN     := $(VENV)/bin
 
-.PHONY: demo test lint setup host test-host venv image vagrant clean
+LAB_STAMP := $(VENV)/.niclab-lab-installed
+
+.PHONY: demo test lint setup host test-host venv image vagrant lab lab-python clean
 
 demo: setup
 	$(BIN)/niclab run $(SCENARIO)
 
-test: setup test-host lint
+test: setup test-host lab-python lint
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
 
 # ruff's lint and format check over the code, then mypy over the package (files from pyproject.toml).
@@ -37,6 +39,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
+
+# libvirt-python for the libvirt backend (lab runs); it builds against libvirt-dev, which setup-host
+# --test and --lab install.
+lab-python: $(LAB_STAMP)
+
+$(LAB_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[lab]'
+	touch $(LAB_STAMP)
+
+# Lab mode's set-up: libvirt (started), vfio tools, libvirt-python; then `niclab lab doctor --lab LAB_YAML`.
+lab: setup
+	scripts/setup-host --lab
+	$(MAKE) lab-python
 
 image: venv
 	$(BIN)/niclab image build

@@ -33,8 +33,15 @@ class Progress:
 
 
 def cmd_run(args) -> int:
-    from niclab.backends import get_backend
+    from niclab.realizable import backend_from_args
+
+    with backend_from_args(args) as backend:
+        return _run(args, backend)
+
+
+def _run(args, backend) -> int:
     from niclab.facts import host_facts
+    from niclab.realizable import describe, verdicts
     from niclab.results import RunDir, RunInfo, new_run_dir
     from niclab.runner import Runner
     from niclab.scenario import load_scenario
@@ -51,8 +58,20 @@ def cmd_run(args) -> int:
         if not cells:
             print(f"niclab: shard {shard} of {scenario_file.name} holds no cell; nothing to run", file=sys.stderr)
             return EXIT_OK
-    backend = get_backend(args.backend)
     out = Path(args.out)
+    if args.dry_run:
+        where = out / f"dry-run-{scenario_file.name}"
+        print(f"{scenario_file.name} on the {backend.name} backend (boots nothing; XML and plans in {where}):")
+        print(describe(backend, cells, where))
+        return EXIT_OK
+    skipped = [v for v in verdicts(backend, cells) if not v.ok]
+    for verdict in skipped:
+        progress(f"skipping cell {verdict.cell.id}: the {backend.name} backend cannot realize it: {verdict.reason}")
+    if len(skipped) == len(cells):
+        raise NiclabError(
+            f"the {backend.name} backend cannot realize any cell of {scenario_file.name}: {skipped[0].reason}"
+        )
+    cells = [cell for cell in cells if cell.id not in {v.cell.id for v in skipped}]
     try:
         run_dir = RunDir(new_run_dir(out, scenario_file.name))
     except OSError as exc:
@@ -67,6 +86,7 @@ def cmd_run(args) -> int:
         backend=backend.name,
         host=host_facts(),
     )
+    info.warnings += [f"cell {v.cell.id} not run: {v.reason}" for v in skipped]
     progress(f"run directory {run_dir.path}")
     runner = Runner(backend, run_dir, info, progress, started=STARTED, repeat=args.repeat)
     try:
@@ -176,13 +196,40 @@ def cmd_down(args) -> int:
     ended = down(include_running=args.all)
     for leftover in ended:
         print(f"stopped {leftover.name} (pid {leftover.pid}) of {leftover.pid_dir.parent}")
-    if not ended:
+    domains = _down_domains(args)
+    if not ended and not domains:
         print("nothing to stop")
     return EXIT_OK
 
 
+def _down_domains(args) -> list[str]:
+    """libvirt domains of killed runs: on --libvirt-uri, each host of --lab, else qemu:///system if it answers."""
+    from niclab.backends.libvirt import leftover_domains
+
+    uris = [args.libvirt_uri] if args.libvirt_uri else []
+    if args.lab:
+        from niclab.lab.inventory import load_inventory
+
+        uris += [host.libvirt for host in load_inventory(Path(args.lab)).hosts.values()]
+    explicit = bool(uris)
+    ended = []
+    for uri in dict.fromkeys(uris or ["qemu:///system"]):
+        try:
+            names = leftover_domains(uri, include_running=args.all)
+        except NiclabError as exc:
+            if explicit:
+                raise
+            del exc  # no libvirt here, or no libvirtd running: no domain to stop either
+            continue
+        for name in names:
+            print(f"destroyed libvirt domain {name} on {uri}")
+        ended += names
+    return ended
+
+
 def cmd_nics(args) -> int:
     from niclab import nics
+    from niclab.backends.qemu_nics import qemu_nic
 
     print(f"{'model':<34}{'driver':<12}{'max MTU':>8}  {'PCI ID':<11}card")
     for model in nics.CATALOG:
@@ -191,7 +238,8 @@ def cmd_nics(args) -> int:
     if notes:
         print()
         for model in notes:
-            qemu = f" (QEMU: {model.qemu_properties})" if model.qemu_properties else ""
+            properties = qemu_nic(model.name).properties
+            qemu = f" (QEMU: {properties})" if properties else ""
             print(f"{model.name}: {model.notes}{qemu}")
     return EXIT_OK
 
@@ -257,30 +305,60 @@ def cmd_metrics(args) -> int:
 
 def cmd_plan(args) -> int:
     from niclab.plan import plan_table
+    from niclab.realizable import backend_from_args, verdicts
     from niclab.scenario import load_scenario
 
-    scenario_file = load_scenario(Path(args.scenario))
-    print(plan_table(scenario_file.name, scenario_file.select(args.cell)))
+    with backend_from_args(args) as backend:
+        scenario_file = load_scenario(Path(args.scenario))
+        cells = scenario_file.select(args.cell)
+        print(plan_table(scenario_file.name, cells))
+        if args.lab or args.backend:
+            for verdict in verdicts(backend, cells):
+                if not verdict.ok:
+                    print(f"cannot realize {verdict.cell.id} on {backend.name}: {verdict.reason}")
     return EXIT_OK
 
 
 def cmd_validate(args) -> int:
+    from niclab.realizable import backend_from_args, verdicts
     from niclab.scenario import ScenarioError, load_scenario
 
     status = EXIT_OK
-    for name in args.files:
-        try:
-            scenario_file = load_scenario(Path(name))
-        except ScenarioError as exc:
-            print(exc, file=sys.stderr)
-            status = max(status, exc.exit_code)
-            continue
-        except UsageError as exc:  # no such file, cannot read it
-            print(f"niclab: {exc}", file=sys.stderr)
-            status = max(status, exc.exit_code)
-            continue
-        print(f"{name}: ok ({len(scenario_file.cells)} cell{'s' if len(scenario_file.cells) != 1 else ''})")
+    with backend_from_args(args) as backend:
+        for name in args.files:
+            try:
+                scenario_file = load_scenario(Path(name))
+            except ScenarioError as exc:
+                print(exc, file=sys.stderr)
+                status = max(status, exc.exit_code)
+                continue
+            except UsageError as exc:  # no such file, cannot read it
+                print(f"niclab: {exc}", file=sys.stderr)
+                status = max(status, exc.exit_code)
+                continue
+            count = len(scenario_file.cells)
+            print(f"{name}: ok ({count} cell{'s' if count != 1 else ''})")
+            if args.lab or args.backend:
+                for verdict in verdicts(backend, scenario_file.cells):
+                    if not verdict.ok:
+                        print(f"{name}: cell {verdict.cell.id}: {backend.name} cannot realize it: {verdict.reason}")
     return status
+
+
+def add_backend_options(parser: argparse.ArgumentParser, dry_run: bool = False) -> None:
+    from niclab.backends import registry
+
+    parser.add_argument(
+        "--backend",
+        choices=tuple(registry()),
+        help="how nodes are realized: "
+        + "; ".join(f"{p.name}: {p.summary}" for p in registry().values())
+        + " (default: qemu, or libvirt with --lab)",
+    )
+    parser.add_argument("--lab", metavar="LAB_YAML", help="a lab inventory: run on its real cards and cables")
+    parser.add_argument(
+        "--libvirt-uri", metavar="URI", help="libvirt connection of --backend libvirt without a lab (qemu:///system)"
+    )
 
 
 # -- parser ---------------------------------------------------------------
@@ -311,7 +389,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--cell", action="append", metavar="ID", help="run only this matrix cell (e.g. nic=e1000); repeat for several"
     )
-    run.add_argument("--backend", default="qemu", help="how nodes are realized (default: qemu)")
+    add_backend_options(run)
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="boot nothing: say how each cell maps onto the backend (a lab's cards and cables) and write "
+        "the domain XML",
+    )
+    run.add_argument("--wait", action="store_true", help="a lab card another run holds: wait for it, not refuse")
+    run.add_argument(
+        "--force", action="store_true", help="take lab cards the host uses (an address, a route): it loses them"
+    )
     run.add_argument(
         "--repeat", type=positive_int, metavar="N", help="run every benchmark N times (overrides the scenario)"
     )
@@ -356,9 +444,13 @@ def build_parser() -> argparse.ArgumentParser:
         "down",
         help="stop what a killed run left behind",
         description="Stop the QEMU processes recorded by harnesses that are no longer "
-        "running (by recorded PID and start time).",
+        "running (by recorded PID and start time), and destroy the libvirt domains such runs left.",
     )
     down.add_argument("--all", action="store_true", help="also stop those of runs still in progress")
+    down.add_argument(
+        "--libvirt-uri", metavar="URI", help="destroy leftover niclab domains there (default: qemu:///system)"
+    )
+    down.add_argument("--lab", metavar="LAB_YAML", help="destroy leftover niclab domains on every host of this lab")
     down.set_defaults(func=cmd_down)
 
     nics = verbs.add_parser(
@@ -431,6 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("scenario", metavar="SCENARIO")
     plan.add_argument("--cell", action="append", metavar="ID", help="only these cells")
+    add_backend_options(plan)
     plan.set_defaults(func=cmd_plan)
 
     validate = verbs.add_parser(
@@ -439,10 +532,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check scenario files; exit 1 if any has a problem.",
     )
     validate.add_argument("files", nargs="+", metavar="FILE")
+    add_backend_options(validate)
     validate.set_defaults(func=cmd_validate)
 
+    from niclab.lab.cli import add_parser as add_lab_parser
     from niclab.vagrant.cli import add_parser as add_vagrant_parser
 
+    add_lab_parser(verbs)
     add_vagrant_parser(verbs)
     return parser
 

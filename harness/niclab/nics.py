@@ -1,46 +1,49 @@
-"""The catalog of emulated NIC models: QEMU device, guest driver, limits, the real card.
+"""Card classes: what a card is (driver, PCI ID, limits, the real card), apart from how it is realized.
 
-The max MTU of each model is what its guest driver reports (`ip -d link`:
-maxmtu) in the micro image's kernel; tests/integration/test_nic_catalog.py
+The catalog holds the classes QEMU can emulate; how each backend realizes
+one is the backend's business (backends/qemu_nics.py for QEMU devices and
+their properties, a lab inventory's cards for the libvirt backend). A lab
+inventory may add classes of its own (an ixgbe X520, a tg3), each optionally
+`emulated_by` a catalog class, so one scenario runs on emulated NICs in CI
+and on the real cards in the lab: `with extra_classes(...)` makes them
+known to scenario checks for the duration of a block.
+
+The max MTU of each catalog class is what its guest driver reports (`ip -d
+link`: maxmtu) in the micro image's kernel; tests/integration/test_nic_catalog.py
 boots every model and checks driver, PCI ID and max MTU against this table.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class NicModel:
+class CardClass:
     name: str  # what a scenario writes (nic: e1000)
-    qemu_device: str  # -device name
     driver: str  # the guest driver that binds (ethtool -i)
     module: str  # the kernel module that provides it
     pci_id: str  # vendor:device as the guest sees it
     max_mtu: int  # the largest MTU the driver accepts
-    card: str  # the real card the model stands for
+    card: str  # the real card the class stands for
     speed_mbps: int  # the card's nominal line rate
     notes: str = ""
-    qemu_properties: str = ""  # extra -device properties, e.g. a workaround for a QEMU bug
+    emulated_by: str = ""  # a lab class: the catalog class that stands in for it on emulated runs
 
 
-def _i8255x(name: str, pci: str, card: str, notes: str = "") -> NicModel:
-    return NicModel(name, name, "e100", "e100", pci, 1500, card, 100, notes)
+def _i8255x(name: str, pci: str, card: str, notes: str = "") -> CardClass:
+    return CardClass(name, "e100", "e100", pci, 1500, card, 100, notes)
 
 
 _SLOW_TCP = "under TCG its TCP throughput collapses (about 5 % retransmits); UDP and RR are fine"
-# QEMU 7.2 under TCG loses a virtqueue notification now and then when EVENT_IDX suppresses them: a UDP
-# flood then wedges the guest's transmit queue for good (seen in 1 of 2-8 netperf UDP_STREAM runs; with
-# event_idx=off, none in 50). Notifications without suppression cost a little throughput, not correctness.
-_VIRTIO_FIX = "event_idx=off"
 
-CATALOG: tuple[NicModel, ...] = (
-    NicModel("e1000", "e1000", "e1000", "e1000", "8086:100e", 16110, "Intel PRO/1000 MT Desktop (82540EM)", 1000),
-    NicModel(
-        "e1000-82544gc", "e1000-82544gc", "e1000", "e1000", "8086:100c", 16110, "Intel PRO/1000 XT (82544GC)", 1000
-    ),
-    NicModel(
-        "e1000-82545em",
+CATALOG: tuple[CardClass, ...] = (
+    CardClass("e1000", "e1000", "e1000", "8086:100e", 16110, "Intel PRO/1000 MT Desktop (82540EM)", 1000),
+    CardClass("e1000-82544gc", "e1000", "e1000", "8086:100c", 16110, "Intel PRO/1000 XT (82544GC)", 1000),
+    CardClass(
         "e1000-82545em",
         "e1000",
         "e1000",
@@ -49,7 +52,7 @@ CATALOG: tuple[NicModel, ...] = (
         "Intel PRO/1000 MT Server (82545EM)",
         1000,
     ),
-    NicModel("e1000e", "e1000e", "e1000e", "e1000e", "8086:10d3", 9212, "Intel Gigabit CT Desktop (82574L)", 1000),
+    CardClass("e1000e", "e1000e", "e1000e", "8086:10d3", 9212, "Intel Gigabit CT Desktop (82574L)", 1000),
     _i8255x("i82550", "8086:1209", "Intel PRO/100 S (82550)", _SLOW_TCP),
     _i8255x(
         "i82551",
@@ -68,8 +71,7 @@ CATALOG: tuple[NicModel, ...] = (
     _i8255x("i82559er", "8086:1209", "Intel EtherExpress PRO/100 (82559ER)", _SLOW_TCP),
     _i8255x("i82562", "8086:1209", "Intel PRO/100 VE (82562 LOM)", _SLOW_TCP),
     _i8255x("i82801", "8086:2449", "Intel 82801 (ICH) integrated 10/100", _SLOW_TCP),
-    NicModel(
-        "rtl8139",
+    CardClass(
         "rtl8139",
         "8139cp",
         "8139cp",
@@ -79,17 +81,12 @@ CATALOG: tuple[NicModel, ...] = (
         100,
         "binds 8139cp: 8139too refuses this C+ revision, so the image leaves it out",
     ),
-    NicModel(
-        "tulip", "tulip", "tulip", "tulip", "1011:0019", 1500, "DEC 21143 Tulip (as on the LinkSys LNE100TX)", 100
-    ),
-    NicModel("pcnet", "pcnet", "pcnet32", "pcnet32", "1022:2000", 1500, "AMD PCnet-PCI II (Am79C970A)", 10),
-    NicModel(
-        "ne2k_pci", "ne2k_pci", "ne2k-pci", "ne2k-pci", "10ec:8029", 1500, "Realtek RTL8029 (NE2000 PCI clone)", 10
-    ),
-    NicModel("vmxnet3", "vmxnet3", "vmxnet3", "vmxnet3", "15ad:07b0", 9000, "VMware VMXNET3 paravirtual NIC", 10000),
-    NicModel(
+    CardClass("tulip", "tulip", "tulip", "1011:0019", 1500, "DEC 21143 Tulip (as on the LinkSys LNE100TX)", 100),
+    CardClass("pcnet", "pcnet32", "pcnet32", "1022:2000", 1500, "AMD PCnet-PCI II (Am79C970A)", 10),
+    CardClass("ne2k_pci", "ne2k-pci", "ne2k-pci", "10ec:8029", 1500, "Realtek RTL8029 (NE2000 PCI clone)", 10),
+    CardClass("vmxnet3", "vmxnet3", "vmxnet3", "15ad:07b0", 9000, "VMware VMXNET3 paravirtual NIC", 10000),
+    CardClass(
         "virtio",
-        "virtio-net-pci",
         "virtio_net",
         "virtio_net",
         "1af4:1000",
@@ -97,10 +94,8 @@ CATALOG: tuple[NicModel, ...] = (
         "virtio-net paravirtual NIC (transitional)",
         10000,
         "EVENT_IDX is off: with it, a UDP flood can wedge the transmit queue under QEMU 7.2 TCG",
-        _VIRTIO_FIX,
     ),
-    NicModel(
-        "virtio-net-pci-non-transitional",
+    CardClass(
         "virtio-net-pci-non-transitional",
         "virtio_net",
         "virtio_net",
@@ -109,25 +104,51 @@ CATALOG: tuple[NicModel, ...] = (
         "virtio-net paravirtual NIC (modern only)",
         10000,
         "EVENT_IDX is off: with it, a UDP flood can wedge the transmit queue under QEMU 7.2 TCG",
-        _VIRTIO_FIX,
     ),
 )
 
 ALIASES = {"virtio-net-pci": "virtio", "virtio-net": "virtio", "e1000-82540em": "e1000"}
 
 _BY_NAME = {model.name: model for model in CATALOG}
+_extra: ContextVar[dict[str, CardClass] | None] = ContextVar("extra_classes", default=None)
+
+
+@contextmanager
+def extra_classes(classes: Iterable[CardClass]) -> Iterator[None]:
+    """Make a lab's own card classes known (to scenario checks, lookups) inside the block."""
+    token = _extra.set({**(_extra.get() or {}), **{c.name: c for c in classes}})
+    try:
+        yield
+    finally:
+        _extra.reset(token)
 
 
 def names() -> list[str]:
-    return [model.name for model in CATALOG]
+    return [model.name for model in CATALOG] + [name for name in _extra.get() or {} if name not in _BY_NAME]
 
 
-def lookup(name: str) -> NicModel | None:
-    return _BY_NAME.get(ALIASES.get(name, name))
+def lookup(name: str) -> CardClass | None:
+    name = ALIASES.get(name, name)
+    return _BY_NAME.get(name) or (_extra.get() or {}).get(name)
 
 
-def get(name: str) -> NicModel:
+def get(name: str) -> CardClass:
     model = lookup(name)
     if model is None:
         raise KeyError(name)
     return model
+
+
+def is_emulated(name: str) -> bool:
+    """Whether `name` is a catalog class (one QEMU emulates), not only a lab's."""
+    return ALIASES.get(name, name) in _BY_NAME
+
+
+def stand_in(name: str) -> CardClass | None:
+    """The catalog class an emulated run uses for `name`: itself, its `emulated_by`, or None."""
+    found = lookup(name)
+    if found is None:
+        return None
+    if found.name in _BY_NAME:
+        return found
+    return _BY_NAME.get(ALIASES.get(found.emulated_by, found.emulated_by))

@@ -33,3 +33,13 @@ def images_dir() -> Path:
 def live_dir() -> Path:
     """Where running harnesses register their run directories, for `niclab down`."""
     return cache_dir() / "live"
+
+
+def state_dir() -> Path:
+    """What must outlive a run and be shared by every run on the host: card journals and leases.
+
+    $NICLAB_STATE, else /var/lib/niclab for root (who binds cards), else the cache's state/.
+    """
+    if env := os.environ.get("NICLAB_STATE"):
+        return Path(env)
+    return Path("/var/lib/niclab") if os.geteuid() == 0 else cache_dir() / "state"

@@ -46,14 +46,25 @@ def pytest_addoption(parser) -> None:
     group = parser.getgroup("niclab", "niclab scenarios and rigs")
     group.addoption(
         "--niclab-backend",
-        default="qemu",
         metavar="NAME",
-        help="how nodes are realized: qemu (emulated NICs; default) or libvirt (lab cards)",
+        help="how nodes are realized: qemu (emulated NICs; the default) or libvirt (the default with --niclab-lab)",
     )
     group.addoption("--niclab-lab", metavar="LAB_YAML", help="a lab inventory; cells it has no cards for are skipped")
     group.addoption("--niclab-out", metavar="DIR", help="keep the run directories here (e.g. CI artifacts)")
     group.addoption("--niclab-repeat", type=int, metavar="N", help="run every benchmark N times")
     group.addoption("--niclab-shard", metavar="I/N", help="run only the cells of shard I of N")
+
+
+def _backend_options(config):
+    """The backend options pytest's command line gives: a lab inventory (--niclab-lab)."""
+    from niclab.backends import BackendOptions
+
+    lab_file = config.getoption("niclab_lab")
+    if not lab_file:
+        return BackendOptions()
+    from niclab.lab.inventory import load_inventory
+
+    return BackendOptions(lab=load_inventory(Path(lab_file)))
 
 
 def pytest_configure(config) -> None:
@@ -185,12 +196,9 @@ class ScenarioCell(pytest.Item):
         from niclab.runner import Runner
 
         config = self.config
-        if lab_file := config.getoption("niclab_lab"):
-            from niclab.lab.inventory import load_inventory
-
-            if (reason := load_inventory(Path(lab_file)).lacks(self.cell.scenario)) is not None:
-                pytest.skip(reason)
-        backend = get_backend(config.getoption("niclab_backend"))
+        backend = get_backend(config.getoption("niclab_backend"), _backend_options(config))
+        if config.getoption("niclab_lab") and (reason := backend.check(self.cell.scenario.topology())) is not None:
+            pytest.skip(reason)
         run_dir = RunDir(new_run_dir(_out_dir(config), self.scenario_name))
         info = RunInfo(
             scenario=self.scenario_name,
@@ -294,7 +302,9 @@ def rig(request, tmp_path):
             path = Path(request.config.rootpath) / path if not path.exists() else path
         chosen = choose_cell(load_scenario(path), cell)
         workdir = tmp_path / f"rig-{chosen.scenario.name}-{len(list(tmp_path.glob('rig-*')))}"
-        with Session(chosen, get_backend(backend_name), workdir, _progress) as session:
+        with Session(
+            chosen, get_backend(backend_name, _backend_options(request.config)), workdir, _progress
+        ) as session:
             yield session
 
     return open_rig

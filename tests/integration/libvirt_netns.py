@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -66,17 +67,17 @@ class IsolatedLibvirt:
         return [p for p in children(self.libvirtd_pid) if b"qemu" in Path(f"/proc/{p}/comm").read_bytes()]
 
 
-def why_not() -> str | None:
+def why_not(programs: tuple[str, ...] = ("libvirtd", "virtlogd", "virsh", "vagrant", "ip")) -> str | None:
     """Why this host cannot run the isolated libvirtd, or None."""
     if os.geteuid() != 0:
         return "a network namespace and qemu:///system need root"
-    for program in ("libvirtd", "virtlogd", "virsh", "vagrant", "ip"):
+    for program in programs:
         if shutil.which(program) is None:
             return f"{program} is not installed (make test installs it: scripts/setup-host --test)"
     if answers():
         return (
-            "a libvirtd the tests did not start is running; the test would put vagrant-libvirt's management "
-            "network into its namespace, which is the host's"
+            "a libvirtd the tests did not start is running; the test would put its networks (vagrant-libvirt's "
+            "management network) into that daemon's namespace, which may be the host's"
         )
     return None
 
@@ -91,12 +92,16 @@ def _end(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def daemon_argv(netns: str, daemon: str, hide_kvm: bool) -> list[str]:
+def daemon_argv(netns: str, daemon: str, hide_kvm: bool, no_kvm: Path) -> list[str]:
     """The daemon in the namespace. Where KVM is broken, libvirtd must not see /dev/kvm: its own probe of
     QEMU's capabilities (`-machine none,accel=kvm:tcg`) then hangs, and every domain definition waits on it
-    for minutes. A private mount namespace with /dev/null over /dev/kvm makes that probe fail at once."""
+    for minutes. A private mount namespace with a null device of our own over /dev/kvm makes that probe fail
+    at once. Not /dev/null itself: with it, libvirtd probed QEMU again before every domain (25-50 s each;
+    docs/vagrant.md)."""
     argv = ["ip", "netns", "exec", netns]
     if hide_kvm and daemon == "libvirtd" and Path("/dev/kvm").exists():
+        if not no_kvm.exists():
+            os.mknod(no_kvm, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
         # unshare and sh exec: the PID stays the daemon's own.
         return [
             *argv,
@@ -106,7 +111,7 @@ def daemon_argv(netns: str, daemon: str, hide_kvm: bool) -> list[str]:
             "private",
             "sh",
             "-c",
-            "mount --bind /dev/null /dev/kvm && exec libvirtd",
+            f"mount --bind {no_kvm} /dev/kvm && exec libvirtd",
         ]
     return [*argv, daemon]
 
@@ -123,7 +128,9 @@ def isolated_libvirt(logs: Path, hide_kvm: bool) -> Iterator[IsolatedLibvirt]:
             with open(logs / f"{daemon}.log", "w") as log:
                 # ip netns exec execs the daemon: the PID is the daemon's own.
                 daemons.append(
-                    subprocess.Popen(daemon_argv(netns, daemon, hide_kvm), stdout=log, stderr=subprocess.STDOUT)
+                    subprocess.Popen(
+                        daemon_argv(netns, daemon, hide_kvm, logs / "no-kvm"), stdout=log, stderr=subprocess.STDOUT
+                    )
                 )
         deadline = time.monotonic() + 30
         while not answers():

@@ -99,20 +99,18 @@ def test_run_bad_shard_is_a_usage_error(repo, tmp_path, capsys):
     assert "write i/n" in capsys.readouterr().err
 
 
-def test_backends_name_what_is_planned_and_what_is_unknown():
+def test_backends_are_plugins_found_by_module_and_an_unknown_one_lists_them():
     import pytest
 
-    from niclab.backends import get_backend
+    from niclab.backends import BackendOptions, get_backend, registry
     from niclab.errors import UsageError
 
-    with pytest.raises(
-        UsageError,
-        match=r"^backend 'libvirt' \(libvirt domains with real cards passed through "
-        r"\(VFIO\), for lab runs\) is not built yet; today only 'qemu' runs",
-    ):
-        get_backend("libvirt")
-    with pytest.raises(UsageError, match=r"^unknown backend 'vbox'; choose one of: qemu$"):
+    assert set(registry()) == {"qemu", "libvirt"}
+    assert get_backend().name == "qemu"
+    with pytest.raises(UsageError, match=r"^unknown backend 'vbox'; choose one of: libvirt \(libvirt domains"):
         get_backend("vbox")
+    with pytest.raises(UsageError, match="--libvirt-uri is an option of --backend libvirt"):
+        get_backend("qemu", BackendOptions(libvirt_uri="qemu:///system"))
 
 
 def test_a_bad_scenario_exits_1_under_validate_plan_and_run_alike(tmp_path, capsys):

@@ -10,6 +10,8 @@ from niclab.cli import main
 
 ERRORS = Path(__file__).resolve().parents[1] / "errors"
 CASES = sorted(ERRORS.glob("*.yaml"))
+LAB_ERRORS = ERRORS / "lab"
+LAB_CASES = sorted(LAB_ERRORS.glob("*.yaml"))
 
 
 def test_there_are_enough_cases():
@@ -24,4 +26,19 @@ def test_prints_exactly_the_expected_error(case, monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
     assert captured.err == (ERRORS / f"{case.stem}.err").read_text()
+    assert captured.out == ""
+
+
+def test_there_are_enough_lab_inventory_cases():
+    assert len(LAB_CASES) >= 10
+    assert {p.stem for p in LAB_ERRORS.glob("*.err")} == {p.stem for p in LAB_CASES}
+
+
+@pytest.mark.parametrize("case", LAB_CASES, ids=lambda p: p.stem)
+def test_a_bad_lab_inventory_prints_exactly_the_expected_error(case, monkeypatch, capsys):
+    monkeypatch.chdir(LAB_ERRORS)
+    assert main(["lab", "check", case.name]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert captured.err == (LAB_ERRORS / f"{case.stem}.err").read_text()
     assert captured.out == ""

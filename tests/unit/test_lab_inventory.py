@@ -1,43 +1,114 @@
+"""The lab inventory: its model, card classes beyond the catalog, and placing a cell on cards and cables."""
+
+from __future__ import annotations
+
 import pytest
 
-from niclab.errors import UsageError
-from niclab.lab.inventory import load_inventory
-from niclab.scenario import load_scenario
+from niclab import nics
+from niclab.backends import BackendOptions, get_backend
+from niclab.lab.inventory import InventoryError, load_inventory, parse_inventory
+from niclab.lab.match import Unrealizable, place
+from niclab.scenario import load_scenario, parse
 
 LAB = """\
 name: small-lab
+hosts:
+  rig1: {libvirt: qemu:///system}
+  rig2: {libvirt: qemu+ssh://root@rig2/system}
+classes:
+  x520: {driver: ixgbe, pci_id: "8086:10fb", max_mtu: 9710, card: Intel X520-DA2, speed_mbps: 10000, emulated_by: e1000}
 cards:
-  - {model: e1000, pci: "0000:03:00.0", host: lab1}
-  - {model: e1000-82540em, pci: "0000:03:00.1", host: lab1}
-  - {model: rtl8139, pci: "0000:04:00.0", host: lab1, price: 7.60}
+  - {id: intel-a, host: rig1, pci: "0000:03:00.0", class: e1000, price: 45}
+  - {id: intel-b, host: rig1, pci: "0000:04:00.0", class: e1000-82540em}
+  - {id: rtl-a, host: rig1, pci: "0000:05:00.0", class: rtl8139, price: 7.60}
+  - {id: rtl-b, host: rig2, pci: "0000:05:00.0", class: rtl8139}
+  - {id: x520-a, host: rig1, pci: "0000:06:00.0", class: x520}
+  - {id: x520-b, host: rig1, pci: "0000:06:00.1", class: x520}
+cables:
+  - [intel-a, intel-b]
+  - [rtl-a, rtl-b]
+  - [x520-a, x520-b]
 """
 
 
-def test_counts_cards_by_catalog_model(tmp_path):
+@pytest.fixture
+def lab(tmp_path):
     (tmp_path / "lab.yaml").write_text(LAB)
-    lab = load_inventory(tmp_path / "lab.yaml")
-    assert lab.counts() == {"e1000": 2, "rtl8139": 1}  # the alias counts as its model
+    return load_inventory(tmp_path / "lab.yaml")
 
 
-def test_which_cells_the_lab_can_realize(tmp_path, repo):
-    (tmp_path / "lab.yaml").write_text(LAB)
-    lab = load_inventory(tmp_path / "lab.yaml")
-    bonding = {c.id: c.scenario for c in load_scenario(repo / "scenarios" / "bonding.yaml").cells}
-    two_node = load_scenario(repo / "scenarios" / "two-node.yaml").cells[0].scenario
-    assert lab.lacks(two_node) is None
-    assert lab.lacks(bonding["nic=e1000"]) == "lab small-lab lacks cards: the cell needs 8 e1000 (the lab has 2)"
-    assert lab.lacks(bonding["nic=rtl8139"]) == "lab small-lab lacks cards: the cell needs 8 rtl8139 (the lab has 1)"
+def cell(repo, scenario: str, cell_id: str | None = None):
+    cells = load_scenario(repo / "scenarios" / scenario).cells
+    return next(c for c in cells if cell_id is None or c.id == cell_id).scenario.topology()
 
 
-@pytest.mark.parametrize(
-    "text,message",
-    [
-        ("name: x\ncards:\n  - {model: e1001, pci: '0000:03:00.0'}\n", "cards.0.model: unknown NIC model 'e1001'"),
-        ("name: x\ncards:\n  - {model: e1000, pci: '3:0.0'}\n", "cards.0.pci: String should match pattern"),
-        ("name: x\ncards: [\n", "cannot read the lab inventory"),
-    ],
-)
-def test_bad_inventories_say_where(tmp_path, text, message):
+def test_an_alias_class_is_its_catalog_class_and_hosts_say_whether_they_are_local(lab):
+    assert lab.card("intel-b").class_name == "e1000"
+    assert lab.hosts["rig1"].local and not lab.hosts["rig2"].local
+    assert lab.prices() == {"e1000": 45, "rtl8139": 7.60}
+
+
+def test_a_cell_is_placed_on_a_cable_whose_ends_match_and_each_node_on_its_cards_host(lab, repo):
+    topology = cell(repo, "two-node.yaml")
+    placement = place(topology, lab)
+    assert {key: card.id for key, card in placement.cards.items()} == {("a", 0, 0): "intel-a", ("b", 0, 0): "intel-b"}
+    assert placement.hosts == {"a": "rig1", "b": "rig1"}
+    assert placement.lines(topology) == [
+        "cable 0: a/link0 intel-a (e1000 0000:03:00.0 on rig1) <-> b/link0 intel-b (e1000 0000:04:00.0 on rig1)"
+    ]
+    rtl = place(cell(repo, "nic-shootout.yaml", "nic=rtl8139"), lab)
+    assert rtl.hosts == {"a": "rig1", "b": "rig2"}  # a cable may join cards on two hosts
+
+
+def test_what_the_lab_cannot_realize_says_why(lab, repo):
+    with pytest.raises(Unrealizable, match=r"^lab small-lab lacks cards: the cell needs 2 tulip \(it has 0\)$"):
+        place(cell(repo, "nic-shootout.yaml", "nic=tulip"), lab)
+    with pytest.raises(Unrealizable, match="the cell needs 8 e1000"):
+        place(cell(repo, "bonding.yaml", "nic=e1000"), lab)
+    three = parse(
+        "name: s\nnodes: [a, b, c]\nlinks:\n  - {between: [a, b, c], nic: e1000}\nbenchmarks:\n  - ping: {}\n",
+        "s.yaml",
+    ).cells[0]
+    with pytest.raises(Unrealizable, match="joins 3 nodes: a lab inventory lists cables, not switches"):
+        place(three.scenario.topology(), lab)
+
+
+def test_the_cables_must_match_not_only_the_card_counts(tmp_path, repo):
+    text = LAB.replace("  - [intel-a, intel-b]\n  - [rtl-a, rtl-b]\n", "  - [intel-a, rtl-a]\n  - [intel-b, rtl-b]\n")
     (tmp_path / "lab.yaml").write_text(text)
-    with pytest.raises(UsageError, match=message):
-        load_inventory(tmp_path / "lab.yaml")
+    with pytest.raises(Unrealizable, match="has 0 cables between a e1000 and a e1000 card; the cell needs 1"):
+        place(cell(repo, "two-node.yaml"), load_inventory(tmp_path / "lab.yaml"))
+
+
+def test_a_lab_class_is_known_to_scenarios_only_inside_the_lab_and_runs_emulated_by_its_stand_in(lab):
+    text = "name: s\nnodes: [a, b]\nlinks:\n  - {between: [a, b], nic: x520, mtu: 9000}\nbenchmarks:\n  - ping: {}\n"
+    with pytest.raises(Exception, match="unknown NIC model 'x520'"):
+        parse(text, "s.yaml")
+    with lab.classes_known():
+        topology = parse(text, "s.yaml").cells[0].scenario.topology()
+        assert nics.stand_in("x520").name == "e1000"
+        assert get_backend("qemu").check(topology) is None
+        libvirt = get_backend(options=BackendOptions(lab=lab))
+        assert libvirt.name == "libvirt" and libvirt.check(topology) is None
+        assert {c.id for c in place(topology, lab).cards.values()} == {"x520-a", "x520-b"}
+        with pytest.raises(Exception, match="MTU 9800 is above the x520 driver's maximum"):
+            parse(text.replace("9000", "9800"), "s.yaml")
+    assert nics.lookup("x520") is None
+
+
+def test_a_lab_class_without_a_stand_in_cannot_run_emulated(lab):
+    bare = lab.model_copy(deep=True)
+    bare.classes["x520"].emulated_by = ""
+    text = "name: s\nnodes: [a, b]\nlinks:\n  - {between: [a, b], nic: x520}\nbenchmarks:\n  - ping: {}\n"
+    with bare.classes_known():
+        topology = parse(text, "s.yaml").cells[0].scenario.topology()
+        assert "card class x520 has no emulated stand-in" in (get_backend("qemu").check(topology) or "")
+
+
+def test_an_inventory_error_names_the_line_and_the_fix():
+    with pytest.raises(InventoryError) as caught:
+        parse_inventory("cards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', class: e1001}\n", "lab.yaml")
+    assert str(caught.value) == (
+        "lab.yaml:2:58: cards[0].class: unknown card class 'e1001'; did you mean 'e1000'? "
+        "a class is a catalog one (niclab nics) or one under classes:"
+    )

@@ -67,11 +67,12 @@ def test_an_invalid_scenario_is_one_failing_item_not_a_crash(scenarios):
 
 def test_cells_a_lab_cannot_realize_are_skipped_with_the_reason(scenarios):
     scenarios.path.joinpath("lab.yaml").write_text(
-        "name: small-lab\ncards:\n  - {model: e1000, pci: '0000:03:00.0'}\n  - {model: e1000, pci: '0000:03:00.1'}\n"
+        "name: small-lab\ncards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', class: e1000}\n"
+        "  - {id: b, host: localhost, pci: '0000:03:00.1', class: e1000}\ncables:\n  - [a, b]\n"
     )
     result = scenarios.runpytest("scenarios/pair.yaml", "-k", "virtio", "-rs", "--niclab-lab", "lab.yaml")
     result.assert_outcomes(skipped=2, deselected=2)
-    result.stdout.fnmatch_lines(["*lab small-lab lacks cards: the cell needs 2 virtio (the lab has 0)*"])
+    result.stdout.fnmatch_lines(["*lab small-lab lacks cards: the cell needs 2 virtio (it has 0)*"])
 
 
 def test_a_test_that_needs_kvm_is_skipped_where_kvm_does_not_work(pytester, monkeypatch):

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from niclab import nics
 from niclab.accel import AccelChoice, choose_accel, mark_kvm_unusable, now, qemu_binary
-from niclab.backends.base import Progress, Rig
-from niclab.backends.qemu_cmd import NicPlan, VmPlan, mac_address, qemu_argv
+from niclab.backends.base import BackendOptions, BackendPlugin, Progress, Rig
+from niclab.backends.qemu_cmd import MAX_NICS, NicPlan, VmPlan, mac_address, qemu_argv
 from niclab.errors import NiclabError, UsageError
 from niclab.guest import AgentError, AgentNode, GuestAgent
 from niclab.image import Image, ensure_image
@@ -145,6 +145,18 @@ def tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(empty)"
 
 
+def stand_ins(topology: Topology) -> list[str]:
+    """What keeps a topology off emulated NICs: ports whose card class no catalog class stands in for."""
+    problems = []
+    for name in sorted({port.model for port in topology.ports}):
+        if nics.stand_in(name) is None:
+            problems.append(
+                f"card class {name} has no emulated stand-in: give it `emulated_by:` (a class of `niclab nics`) "
+                "in the lab inventory, or run it on the lab"
+            )
+    return problems
+
+
 class QemuBackend:
     name = "qemu"
 
@@ -153,6 +165,27 @@ class QemuBackend:
         self._accel = accel
         self.boot_timeout = boot_timeout or env_seconds("NICLAB_BOOT_TIMEOUT", DEFAULT_BOOT_TIMEOUT_S)
         self.kvm_deadline = env_seconds("NICLAB_KVM_DEADLINE", DEFAULT_KVM_DEADLINE_S)
+
+    def check(self, topology: Topology) -> str | None:
+        problems = stand_ins(topology)
+        for spec in topology.nodes:
+            if len(spec.ports) > MAX_NICS:
+                problems.append(
+                    f"node {spec.name} has {len(spec.ports)} NICs; a pc machine has PCI slots for {MAX_NICS}"
+                )
+        return "; ".join(problems) or None
+
+    def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
+        lines = []
+        for wire in topology.wires:
+            ends = []
+            for port in wire.ports:
+                model = nics.stand_in(port.model)
+                shown = port.model if model is None or model.name == port.model else f"{port.model} as {model.name}"
+                ends.append(f"{port.node}/{port.ifname} ({shown})")
+            medium = "UDP cable on 127.0.0.1" if len(wire.ports) == 2 else "vde_switch"
+            lines.append(f"{medium}: " + " <-> ".join(ends))
+        return lines
 
     def _wire(
         self, topology: Topology, fds: ExitStack, cleanup: ExitStack, supervisor: Supervisor, workdir: Path
@@ -183,7 +216,7 @@ class QemuBackend:
     ) -> VmPlan:
         nic_plans = tuple(
             NicPlan(
-                port, nics.get(port.model), mac_address(spec.index, port.link, port.lane), attachments[port.key].netdev
+                port, _stand_in(port.model), mac_address(spec.index, port.link, port.lane), attachments[port.key].netdev
             )
             for port in spec.ports
         )
@@ -278,6 +311,7 @@ class QemuBackend:
             topology=topology,
             nodes={name: AgentNode(name, agent) for name, (agent, _) in agents.items()},
             macs={nic.port.key: nic.mac for plan in plans.values() for nic in plan.nics},
+            drivers={nic.port.key: nic.model.driver for plan in plans.values() for nic in plan.nics},
             facts={
                 "backend": self.name,
                 "accel": accel,
@@ -332,3 +366,19 @@ class QemuBackend:
             )
             raise BootError("guest(s) did not come up: " + "\n".join(details), summary)
         return results
+
+
+def _stand_in(name: str) -> nics.CardClass:
+    model = nics.stand_in(name)
+    if model is None:
+        raise UsageError(f"card class {name} has no emulated stand-in: give it `emulated_by:` in the lab inventory")
+    return model
+
+
+def _create(options: BackendOptions, **kwargs) -> QemuBackend:
+    if options.libvirt_uri:
+        raise UsageError("--libvirt-uri is an option of --backend libvirt; the qemu backend starts QEMU itself")
+    return QemuBackend(**kwargs)
+
+
+PLUGIN = BackendPlugin("qemu", "QEMU processes with emulated NICs, no root", _create)

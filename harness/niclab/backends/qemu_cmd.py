@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from niclab.nics import NicModel
+from niclab.backends.qemu_nics import QemuNic, qemu_nic
+from niclab.nics import CardClass
 from niclab.topology import NodeSpec, Port, Topology
 
 # PCI slots on the pc machine's bus 0: 0 host bridge, 1 PIIX (ISA, IDE, ACPI);
@@ -31,9 +32,13 @@ def port_macs(topology: Topology) -> dict[tuple[str, int, int], str]:
 @dataclass(frozen=True)
 class NicPlan:
     port: Port
-    model: NicModel
+    model: CardClass  # the catalog class QEMU emulates for this port
     mac: str
     netdev: str  # the -netdev value without the id, e.g. "dgram,local.type=fd,local.str=7"
+
+    @property
+    def qemu(self) -> QemuNic:
+        return qemu_nic(self.model.name)
 
     @property
     def netdev_id(self) -> str:
@@ -101,7 +106,7 @@ def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
             "-netdev",
             f"{nic.netdev},id={nic.netdev_id}",
             "-device",
-            f"{nic.model.qemu_device},netdev={nic.netdev_id},mac={nic.mac},"
-            f"bus=pci.0,addr={slot:#x}" + (f",{nic.model.qemu_properties}" if nic.model.qemu_properties else ""),
+            f"{nic.qemu.device},netdev={nic.netdev_id},mac={nic.mac},"
+            f"bus=pci.0,addr={slot:#x}" + (f",{nic.qemu.properties}" if nic.qemu.properties else ""),
         ]
     return argv

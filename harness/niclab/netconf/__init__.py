@@ -10,7 +10,7 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TypeVar
 
@@ -129,10 +129,10 @@ def apply_node(node: Node, ifaces: list[Iface], macs: dict[tuple[str, int, int],
         )
 
 
-def check_node(node: Node, ifaces: list[Iface]) -> dict:
+def check_node(node: Node, ifaces: list[Iface], drivers: Mapping[tuple[str, int, int], str] | None = None) -> dict:
     """Read one node's network back and compare it with the plan; returns the observed state."""
     state = verify.parse_state(node.run(verify.state_script(ifaces), timeout=60).stdout)
-    problems = verify.mismatches(node.name, ifaces, state)
+    problems = verify.mismatches(node.name, ifaces, state, drivers)
     if problems:
         raise NetconfError(f"{node.name}: the network is not what the scenario asks:\n  " + "\n  ".join(problems))
     return verify.summary(state)
@@ -147,7 +147,7 @@ def configure(rig: Rig, net: NetPlan, progress) -> dict:
         if not ifaces:
             return {}
         apply_node(rig.node(node), ifaces, {port.key: rig.mac(port) for iface in ifaces for port in iface.ports})
-        return check_node(rig.node(node), ifaces)
+        return check_node(rig.node(node), ifaces, rig.drivers)
 
     states = parallel({node: partial(configure_node, node) for node in rig.nodes})
     configured = time.monotonic() - started

@@ -9,6 +9,7 @@ once; the state itself goes into the cell's provenance.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 
 from niclab import netem as netem_mod
 from niclab import nics, offloads
@@ -75,7 +76,11 @@ def _int(value: str | None) -> int | None:
     return int(value) if value and value.strip().isdigit() else None
 
 
-def mismatches(node: str, ifaces: list[Iface], state: dict[str, dict]) -> list[str]:
+def mismatches(
+    node: str, ifaces: list[Iface], state: dict[str, dict], drivers: Mapping[tuple[str, int, int], str] | None = None
+) -> list[str]:
+    """What differs from the plan. `drivers`: the driver each port must bind, where the backend says
+    (a lab class emulated by a catalog one binds the stand-in's driver); else its card class's."""
     problems = []
     for iface in ifaces:
         seen = state.get(f"iface {iface.name}", {})
@@ -103,10 +108,11 @@ def mismatches(node: str, ifaces: list[Iface], state: dict[str, dict]) -> list[s
             if port_state.get("carrier") != "1":
                 problems.append(f"{node}/{port.ifname}: no carrier")
             model = nics.lookup(port.model)
-            if model is not None and port_state.get("driver") != model.driver:
+            wanted = (drivers or {}).get(port.key) or (model.driver if model else None)
+            if wanted is not None and port_state.get("driver") != wanted:
                 problems.append(
                     f"{node}/{port.ifname}: driver {port_state.get('driver') or 'none'} is bound, "
-                    f"the {model.name} model needs {model.driver}"
+                    f"the {port.model} {'model' if nics.is_emulated(port.model) else 'card'} needs {wanted}"
                 )
             if iface.offloads:
                 parsed = offloads.parse_features(_ethtool_text(port_state))

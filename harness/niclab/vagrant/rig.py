@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 from niclab import netconf, nics
 from niclab.backends.qemu_cmd import port_macs
+from niclab.backends.qemu_nics import qemu_nic
 from niclab.errors import NiclabError
 from niclab.netconf.plan import PREFIX, Iface, NetPlan
 from niclab.scenario import Cell
@@ -87,14 +88,15 @@ def one_model(node: str, devices: list[str]) -> str:
 
 def libvirt_model(model: str) -> tuple[str, str | None]:
     """libvirt's name for a model, and a note if vagrant-libvirt cannot give it niclab's QEMU properties."""
-    nic = nics.get(model)
+    nic = qemu_nic(nics.get(model).name)
     note = None
-    if nic.qemu_properties:
+    if nic.properties:
         note = (
             f"{model}: vagrant-libvirt cannot set the QEMU properties niclab gives this model "
-            f"({nic.qemu_properties}), which `niclab run` sets to work around a QEMU bug (see harness/niclab/nics.py)"
+            f"({nic.properties}), which `niclab run` sets to work around a QEMU bug "
+            "(see harness/niclab/backends/qemu_nics.py)"
         )
-    return ("virtio" if nic.qemu_device == "virtio-net-pci" else nic.qemu_device), note
+    return nic.libvirt_type, note
 
 
 def _check_wires(topology: Topology) -> None:

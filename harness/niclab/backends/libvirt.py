@@ -1,0 +1,464 @@
+"""The libvirt backend: one transient domain per node, on emulated NICs or on a lab's real cards.
+
+- The same Topology the QEMU backend gets. Without a lab, ports are emulated
+  NICs (the card class's stand-in, as under QEMU) and a cable is a pair of
+  `<interface type='udp'>` on 127.0.0.1. With a lab (`--lab lab.yaml`), ports
+  are the lab's cards (niclab.lab.match places the cell), passed through as
+  managed VFIO hostdevs at fixed guest PCI slots; the cables are real.
+- Domains are transient, named niclab-<run token>-<node>, and carry the
+  harness's PID and start time in their metadata: leaving the context
+  destroys them, and `niclab down` destroys those of a killed harness.
+- Domain type kvm where the KVM probe says guests run (niclab.accel), else
+  qemu (TCG). The micro image boots by direct kernel boot from volumes of
+  the `niclab` pool (backends/libvirt_volumes.py).
+- The guest agent and the console go through libvirt, so a node may run on
+  a remote host (`qemu+ssh://`): each lab host has its own URI.
+- Lab cards on this host are leased for the run and bound to vfio-pci by
+  niclab with a journal (niclab.lab.vfio) so they go back to their driver
+  after the run, or after a crash with `niclab lab restore`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from niclab import nics
+from niclab.accel import choose_accel
+from niclab.backends.base import BackendOptions, BackendPlugin, Progress, Rig
+from niclab.backends.libvirt_agent import LibvirtAgent
+from niclab.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml, guest_pci
+from niclab.backends.qemu import DEFAULT_BOOT_TIMEOUT_S, env_seconds, stand_ins
+from niclab.backends.qemu_cmd import FIRST_NIC_SLOT, MAX_NICS, port_macs
+from niclab.backends.qemu_nics import qemu_nic
+from niclab.errors import NiclabError, UsageError
+from niclab.guest import AgentError, AgentNode
+from niclab.image import Image, ensure_image
+from niclab.lab.inventory import LOCAL_URI, Inventory
+from niclab.lab.match import Placement, Unrealizable, place
+from niclab.procs import process_start_time
+from niclab.topology import Topology
+
+# What `run --dry-run` writes where a run gives the image's volumes (backends/libvirt_volumes.py).
+DRY_KERNEL = "/var/lib/libvirt/images/niclab/IMAGE-vmlinuz"
+DRY_INITRD = "/var/lib/libvirt/images/niclab/IMAGE-initrd"
+
+
+def libvirt_module() -> Any:
+    try:
+        import libvirt
+    except ImportError:
+        raise NiclabError(
+            "libvirt-python is not installed: run `make lab` (or .venv/bin/pip install libvirt-python)"
+        ) from None
+    libvirt.registerErrorHandler(_quiet, None)  # errors reach niclab as exceptions, not lines on stderr
+    return libvirt
+
+
+def _quiet(_context: object, _error: object) -> None:
+    pass
+
+
+def open_uri(uri: str) -> Any:
+    libvirt = libvirt_module()
+    try:
+        return libvirt.open(uri)
+    except libvirt.libvirtError as exc:
+        raise NiclabError(
+            f"cannot reach libvirt at {uri}: {exc.get_error_message()}; start libvirtd "
+            "(scripts/setup-host --lab), or give another URI (--libvirt-uri, or the host's libvirt: in the lab)"
+        ) from None
+
+
+def free_udp_ports(count: int) -> list[int]:
+    """Ports on 127.0.0.1 free now: the kernel picks them, for QEMU to bind a moment later."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+class Console(threading.Thread):
+    """Copies a domain's console (through libvirt) into the node's serial log in the work directory."""
+
+    def __init__(self, uri: str, domain_name: str, log: Path):
+        super().__init__(daemon=True, name=f"console-{domain_name}")
+        # A connection of its own: a stream blocked in recv must not hold up the run's libvirt calls.
+        self.conn = open_uri(uri)
+        self.stream = self.conn.newStream(0)
+        self.conn.lookupByName(domain_name).openConsole(None, self.stream, 0)
+        self.log = log
+
+    def run(self) -> None:
+        libvirt = libvirt_module()
+        with open(self.log, "ab") as out:
+            while True:
+                try:
+                    data = self.stream.recv(4096)
+                except libvirt.libvirtError:
+                    return
+                if not isinstance(data, bytes) or not data:
+                    return
+                out.write(data)
+                out.flush()
+
+    def close(self) -> None:
+        try:
+            self.stream.abort()
+        except Exception:  # the domain is gone, and its stream with it
+            pass
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+
+class LibvirtBackend:
+    name = "libvirt"
+
+    def __init__(
+        self,
+        lab: Inventory | None = None,
+        uri: str | None = None,
+        image: Image | None = None,
+        accel: str | None = None,
+        boot_timeout: float | None = None,
+        wait: bool = False,
+        force: bool = False,
+    ):
+        self.lab = lab
+        self.wait, self.force = wait, force
+        self.uri = uri or LOCAL_URI
+        self._image = image
+        self._accel = accel
+        self.boot_timeout = boot_timeout or env_seconds("NICLAB_BOOT_TIMEOUT", DEFAULT_BOOT_TIMEOUT_S)
+
+    # -- before anything boots --------------------------------------------
+
+    def placement(self, topology: Topology) -> Placement | None:
+        """Where a lab run puts each port (None without a lab); raises Unrealizable."""
+        return place(topology, self.lab) if self.lab is not None else None
+
+    def check(self, topology: Topology) -> str | None:
+        problems = []
+        if self.lab is not None:
+            try:
+                self.placement(topology)
+            except Unrealizable as exc:
+                problems.append(str(exc))
+        else:
+            problems += stand_ins(topology)
+            for wire in topology.wires:
+                if len(wire.ports) != 2:
+                    problems.append(
+                        f"link {wire.link} joins {len(wire.ports)} nodes: the libvirt backend makes cables, not "
+                        "switches; run it with --backend qemu"
+                    )
+                    break
+        for spec in topology.nodes:
+            if len(spec.ports) > MAX_NICS:
+                problems.append(f"node {spec.name} has {len(spec.ports)} NICs; a pc machine has {MAX_NICS} slots")
+        return "; ".join(dict.fromkeys(problems)) or None
+
+    def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
+        placement = self.placement(topology)
+        plans = self._plans(topology, placement, "dryrun", "kvm", (DRY_KERNEL, DRY_INITRD), "console=ttyS0")
+        if workdir is not None:
+            workdir.mkdir(parents=True, exist_ok=True)
+            for node, (_, plan) in plans.items():
+                (workdir / f"{node}.xml").write_text(domain_xml(plan))
+        lines = placement.lines(topology) if placement else []
+        for node, (uri, _plan) in plans.items():
+            where = f"{node}: domain on {uri}"
+            if workdir is not None:
+                where += f" ({workdir / (node + '.xml')})"
+            lines.append(where)
+        return lines
+
+    def _plans(
+        self,
+        topology: Topology,
+        placement: Placement | None,
+        token: str,
+        domain_type: str,
+        boot: tuple[str, str],
+        cmdline: str,
+        metadata: dict[str, str] | None = None,
+    ) -> dict[str, tuple[str, DomainPlan]]:
+        macs = port_macs(topology)
+        ports_udp = {}
+        if placement is None:
+            for wire, (a, b) in zip(topology.wires, _pairs(len(topology.wires)), strict=True):
+                left, right = wire.ports
+                ports_udp[left.key], ports_udp[right.key] = (a, b), (b, a)
+        plans = {}
+        for spec in topology.nodes:
+            ports: list[UdpInterface | Hostdev] = []
+            for port in spec.ports:
+                if placement is not None:
+                    ports.append(Hostdev(placement.cards[port.key].pci))
+                    continue
+                model = nics.stand_in(port.model)
+                if model is None:
+                    raise UsageError(f"card class {port.model} has no emulated stand-in")
+                qemu = qemu_nic(model.name)
+                local, remote = ports_udp[port.key]
+                ports.append(
+                    UdpInterface(macs[port.key], qemu.libvirt_type, local, remote, "event_idx=off" in qemu.properties)
+                )
+            uri = self.uri
+            if placement is not None and self.lab is not None:
+                uri = self.lab.hosts[placement.hosts[spec.name]].libvirt
+            plans[spec.name] = (
+                uri,
+                DomainPlan(
+                    name=f"niclab-{token}-{spec.name}",
+                    domain_type=domain_type,
+                    memory_mib=spec.memory_mib,
+                    vcpus=spec.cpus,
+                    kernel=boot[0],
+                    initrd=boot[1],
+                    cmdline=f"{cmdline} niclab.node={spec.name}",
+                    ports=tuple(ports),
+                    metadata=metadata or {},
+                ),
+            )
+        return plans
+
+    # -- the run ----------------------------------------------------------
+
+    @contextmanager
+    def realize(self, topology: Topology, workdir: Path, progress: Progress) -> Iterator[Rig]:
+        libvirt = libvirt_module()
+        try:
+            placement = self.placement(topology)
+        except Unrealizable as exc:
+            raise NiclabError(str(exc)) from None
+        image = self._image or ensure_image(progress=progress)
+        workdir.mkdir(parents=True, exist_ok=True)
+        token = hashlib.sha256(f"{workdir.resolve()}:{os.getpid()}:{time.time()}".encode()).hexdigest()[:8]
+        with ExitStack() as stack:
+            if placement is not None:
+                from niclab.lab.passthrough import hold_cards
+
+                assert self.lab is not None
+                run = f"{workdir.parent.parent.name}/{workdir.name}"
+                stack.enter_context(hold_cards(self.lab, placement, run, progress, wait=self.wait, force=self.force))
+            uris = {self.uri} if placement is None else {uri for uri in self._host_uris(placement)}
+            conns = {uri: open_uri(uri) for uri in sorted(uris)}
+            for conn in conns.values():
+                stack.callback(conn.close)
+            domain_type = self._domain_type(image, progress)
+            boot = {uri: _volumes(conn, image, progress) for uri, conn in conns.items()}
+            metadata = {
+                "harness-pid": str(os.getpid()),
+                "harness-start": str(process_start_time(os.getpid())),
+                "run": str(workdir),
+            }
+            plans = {
+                node: (uri, plan)
+                for node, (uri, plan) in self._plans(
+                    topology, placement, token, domain_type, ("", ""), image.cmdline, metadata
+                ).items()
+            }
+            domains: dict[str, Any] = {}
+            started = time.monotonic()
+            progress(f"starting {len(plans)} libvirt domains ({domain_type}; image {image.id})")
+            for node, (uri, plan) in plans.items():
+                kernel, initrd = boot[uri]
+                plan = DomainPlan(**{**plan.__dict__, "kernel": kernel, "initrd": initrd})
+                xml = domain_xml(plan)
+                (workdir / f"{node}.xml").write_text(xml)
+                conn = conns[uri]
+                try:
+                    domain = conn.createXML(xml, libvirt.VIR_DOMAIN_START_PAUSED)
+                except libvirt.libvirtError as exc:
+                    raise NiclabError(
+                        f"{node}: libvirt would not start the domain ({exc.get_error_message()}); "
+                        f"its XML is {workdir / (node + '.xml')}"
+                    ) from None
+                stack.callback(_destroy, domain)
+                console = Console(uri, plan.name, workdir / f"{node}.serial.log")
+                console.start()
+                stack.callback(console.close)
+                domain.resume()
+                domains[node] = domain
+            agents = self._connect(domains, started, workdir)
+            ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
+            progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
+            nodes = {name: AgentNode(name, agent) for name, (agent, _) in agents.items()}
+            macs = port_macs(topology) if placement is None else _card_macs(topology, nodes)
+            drivers = {}
+            for port in topology.ports:
+                cls = nics.get(port.model) if placement is not None else nics.stand_in(port.model)
+                if cls is not None:
+                    drivers[port.key] = cls.driver
+            yield Rig(
+                topology=topology,
+                nodes=dict(nodes),
+                macs=macs,
+                drivers=drivers,
+                facts={
+                    "backend": self.name,
+                    "accel": "kvm" if domain_type == "kvm" else "tcg",
+                    "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in plans.items()},
+                    "libvirt_version": _version(next(iter(conns.values()))),
+                    "image": image.id,
+                    "kernel": image.manifest.get("kernel_version"),
+                    "agent_ready_s": ready,
+                    **({"cards": _cards_facts(topology, placement)} if placement is not None else {}),
+                },
+                gone=lambda: {name: "its domain is no longer running" for name, d in domains.items() if not _active(d)},
+            )
+
+    def _host_uris(self, placement: Placement) -> list[str]:
+        assert self.lab is not None
+        return [self.lab.hosts[host].libvirt for host in placement.hosts.values()]
+
+    def _domain_type(self, image: Image, progress: Progress) -> str:
+        if self._accel:
+            return "kvm" if self._accel == "kvm" else "qemu"
+        return "kvm" if choose_accel(image, progress=progress).accel == "kvm" else "qemu"
+
+    def _connect(self, domains: dict[str, Any], started: float, workdir: Path) -> dict[str, tuple[LibvirtAgent, float]]:
+        deadline = started + self.boot_timeout
+        results: dict[str, tuple[LibvirtAgent, float]] = {}
+        failures: dict[str, str] = {}
+
+        def connect(name: str) -> None:
+            agent = LibvirtAgent(name, domains[name])
+            alive = lambda: None if _active(domains[name]) else "its domain stopped"  # noqa: E731
+            try:
+                results[name] = (agent, agent.connect(deadline, alive))
+            except AgentError as exc:
+                failures[name] = str(exc)
+
+        threads = [threading.Thread(target=connect, args=(name,), daemon=True) for name in domains]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise NiclabError(
+                "guest(s) did not come up: "
+                + "; ".join(
+                    f"{why} (waited {time.monotonic() - started:.0f} s; console in {workdir / (n + '.serial.log')})"
+                    for n, why in failures.items()
+                )
+            )
+        return results
+
+
+def _pairs(count: int) -> list[tuple[int, int]]:
+    ports = free_udp_ports(2 * count)
+    return [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
+
+
+def _volumes(conn: Any, image: Image, progress: Progress) -> tuple[str, str]:
+    from niclab.backends.libvirt_volumes import image_volumes
+
+    return image_volumes(conn, image, progress)
+
+
+def _active(domain: Any) -> bool:
+    try:
+        return bool(domain.isActive())
+    except Exception:
+        return False
+
+
+def _destroy(domain: Any) -> None:
+    try:
+        domain.destroy()
+    except Exception:  # already gone: a transient domain vanishes when it stops
+        pass
+
+
+def _version(conn: Any) -> str:
+    number = conn.getLibVersion()
+    return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
+
+
+def _card_macs(topology: Topology, nodes: dict[str, AgentNode]) -> dict[tuple[str, int, int], str]:
+    """A passed-through card keeps its own MAC: read it in the guest, at the slot the card was given."""
+    macs = {}
+    for spec in topology.nodes:
+        slots = {guest_pci(FIRST_NIC_SLOT + i): port for i, port in enumerate(spec.ports)}
+        if not slots:
+            continue
+        script = (
+            f"for s in {' '.join(slots)}; do for n in /sys/bus/pci/devices/$s/net/*; do "
+            '[ -e "$n/address" ] && echo "$s $(cat $n/address)"; done; done; true'
+        )
+        found = dict(line.split() for line in nodes[spec.name].run(script, timeout=30).stdout.splitlines() if line)
+        for slot, port in slots.items():
+            if slot not in found:
+                raise NiclabError(
+                    f"{spec.name}: no network interface on the card passed through at {slot} ({port.ifname}): "
+                    f"does the guest's kernel have the {port.model} driver?"
+                )
+            macs[port.key] = found[slot].lower()
+    return macs
+
+
+def _cards_facts(topology: Topology, placement: Placement) -> dict[str, dict]:
+    return {
+        f"{port.node}/{port.ifname}": {
+            "card": placement.cards[port.key].id,
+            "pci": placement.cards[port.key].pci,
+            "host": placement.cards[port.key].host,
+            "class": placement.cards[port.key].class_name,
+            "name": placement.cards[port.key].name,
+        }
+        for port in topology.ports
+    }
+
+
+def _create(options: BackendOptions, **kwargs) -> LibvirtBackend:
+    if options.lab is not None and options.libvirt_uri:
+        raise UsageError("--libvirt-uri is for runs without a lab: a lab gives each host's URI (hosts: libvirt:)")
+    return LibvirtBackend(lab=options.lab, uri=options.libvirt_uri, wait=options.wait, force=options.force, **kwargs)
+
+
+PLUGIN = BackendPlugin("libvirt", "libvirt domains: emulated NICs, or a lab's real cards (--lab)", _create)
+
+
+def leftover_domains(uri: str, include_running: bool = False) -> list[str]:
+    """Destroy the niclab domains on `uri` whose harness is gone (or all of them); returns their names.
+
+    A domain's metadata names its harness's PID and start time: a recycled PID has another start time.
+    """
+    libvirt = libvirt_module()
+    from niclab.backends.libvirt_xml import METADATA_NS
+
+    ended = []
+    conn = open_uri(uri)
+    try:
+        for domain in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+            if not domain.name().startswith("niclab-"):
+                continue
+            try:
+                meta = ET.fromstring(domain.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, METADATA_NS, 0))
+                pid, start = int(meta.get("harness-pid", "0")), meta.get("harness-start")
+            except (libvirt.libvirtError, ET.ParseError, ValueError):
+                continue  # not one of ours after all
+            if include_running or str(process_start_time(pid)) != start:
+                _destroy(domain)
+                ended.append(domain.name())
+    finally:
+        conn.close()
+    return ended

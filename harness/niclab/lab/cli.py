@@ -1,0 +1,133 @@
+"""`niclab lab …`: check an inventory, diagnose a lab host, give cards back after a crash.
+
+niclab lab check LAB_YAML...        the inventory's schema and references (like `niclab validate`)
+niclab lab doctor --lab LAB_YAML    per card on this host: IOMMU, group, driver, host use; the host's set-up
+niclab lab restore                  every card a run left on vfio-pci back to its driver (from the journal)
+niclab lab leases                   which run holds which card
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from niclab.errors import UsageError
+
+
+def cmd_check(args) -> int:
+    from niclab.lab.inventory import InventoryError, load_inventory
+
+    status = 0
+    for name in args.files:
+        try:
+            lab = load_inventory(Path(name))
+        except InventoryError as exc:
+            print(exc, file=sys.stderr)
+            status = max(status, exc.exit_code)
+            continue
+        except UsageError as exc:
+            print(f"niclab: {exc}", file=sys.stderr)
+            status = max(status, exc.exit_code)
+            continue
+        print(
+            f"{name}: ok (lab {lab.name}: {len(lab.hosts)} host{'s' if len(lab.hosts) != 1 else ''}, "
+            f"{len(lab.cards)} card{'s' if len(lab.cards) != 1 else ''}, "
+            f"{len(lab.cables)} cable{'s' if len(lab.cables) != 1 else ''})"
+        )
+    return status
+
+
+def cmd_doctor(args) -> int:
+    from niclab.lab.doctor import diagnose, diagnose_host, render
+    from niclab.lab.hostnet import HostNet
+    from niclab.lab.inventory import load_inventory
+    from niclab.lab.passthrough import card_refs
+    from niclab.lab.sysfs import Sysfs
+
+    lab = load_inventory(Path(args.lab))
+    local = [card.id for card in lab.cards if lab.hosts[card.host].local]
+    remote = [card.id for card in lab.cards if card.id not in local]
+    sysfs = Sysfs(Path(args.sysfs_root))
+    host = diagnose_host(sysfs)
+    reports = diagnose(sysfs, HostNet(), card_refs(lab, local))
+    print(render(host, reports), end="")
+    if remote:
+        print(f"not checked here (on other hosts; run the doctor there): {', '.join(remote)}")
+    refused = [why for report in reports if (why := report.refusal(args.force)) is not None]
+    for why in refused:
+        print(f"a run would refuse {why}")
+    return 0 if host.ok and not refused else 1
+
+
+def cmd_restore(args) -> int:
+    from niclab.lab.sysfs import Sysfs
+    from niclab.lab.vfio import Journal, restore_all
+    from niclab.paths import state_dir
+
+    journal = Journal(Path(args.state) if args.state else state_dir())
+    results = restore_all(Sysfs(Path(args.sysfs_root)), journal)
+    if not results:
+        print(f"nothing to restore (no card in the journal {journal.dir})")
+        return 0
+    for result in results:
+        if result.ok:
+            print(f"{result.pci}: back on {result.driver or 'no driver (it had none)'}")
+        else:
+            print(f"{result.pci}: NOT restored: {result.error}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+def cmd_leases(args) -> int:
+    from niclab.lab.lease import holder, lease_dir
+    from niclab.paths import state_dir
+
+    state = Path(args.state) if args.state else state_dir()
+    held = []
+    for path in sorted(lease_dir(state).glob("*.json")):
+        record = holder(state, path.stem)
+        if record is not None and record.alive():
+            held.append(path.stem)
+            print(f"{path.stem}: {record.describe()}")
+    if not held:
+        print("no card is leased")
+    return 0
+
+
+def add_parser(verbs) -> None:
+    lab = verbs.add_parser(
+        "lab",
+        help="lab inventories and lab hosts: check, doctor, restore",
+        description="Real cards passed through to libvirt domains: check an inventory, diagnose this host, "
+        "and give cards back after a crash. Runs use `niclab run SCENARIO --lab LAB_YAML`.",
+    )
+    actions = lab.add_subparsers(dest="lab_verb", metavar="ACTION", required=True)
+    check = actions.add_parser("check", help="check lab inventories without touching any host")
+    check.add_argument("files", nargs="+", metavar="LAB_YAML")
+    check.set_defaults(func=cmd_check)
+
+    doctor = actions.add_parser(
+        "doctor",
+        help="can this host pass the lab's cards through?",
+        description="Per card on this host: IOMMU group and its viability, driver, whether the host uses it "
+        "(an address, a route); and the host's IOMMU, interrupt remapping, vfio-pci, memlock and libvirt. "
+        "Exit 1 if a run would refuse.",
+    )
+    doctor.add_argument("--lab", required=True, metavar="LAB_YAML")
+    doctor.add_argument("--force", action="store_true", help="as a run with --force: host use does not refuse")
+    doctor.add_argument("--sysfs-root", default="/", help=argparse.SUPPRESS)  # tests point it at a fake tree
+    doctor.set_defaults(func=cmd_doctor)
+
+    restore = actions.add_parser(
+        "restore",
+        help="give every card a run left on vfio-pci back to its driver",
+        description="After a crash (a killed run, a lost machine): the journal says each card's original "
+        "driver; put each back. Needs root, like binding.",
+    )
+    restore.add_argument("--state", metavar="DIR", help="the state directory (default: /var/lib/niclab as root)")
+    restore.add_argument("--sysfs-root", default="/", help=argparse.SUPPRESS)
+    restore.set_defaults(func=cmd_restore)
+
+    leases = actions.add_parser("leases", help="which run holds which card")
+    leases.add_argument("--state", metavar="DIR", help="the state directory (default: /var/lib/niclab as root)")
+    leases.set_defaults(func=cmd_leases)

@@ -1,0 +1,80 @@
+"""A lab run's hold on its cards: leased, checked, bound to vfio-pci and given back, whatever happens.
+
+For each card on this machine: a lease (niclab.lab.lease) so no other run
+takes it; the doctor's card checks, so a card the host uses (an address, a
+route) is refused unless forced; then, as root, the card moves to vfio-pci
+through the journal (niclab.lab.vfio) and back to its driver afterwards.
+Without root, libvirt's managed hostdev does the moving. Cards on remote
+hosts are moved by their libvirtd (managed='yes'); they are leased here,
+which keeps runs started from this machine apart.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from niclab import nics
+from niclab.backends.base import Progress
+from niclab.errors import NiclabError
+from niclab.lab.doctor import CardRef, diagnose
+from niclab.lab.hostnet import HostNet
+from niclab.lab.inventory import Inventory
+from niclab.lab.lease import leases
+from niclab.lab.match import Placement
+from niclab.lab.sysfs import Sysfs
+from niclab.lab.vfio import Journal, passed_through
+from niclab.paths import state_dir
+
+
+def card_refs(lab: Inventory, card_ids: list[str]) -> list[CardRef]:
+    refs = []
+    for card_id in card_ids:
+        card = lab.card(card_id)
+        found = nics.lookup(card.class_name)
+        refs.append(CardRef(card.id, card.pci, card.class_name, found.pci_id if found else None))
+    return refs
+
+
+@contextmanager
+def hold_cards(
+    lab: Inventory,
+    placement: Placement,
+    run: str,
+    progress: Progress,
+    *,
+    wait: bool = False,
+    force: bool = False,
+    sysfs: Sysfs | None = None,
+    state: Path | None = None,
+) -> Iterator[None]:
+    sysfs = sysfs or Sysfs()
+    state = state or state_dir()
+    cards = list(dict.fromkeys(card.id for card in placement.cards.values()))
+    local = [c for c in cards if lab.hosts[lab.card(c).host].local]
+    with ExitStack() as stack:
+        stack.enter_context(
+            leases(
+                state,
+                [lab.card(c).pci for c in cards],
+                run,
+                wait=wait,
+                progress=progress,
+                cards={lab.card(c).pci: c for c in cards},
+            )
+        )
+        reports = diagnose(sysfs, HostNet(), card_refs(lab, local)) if local else []
+        refusals = [why for report in reports if (why := report.refusal(force)) is not None]
+        if refusals:
+            raise NiclabError(
+                "the lab's cards cannot be passed through: " + "; ".join(refusals) + " (niclab lab doctor says more)"
+            )
+        if local and os.geteuid() == 0:
+            pcis = [lab.card(c).pci for c in local]
+            progress(f"binding {', '.join(local)} to vfio-pci (journal in {Journal(state).dir})")
+            stack.enter_context(passed_through(sysfs, Journal(state), pcis, run))
+        elif local:
+            progress("not root: libvirt's managed hostdev binds the cards to vfio-pci and back")
+        yield

@@ -1,0 +1,443 @@
+"""The lab's host side against fake sysfs trees: doctor, vfio binding with its journal, card leases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from niclab.errors import NiclabError
+from niclab.lab import lease as lease_mod
+from niclab.lab.doctor import CardRef, diagnose, diagnose_host, render
+from niclab.lab.hostnet import HostNet
+from niclab.lab.lease import Holder, current_user, holder, lease, leases
+from niclab.lab.vfio import Journal, bind_to_vfio, passed_through, restore, restore_all
+from niclab.procs import process_start_time
+from tests.unit.fakesysfs import FakeSysfs
+
+CARD = "0000:03:00.0"
+OTHER = "0000:03:00.1"
+BRIDGE = "0000:00:1c.0"
+E1000 = CardRef("wan0", CARD, "e1000", "8086:100e")
+NO_SLEEP: dict[str, Any] = {"sleep": lambda seconds: None}
+
+
+def ip_runner(links: list[dict] | None = None, routes: list[dict] | None = None, routes6: list[dict] | None = None):
+    """A fake `ip -j` that answers addr, route and -6 route from the given lists."""
+
+    def run(argv: list[str]) -> str:
+        if argv[:3] == ["ip", "-j", "addr"]:
+            return json.dumps(links or [])
+        return json.dumps(routes6 or [] if "-6" in argv else routes or [])
+
+    return run
+
+
+def link(name: str, *addresses: str, **extra) -> dict:
+    info = [{"family": "inet6" if ":" in a else "inet", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1])}
+            for a in addresses]  # fmt: skip
+    return {"ifname": name, "addr_info": info, **extra}
+
+
+def quiet_net() -> HostNet:
+    return HostNet(
+        ip_runner([link("lo", "127.0.0.1/8"), link("eth0", "10.9.0.2/16")], [{"dst": "default", "dev": "eth0"}])
+    )
+
+
+def check(report, name):
+    return next(c for c in report.checks if c.name == name)
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """A healthy Intel host: IOMMU with interrupt remapping, vfio-pci loaded, one e1000 card alone in group 7."""
+    fake = FakeSysfs(tmp_path / "root")
+    fake.add_iommu("dmar0", intel_ecap=0xF020DF)  # a real Skylake value: bit 3 (IR) set
+    fake.add_driver("vfio-pci")
+    fake.add_module("vfio_pci")
+    fake.add_device(CARD, group=7, netdevs=["enp3s0"])
+    return fake
+
+
+@pytest.fixture
+def journal(tmp_path):
+    return Journal(tmp_path / "state")
+
+
+def host_report(fake, memlock=1 << 40, libvirt="9.0.0"):
+    return diagnose_host(fake.sysfs(), memlock=lambda: memlock, libvirt=lambda: libvirt)
+
+
+# -- doctor: the host --------------------------------------------------------------------------------
+
+
+def test_a_healthy_host_passes(fake):
+    report = host_report(fake)
+    assert report.ok, report.checks
+    assert [c.name for c in report.checks] == ["iommu", "interrupt remapping", "vfio-pci", "memlock", "libvirt"]
+
+
+@pytest.mark.parametrize("vendor,param", [("GenuineIntel", "intel_iommu=on"), ("AuthenticAMD", "amd_iommu=on")])
+def test_iommu_off_names_the_kernel_parameter_for_the_cpu(tmp_path, vendor, param):
+    fake = FakeSysfs(tmp_path / "root")
+    fake.set_cpu(vendor)
+    fake.add_device(CARD)  # no group: the IOMMU is off
+    report = host_report(fake)
+    iommu = check(report, "iommu")
+    assert not report.ok and iommu.status == "fail" and param in iommu.fix and "GRUB_CMDLINE_LINUX" in iommu.fix
+    assert check(diagnose(fake.sysfs(), quiet_net(), [E1000])[0], "iommu group").status == "fail"
+    assert f"fix: add {param}" in render(report, [])
+
+
+def test_iommu_asked_for_but_off_points_at_the_firmware(tmp_path):
+    fake = FakeSysfs(tmp_path / "root")
+    fake.set_cmdline("root=/dev/sda1 intel_iommu=on iommu=pt")
+    assert "firmware" in check(host_report(fake), "iommu").fix
+
+
+@pytest.mark.parametrize(
+    "units,expected",
+    [
+        ([("dmar0", 0xF020DF)], True),
+        ([("dmar0", 0xF020DF), ("dmar1", 0xF020D7)], False),  # the kernel needs IR on every unit
+        ([("dmar0", 0x1000)], False),
+        ([("ivhd0", None)], True),
+        ([], None),
+    ],
+)
+def test_interrupt_remapping_from_ecap(tmp_path, units, expected):
+    fake = FakeSysfs(tmp_path / "root")
+    for name, ecap in units:
+        fake.add_iommu(name, intel_ecap=ecap)
+    assert fake.sysfs().interrupt_remapping() is expected
+
+
+def test_no_interrupt_remapping_fails_unless_unsafe_interrupts_are_allowed(tmp_path):
+    fake = FakeSysfs(tmp_path / "root")
+    fake.add_iommu("dmar0", intel_ecap=0x1000)
+    remap = check(host_report(fake), "interrupt remapping")
+    assert remap.status == "fail" and "allow_unsafe_interrupts" in remap.fix and "unsafe" in remap.fix
+    fake.add_module("vfio_iommu_type1", allow_unsafe_interrupts="Y")
+    remap = check(host_report(fake), "interrupt remapping")
+    assert remap.status == "warn" and "unsafe" in remap.detail
+
+
+def test_vfio_pci_loaded_loadable_or_missing(tmp_path):
+    fake = FakeSysfs(tmp_path / "root")
+    vfio = check(host_report(fake), "vfio-pci")
+    assert vfio.status == "fail" and "6.1.0-fake" in vfio.detail and "modprobe vfio-pci" in vfio.fix
+    fake.add_module_file()
+    vfio = check(host_report(fake), "vfio-pci")
+    assert (vfio.status, vfio.fix) == ("warn", "modprobe vfio-pci")
+    fake.add_driver("vfio-pci")
+    assert check(host_report(fake), "vfio-pci").status == "ok"
+
+
+def test_low_memlock_warns_and_missing_libvirt_fails(fake):
+    report = host_report(fake, memlock=8 << 20, libvirt=None)
+    memlock = check(report, "memlock")
+    assert memlock.status == "warn" and "8 MiB" in memlock.detail and "libvirt raises it" in memlock.detail
+    libvirt = check(report, "libvirt")
+    assert libvirt.status == "fail" and "libvirt not found" in libvirt.detail
+    assert libvirt.fix == "apt install libvirt-daemon-system"
+
+
+# -- doctor: the cards -------------------------------------------------------------------------------
+
+
+def test_a_card_alone_in_its_group_is_usable(fake):
+    [report] = diagnose(fake.sysfs(), quiet_net(), [E1000])
+    assert report.ok and report.usable(force=False) and report.refusal(force=False) is None
+    assert check(report, "driver").detail == "e1000"
+    assert check(report, "host use").detail == "enp3s0: no address or route"
+
+
+def test_a_group_shared_with_a_bound_device_is_not_viable(fake):
+    fake.add_device(OTHER, device=0x10D3, driver="e1000e", group=7)
+    [report] = diagnose(fake.sysfs(), quiet_net(), [E1000])
+    group = check(report, "iommu group")
+    assert group.status == "fail" and "0000:03:00.1 (e1000e)" in group.detail and "group 7" in group.detail
+    assert not report.usable(force=True)  # force overrides host use only
+
+
+def test_a_group_shared_with_a_bridge_or_unbound_or_vfio_devices_is_viable(fake):
+    fake.add_device(BRIDGE, cls=0x060400, driver="pcieport", group=7)
+    fake.add_device(OTHER, driver=None, group=7)
+    fake.add_device("0000:03:00.2", driver="vfio-pci", group=7)
+    [report] = diagnose(fake.sysfs(), quiet_net(), [E1000])
+    assert check(report, "iommu group").detail == "group 7, viable"
+
+
+def test_a_card_carrying_the_default_route_is_refused_unless_forced(fake):
+    net = HostNet(ip_runner([link("enp3s0", "192.168.1.5/24", "fe80::1/64")], [{"dst": "default", "dev": "enp3s0"}]))
+    [report] = diagnose(fake.sysfs(), net, [E1000])
+    assert not report.ok and not report.usable(force=False) and report.usable(force=True)
+    refusal = report.refusal(force=False)
+    assert refusal is not None and refusal.startswith("card wan0 (0000:03:00.0): in use by the host")
+    assert "enp3s0 carries the default route" in refusal and "--force" in refusal
+    assert report.refusal(force=True) is None
+
+
+def test_a_card_carrying_an_address_or_a_route(fake):
+    net = HostNet(
+        ip_runner(
+            [link("enp3s0", "192.168.1.5/24")],
+            [
+                {"dst": "192.168.1.0/24", "dev": "enp3s0", "protocol": "kernel", "scope": "link"},
+                {"dst": "10.0.0.0/8", "gateway": "192.168.1.1", "dev": "enp3s0"},
+                {"dst": "192.168.1.5", "dev": "enp3s0", "table": "local", "type": "local"},
+            ],
+        )
+    )
+    assert net.uses("enp3s0") == ["carries 192.168.1.5/24", "carries a route to 10.0.0.0/8"]
+    detail = check(diagnose(fake.sysfs(), net, [E1000])[0], "host use").detail
+    assert detail == "in use by the host: enp3s0 carries 192.168.1.5/24; enp3s0 carries a route to 10.0.0.0/8"
+
+
+def test_link_local_ipv6_alone_is_no_use(fake):
+    net = HostNet(
+        ip_runner([link("enp3s0", "fe80::5054:ff:fe12:3456/64")], [], [{"dst": "fe80::/64", "dev": "enp3s0"}])
+    )
+    assert net.addresses() == {"enp3s0": []} and net.uses("enp3s0") == []
+
+
+def test_a_port_of_a_bridge_or_a_vlan_base_is_used_through_them():
+    net = HostNet(
+        ip_runner(
+            [link("enp3s0", master="br0"), link("br0", "192.168.1.5/24"), link("enp4s0"), link("v100", link="enp4s0")],
+            [],
+            [{"dst": "default", "dev": "v100", "table": "200", "nexthops": []}],
+        )
+    )
+    assert net.uses("enp3s0") == ["carries 192.168.1.5/24 (via br0)"]
+    assert net.uses("enp4s0") == ["carries the default route (table 200) (via v100)"]
+
+
+def test_pci_id_mismatch_and_missing_device(fake):
+    fake.add_device(OTHER, vendor=0x10EC, device=0x8139, driver="8139too", group=8)
+    missing = CardRef("lan9", "0000:09:00.0", "e1000", "8086:100e")
+    wrong, gone = diagnose(fake.sysfs(), quiet_net(), [CardRef("lan0", OTHER, "e1000", "8086:100e"), missing])
+    assert check(wrong, "pci id").detail == "0000:03:00.1 is 10ec:8139, but e1000 cards are 8086:100e"
+    assert [(c.name, c.status) for c in gone.checks] == [("device", "fail")]
+    assert gone.checks[0].detail == "no PCI device 0000:09:00.0 on this host"
+    assert gone.checks[0].fix == "check the inventory's pci"
+
+
+def test_render_lists_each_card_with_its_fixes(fake):
+    fake.add_device(OTHER, driver="e1000e", group=7)
+    text = render(host_report(fake, libvirt=None), diagnose(fake.sysfs(), quiet_net(), [E1000]))
+    assert "host\n" in text and "card wan0 (0000:03:00.0, e1000)\n" in text
+    assert "FAIL iommu group" in " ".join(text.split()) and "fix: apt install libvirt-daemon-system" in text
+
+
+# -- vfio binding and its journal --------------------------------------------------------------------
+
+
+def test_bind_then_restore_returns_the_card_to_its_driver(fake, journal):
+    sim = fake.sim()
+    bind_to_vfio(sim, journal, CARD, "run-1", **NO_SLEEP)
+    assert sim.driver(CARD) == "vfio-pci" and sim.driver_override(CARD) == "vfio-pci" and sim.netdevs(CARD) == []
+    entry = journal.get(CARD)
+    assert entry is not None and (entry.driver, entry.driver_override, entry.run) == ("e1000", None, "run-1")
+    result = restore(sim, journal, CARD, **NO_SLEEP)
+    assert result.ok and result.driver == "e1000"
+    assert sim.driver(CARD) == "e1000" and sim.driver_override(CARD) is None and sim.netdevs(CARD) == ["enp3s0"]
+    assert journal.get(CARD) is None and journal.entries() == []
+    assert not any(path.endswith("new_id") for path, _ in sim.writes)
+    assert all(path.read_text() == "" for path in fake.root.rglob("new_id"))
+
+
+def test_the_journal_is_valid_json_and_written_before_any_sysfs_write(fake, journal):
+    sim = fake.sim()
+    seen = []
+    sim.before_write = lambda path, text: seen.append(json.loads(journal.path(CARD).read_text())["driver"])
+    bind_to_vfio(sim, journal, CARD, "run-1", **NO_SLEEP)
+    assert seen == ["e1000"] * 3  # driver_override, unbind, drivers_probe
+    assert [path.rsplit("/", 1)[1] for path, _ in sim.writes] == ["driver_override", "unbind", "drivers_probe"]
+    assert not list(journal.dir.glob(".*"))  # no temp file left
+
+
+def test_a_card_already_on_vfio_stays_there(fake, journal):
+    fake.add_device(OTHER, driver="vfio-pci", native="e1000", group=8)
+    sim = fake.sim()
+    bind_to_vfio(sim, journal, OTHER, "run-1", **NO_SLEEP)
+    entry = journal.get(OTHER)
+    assert sim.writes == [] and entry is not None and entry.driver == "vfio-pci"
+    assert restore(sim, journal, OTHER, **NO_SLEEP).driver == "vfio-pci"
+    assert sim.writes == [] and sim.driver(OTHER) == "vfio-pci" and journal.get(OTHER) is None
+
+
+def test_restore_all_after_an_interrupted_run(fake, journal, repo):
+    script = (
+        "import os, sys\nfrom pathlib import Path\n"
+        "from niclab.lab.vfio import Journal, passed_through\nfrom tests.unit.fakesysfs import KernelSim\n"
+        "with passed_through(KernelSim(Path(sys.argv[1])), Journal(Path(sys.argv[2])), [sys.argv[3]], 'run-1'):\n"
+        "    os._exit(9)  # killed mid-run: no cleanup\n"
+    )
+    argv = [sys.executable, "-c", script, str(fake.root), str(journal.dir.parent), CARD]
+    done = subprocess.run(argv, cwd=repo, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 9
+    sim = fake.sim()
+    assert sim.driver(CARD) == "vfio-pci" and [e.pci for e in journal.entries()] == [CARD]
+    assert [(r.pci, r.driver, r.ok) for r in restore_all(sim, journal, **NO_SLEEP)] == [(CARD, "e1000", True)]
+    assert sim.driver_override(CARD) is None and journal.entries() == []
+
+
+def test_a_new_bind_keeps_the_original_a_crash_journaled(fake, journal):
+    sim = fake.sim()
+    bind_to_vfio(sim, journal, CARD, "crashed-run", **NO_SLEEP)  # never restored
+    bind_to_vfio(sim, journal, CARD, "run-2", **NO_SLEEP)
+    entry = journal.get(CARD)
+    assert entry is not None and (entry.driver, entry.run) == ("e1000", "crashed-run")
+    assert restore(sim, journal, CARD, **NO_SLEEP).driver == "e1000"
+
+
+@pytest.mark.parametrize("module_file", [True, False])
+def test_a_failed_bind_puts_the_card_back_and_says_modprobe(tmp_path, journal, module_file):
+    fake = FakeSysfs(tmp_path / "root")  # vfio-pci not loaded
+    fake.add_device(CARD, group=7, netdevs=["enp3s0"])
+    if module_file:
+        fake.add_module_file()
+    sim = fake.sim()
+    with pytest.raises(NiclabError, match="modprobe vfio-pci") as caught:
+        bind_to_vfio(sim, journal, CARD, "run-1", **NO_SLEEP)
+    assert "did not bind to vfio-pci (it is unbound)" in str(caught.value)
+    assert "it is back on e1000" in str(caught.value)
+    assert sim.driver(CARD) == "e1000" and sim.driver_override(CARD) is None and sim.netdevs(CARD) == ["enp3s0"]
+    assert journal.entries() == []
+
+
+def test_passed_through_restores_every_card_however_the_block_ends(fake, journal):
+    fake.add_device(OTHER, driver="e1000", group=8)
+    sim = fake.sim()
+    with pytest.raises(RuntimeError), passed_through(sim, journal, [CARD, OTHER], "run-1", **NO_SLEEP):
+        assert sim.driver(CARD) == sim.driver(OTHER) == "vfio-pci"
+        raise RuntimeError("the benchmark failed")
+    assert sim.driver(CARD) == sim.driver(OTHER) == "e1000" and journal.entries() == []
+    with pytest.raises(NiclabError, match=r"no PCI device 0000:09:00\.0"):  # a later card fails: the first goes back
+        with passed_through(sim, journal, [CARD, "0000:09:00.0"], "run-2", **NO_SLEEP):
+            pytest.fail("the block must not run")
+    assert sim.driver(CARD) == "e1000" and journal.entries() == []
+
+
+def test_a_restore_that_cannot_rebind_keeps_the_journal_entry(fake, journal):
+    sim = fake.sim()
+    bind_to_vfio(sim, journal, CARD, "run-1", **NO_SLEEP)
+    for path in (fake.pci / "drivers" / "e1000").iterdir():
+        path.unlink()
+    (fake.pci / "drivers" / "e1000").rmdir()  # the e1000 module was unloaded meanwhile
+    [result] = restore_all(sim, journal, **NO_SLEEP)
+    assert not result.ok and result.driver is None
+    assert "modprobe e1000" in (result.error or "") and "niclab lab restore" in (result.error or "")
+    assert journal.get(CARD) is not None
+
+
+# -- leases ------------------------------------------------------------------------------------------
+
+
+def test_a_second_lease_is_refused_naming_the_holder(tmp_path):
+    with lease(tmp_path, CARD, "run-1", card="wan0") as mine:
+        assert holder(tmp_path, CARD) == mine
+        with pytest.raises(NiclabError) as caught, lease(tmp_path, CARD, "run-2", card="wan0"):
+            pass
+    expected = f"card wan0 (0000:03:00.0) is leased to run run-1 (user {current_user()}, pid {mine.pid}); "
+    assert str(caught.value) == expected + "wait for it with --wait, or end that run"
+    assert holder(tmp_path, CARD) is None
+    with lease(tmp_path, CARD, "run-3"):  # free again
+        pass
+
+
+def _record(tmp_path, pid: int, start: int | None) -> None:
+    (tmp_path / "leases").mkdir(exist_ok=True)
+    stale = Holder("crashed", "someone", pid, start, 0.0)
+    (tmp_path / "leases" / f"{CARD}.json").write_text(json.dumps(stale.__dict__))
+
+
+def test_a_stale_holder_is_reclaimed(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    _record(tmp_path, gone.pid, 12345)  # that process is gone
+    with lease(tmp_path, CARD, "run-2") as mine:
+        assert holder(tmp_path, CARD) == mine
+    _record(tmp_path, 1, (process_start_time(1) or 0) + 1)  # a live PID, but another process (start time)
+    with lease(tmp_path, CARD, "run-3") as mine:
+        assert holder(tmp_path, CARD) == mine
+
+
+def test_a_live_holder_counts_even_without_its_flock(tmp_path):
+    _record(tmp_path, 1, process_start_time(1))  # e.g. the lock file was deleted under it
+    with pytest.raises(NiclabError, match=r"leased to run crashed \(user someone, pid 1\)"):
+        with lease(tmp_path, CARD, "run-2"):
+            pass
+
+
+def _hold_in_thread(tmp_path, pcis, run, messages):
+    result: dict = {}
+
+    def take():
+        with leases(tmp_path, pcis, run, wait=True, progress=messages.append, interval=0.02) as held:
+            result["held"] = held
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    return thread, result
+
+
+def _until(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_wait_takes_the_card_once_the_holder_releases_it(tmp_path):
+    messages: list[str] = []
+    with lease(tmp_path, CARD, "run-1") as first:
+        thread, result = _hold_in_thread(tmp_path, [CARD], "run-2", messages)
+        _until(lambda: messages)
+        time.sleep(0.1)
+        assert "held" not in result and len(messages) == 1  # said once, not at every poll
+    thread.join(5)
+    assert messages == [f"waiting for card {CARD}, held by run run-1 (user {first.user}, pid {first.pid})"]
+    assert [h.run for h in result["held"]] == ["run-2"]
+
+
+def test_waiting_gives_up_after_the_timeout(tmp_path):
+    with (
+        lease(tmp_path, CARD, "run-1"),
+        pytest.raises(NiclabError, match=r"still leased to run run-1 \(user .*\) after 0\.1 s of waiting"),
+    ):
+        with lease(tmp_path, CARD, "run-2", wait=True, timeout=0.1, interval=0.02):
+            pass
+
+
+def test_several_cards_are_taken_in_sorted_order_and_released_in_reverse(tmp_path, monkeypatch):
+    a, b, c = "0000:03:00.0", "0000:04:00.0", "0000:05:00.0"
+    messages: list[str] = []
+    with lease(tmp_path, b, "run-1"):
+        thread, result = _hold_in_thread(tmp_path, [c, a, b, a], "run-2", messages)
+        _until(lambda: messages)
+        assert holder(tmp_path, a) is not None and holder(tmp_path, c) is None  # a taken, waiting on b, c not yet
+    thread.join(5)
+    assert [h.run for h in result["held"]] == ["run-2"] * 3
+    assert all(holder(tmp_path, pci) is None for pci in (a, b, c))
+    released = []
+    real = lease_mod.lease
+
+    def recording(state_dir, pci, *args, **kwargs):
+        with real(state_dir, pci, *args, **kwargs) as held:
+            yield held
+        released.append(pci)
+
+    monkeypatch.setattr(lease_mod, "lease", contextmanager(recording))
+    with leases(tmp_path, [b, c, a], "run-3"):
+        pass
+    assert released == [c, b, a]
