@@ -29,6 +29,10 @@ systemctl --root="$root" mask systemd-networkd-wait-online.service e2scrub_reap.
     fstrim.timer man-db.timer apt-daily.timer apt-daily-upgrade.timer systemd-timesyncd.service
 # The NFS server is there for benchmarks that start it; it does not start at boot.
 systemctl --root="$root" disable nfs-server.service rpcbind.service rpcbind.socket nfs-client.target
+# libvirt is there for the nested lab test, which starts it: no default NAT network at its start,
+# no guest suspending at shutdown.
+rm -f "$root/etc/libvirt/qemu/networks/autostart/default.xml"
+systemctl --root="$root" disable libvirt-guests.service
 # A static resolver file (no systemd-resolved): the guests resolve the nodes from /etc/hosts.
 printf 'nameserver 127.0.0.1\n' > "$root/etc/resolv.conf"
 printf '127.0.1.1\tniclab\n' >> "$root/etc/hosts"  # the host name resolves (sudo asks)

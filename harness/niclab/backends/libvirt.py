@@ -301,7 +301,9 @@ class LibvirtBackend:
             ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
             progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
             nodes = {name: AgentNode(name, agent) for name, (agent, _) in agents.items()}
-            macs = port_macs(topology) if placement is None else _card_macs(topology, nodes)
+            macs, seen = port_macs(topology), dict[str, dict]()
+            if placement is not None:
+                macs, seen = _card_macs(topology, nodes)
             drivers = {}
             for port in topology.ports:
                 cls = nics.get(port.model) if placement is not None else nics.stand_in(port.model)
@@ -320,7 +322,7 @@ class LibvirtBackend:
                     "image": image.id,
                     "kernel": image.manifest.get("kernel_version"),
                     "agent_ready_s": ready,
-                    **({"cards": _cards_facts(topology, placement)} if placement is not None else {}),
+                    **({"cards": _cards_facts(topology, placement, seen)} if placement is not None else {}),
                 },
                 gone=lambda: {name: "its domain is no longer running" for name, d in domains.items() if not _active(d)},
             )
@@ -393,29 +395,38 @@ def _version(conn: Any) -> str:
     return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
 
 
-def _card_macs(topology: Topology, nodes: dict[str, AgentNode]) -> dict[tuple[str, int, int], str]:
-    """A passed-through card keeps its own MAC: read it in the guest, at the slot the card was given."""
-    macs = {}
+def _card_macs(topology: Topology, nodes: dict[str, AgentNode]) -> tuple[dict[tuple[str, int, int], str], dict]:
+    """A passed-through card keeps its own MAC: read it in the guest, at the slot the card was given,
+    with what the guest sees there (PCI ID, driver) for the run's provenance."""
+    macs, seen = {}, {}
     for spec in topology.nodes:
         slots = {guest_pci(FIRST_NIC_SLOT + i): port for i, port in enumerate(spec.ports)}
         if not slots:
             continue
         script = (
-            f"for s in {' '.join(slots)}; do for n in /sys/bus/pci/devices/$s/net/*; do "
-            '[ -e "$n/address" ] && echo "$s $(cat $n/address)"; done; done; true'
+            f"for s in {' '.join(slots)}; do d=/sys/bus/pci/devices/$s; for n in $d/net/*; do "
+            '[ -e "$n/address" ] && echo "$s $(cat $n/address) $(cat $d/vendor):$(cat $d/device) '
+            '$(basename $(readlink $d/driver))"; done; done; true'
         )
-        found = dict(line.split() for line in nodes[spec.name].run(script, timeout=30).stdout.splitlines() if line)
+        lines = nodes[spec.name].run(script, timeout=30).stdout.splitlines()
+        found = {fields[0]: fields[1:] for line in lines if len(fields := line.split()) == 4}
         for slot, port in slots.items():
             if slot not in found:
                 raise NiclabError(
                     f"{spec.name}: no network interface on the card passed through at {slot} ({port.ifname}): "
                     f"does the guest's kernel have the {port.model} driver?"
                 )
-            macs[port.key] = found[slot].lower()
-    return macs
+            mac, pci_id, driver = found[slot]
+            macs[port.key] = mac.lower()
+            seen[f"{port.node}/{port.ifname}"] = {
+                "guest_pci": slot,
+                "guest_pci_id": pci_id.replace("0x", ""),
+                "guest_driver": driver,
+            }
+    return macs, seen
 
 
-def _cards_facts(topology: Topology, placement: Placement) -> dict[str, dict]:
+def _cards_facts(topology: Topology, placement: Placement, seen: dict) -> dict[str, dict]:
     return {
         f"{port.node}/{port.ifname}": {
             "card": placement.cards[port.key].id,
@@ -423,6 +434,7 @@ def _cards_facts(topology: Topology, placement: Placement) -> dict[str, dict]:
             "host": placement.cards[port.key].host,
             "class": placement.cards[port.key].class_name,
             "name": placement.cards[port.key].name,
+            **seen.get(f"{port.node}/{port.ifname}", {}),
         }
         for port in topology.ports
     }
