@@ -48,7 +48,7 @@ $(LAB_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[lab]'
 	touch $(LAB_STAMP)
 
-# Lab mode's set-up: libvirt (started), vfio tools, libvirt-python; then `niclab lab doctor --lab LAB_YAML`.
+# Lab mode's set-up: libvirt (started), libvirt-dev, pciutils, libvirt-python; then `niclab lab doctor --lab LAB_YAML`.
 lab: setup
 	scripts/setup-host --lab
 	$(MAKE) lab-python

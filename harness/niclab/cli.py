@@ -61,9 +61,11 @@ def _run(args, backend) -> int:
     out = Path(args.out)
     if args.dry_run:
         where = out / f"dry-run-{scenario_file.name}"
-        print(f"{scenario_file.name} on the {backend.name} backend (boots nothing; XML and plans in {where}):")
+        print(f"{scenario_file.name} on the {backend.name} backend (boots nothing):")
         print(describe(backend, cells, where))
-        return EXIT_OK
+        if where.is_dir():
+            print(f"what it would start is in {where}")
+        return EXIT_OK if any(v.ok for v in verdicts(backend, cells)) else EXIT_FAILED
     skipped = [v for v in verdicts(backend, cells) if not v.ok]
     for verdict in skipped:
         progress(f"skipping cell {verdict.cell.id}: the {backend.name} backend cannot realize it: {verdict.reason}")
@@ -87,6 +89,13 @@ def _run(args, backend) -> int:
         host=host_facts(),
     )
     info.warnings += [f"cell {v.cell.id} not run: {v.reason}" for v in skipped]
+    if args.lab:
+        lab = getattr(backend, "lab", None)
+        info.lab = {
+            "file": str(Path(args.lab).resolve()),
+            "text": Path(args.lab).read_text(errors="replace"),
+            **({"name": lab.name, "prices": lab.prices()} if lab is not None else {}),
+        }
     progress(f"run directory {run_dir.path}")
     runner = Runner(backend, run_dir, info, progress, started=STARTED, repeat=args.repeat)
     try:
@@ -217,10 +226,9 @@ def _down_domains(args) -> list[str]:
         try:
             names = leftover_domains(uri, include_running=args.all)
         except NiclabError as exc:
-            if explicit:
-                raise
-            del exc  # no libvirt here, or no libvirtd running: no domain to stop either
-            continue
+            if explicit:  # say so, and go on with the other hosts
+                print(f"niclab: {exc}", file=sys.stderr)
+            continue  # without --lab or --libvirt-uri: no libvirt here, so no domain to stop either
         for name in names:
             print(f"destroyed libvirt domain {name} on {uri}")
         ended += names

@@ -60,6 +60,7 @@ class RunInfo:
     warnings: list[str] = field(default_factory=list)  # e.g. KVM did not work and the run fell back to TCG
     error: dict | None = None  # why the run stopped early: message and traceback
     internal_errors: list[dict] = field(default_factory=list)  # unexpected exceptions in cells, with tracebacks
+    lab: dict | None = None  # a lab run's inventory: its name, file, text and card prices
 
 
 class RunDir:

@@ -8,7 +8,9 @@ defined for the test (storage pools, box volumes) is removed again at the end.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import signal
 import stat
@@ -150,10 +152,14 @@ def isolated_libvirt(logs: Path, hide_kvm: bool) -> Iterator[IsolatedLibvirt]:
                 virsh("net-destroy", network, check=False)  # ends its dnsmasq
                 virsh("net-undefine", network, check=False)
             for pool in names(virsh("pool-list", "--all", "--name")) - pools_before:
+                path = re.search(r"<path>(.*)</path>", virsh("pool-dumpxml", pool, check=False))
                 for volume in volumes(pool):
                     virsh("vol-delete", volume, "--pool", pool, check=False)
                 virsh("pool-destroy", pool, check=False)
                 virsh("pool-undefine", pool, check=False)
+                if path is not None:  # the pool's directory, now empty (niclab's libvirt backend makes one)
+                    with contextlib.suppress(OSError):
+                        Path(path.group(1)).rmdir()
     finally:
         for proc in reversed(daemons):
             _end(proc)

@@ -89,7 +89,10 @@ def test_a_lab_class_is_known_to_scenarios_only_inside_the_lab_and_runs_emulated
         assert nics.stand_in("x520").name == "e1000"
         assert get_backend("qemu").check(topology) is None
         libvirt = get_backend(options=BackendOptions(lab=lab))
-        assert libvirt.name == "libvirt" and libvirt.check(topology) is None
+        assert libvirt.name == "libvirt"
+        assert libvirt.check(topology) == (
+            "the guest image has no ixgbe module for card class x520: add it to the modules of images/micro/recipe.toml"
+        )
         assert {c.id for c in place(topology, lab).cards.values()} == {"x520-a", "x520-b"}
         with pytest.raises(Exception, match="MTU 9800 is above the x520 driver's maximum"):
             parse(text.replace("9000", "9800"), "s.yaml")
@@ -112,3 +115,23 @@ def test_an_inventory_error_names_the_line_and_the_fix():
         "lab.yaml:2:58: cards[0].class: unknown card class 'e1001'; did you mean 'e1000'? "
         "a class is a catalog one (niclab nics) or one under classes:"
     )
+
+
+def test_cards_at_the_same_pci_address_on_two_hosts_are_leased_apart(lab):
+    from niclab.lab.passthrough import lease_key
+
+    assert lease_key(lab, "rtl-a") == "rig1.0000:05:00.0"
+    assert lease_key(lab, "rtl-b") == "rig2.0000:05:00.0"
+
+
+def test_a_lab_runs_card_prices_stand_over_the_scenarios_and_under_report_prices(tmp_path):
+    from niclab.report.cost import prices_of
+    from niclab.report.data import RunData
+
+    info = {
+        "scenario_text": "prices: {e1000: 35, rtl8139: 9}\ncurrency: USD\n",
+        "lab": {"name": "small-lab", "prices": {"e1000": 45}},
+    }
+    run = RunData(tmp_path, info, [])
+    assert prices_of(run) == ({"e1000": 45.0, "rtl8139": 9.0}, "USD")
+    assert prices_of(run, {"e1000-82540em": 50}) == ({"e1000": 50.0, "rtl8139": 9.0}, "USD")

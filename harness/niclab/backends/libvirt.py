@@ -48,8 +48,8 @@ from niclab.procs import process_start_time
 from niclab.topology import Topology
 
 # What `run --dry-run` writes where a run gives the image's volumes (backends/libvirt_volumes.py).
-DRY_KERNEL = "/var/lib/libvirt/images/niclab/IMAGE-vmlinuz"
-DRY_INITRD = "/var/lib/libvirt/images/niclab/IMAGE-initrd"
+DRY_KERNEL = "/var/lib/libvirt/niclab/IMAGE-vmlinuz"
+DRY_INITRD = "/var/lib/libvirt/niclab/IMAGE-initrd"
 
 
 def libvirt_module() -> Any:
@@ -160,6 +160,7 @@ class LibvirtBackend:
                 self.placement(topology)
             except Unrealizable as exc:
                 problems.append(str(exc))
+            problems += missing_drivers(topology)
         else:
             problems += stand_ins(topology)
             for wire in topology.wires:
@@ -363,6 +364,22 @@ class LibvirtBackend:
                 )
             )
         return results
+
+
+def missing_drivers(topology: Topology) -> list[str]:
+    """Lab card classes whose driver module the guest image lacks: their cards would show no interface."""
+    from niclab.image.store import recipe
+
+    have = {m.replace("-", "_") for m in recipe("micro").modules}
+    problems = []
+    for name in sorted({port.model for port in topology.ports}):
+        cls = nics.lookup(name)
+        if cls is not None and cls.module.replace("-", "_") not in have:
+            problems.append(
+                f"the guest image has no {cls.module} module for card class {name}: add it to the modules "
+                "of images/micro/recipe.toml"
+            )
+    return problems
 
 
 def _pairs(count: int) -> list[tuple[int, int]]:

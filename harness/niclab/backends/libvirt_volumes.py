@@ -3,7 +3,7 @@
 libvirt's QEMU runs as its own user and, with a remote URI, on another
 machine: neither can read the image in the user's cache. So the files are
 uploaded once per host and image into the pool `niclab` (a directory pool
-under /var/lib/libvirt/images/niclab, created if missing), named after the
+under /var/lib/libvirt/niclab, created if missing), named after the
 image id. A marker volume written last says an upload finished; without it
 the volumes are uploaded again (a run killed mid-upload leaves no half file
 that looks whole).
@@ -18,7 +18,7 @@ from niclab.errors import NiclabError
 from niclab.image import Image
 
 POOL = "niclab"
-POOL_PATH = "/var/lib/libvirt/images/niclab"
+POOL_PATH = "/var/lib/libvirt/niclab"  # outside the default pool's directory (images/), where it would list as a volume
 
 
 def pool_xml() -> str:

@@ -46,7 +46,10 @@ def cmd_doctor(args) -> int:
     from niclab.lab.sysfs import Sysfs
 
     lab = load_inventory(Path(args.lab))
-    local = [card.id for card in lab.cards if lab.hosts[card.host].local]
+    if args.host is not None and args.host not in lab.hosts:
+        raise UsageError(f"{args.lab}: no host {args.host!r}; hosts are: {', '.join(lab.hosts)}")
+    here = [args.host] if args.host else [name for name, host in lab.hosts.items() if host.local]
+    local = [card.id for card in lab.cards if card.host in here]
     remote = [card.id for card in lab.cards if card.id not in local]
     sysfs = Sysfs(Path(args.sysfs_root))
     host = diagnose_host(sysfs)
@@ -115,6 +118,11 @@ def add_parser(verbs) -> None:
     )
     doctor.add_argument("--lab", required=True, metavar="LAB_YAML")
     doctor.add_argument("--force", action="store_true", help="as a run with --force: host use does not refuse")
+    doctor.add_argument(
+        "--host",
+        metavar="NAME",
+        help="the inventory's host this machine is (default: the hosts whose libvirt URI is local)",
+    )
     doctor.add_argument("--sysfs-root", default="/", help=argparse.SUPPRESS)  # tests point it at a fake tree
     doctor.set_defaults(func=cmd_doctor)
 

@@ -88,11 +88,12 @@ class HostNet:
                     continue  # a kernel route only follows from an address, already said
                 table = route.get("table", "main")
                 where = "" if table == "main" else f" (table {table})"
+                family = "IPv6 " if ":" in str(route.get("gateway", route.get("dst", ""))) else ""
                 if route.get("dst") == "default":
-                    reasons.append(f"carries the default route{where}{via}")
+                    reasons.append(f"carries the {family}default route{where}{via}")
                 else:
                     reasons.append(f"carries a route to {route.get('dst')}{where}{via}")
-        return reasons
+        return list(dict.fromkeys(reasons))  # `ip -6 route show table all` may list one route twice
 
     def _upper(self, ifname: str) -> list[str]:
         """`ifname` and what is built on it: the bridge or bond it is a port of, VLANs on it, and so on up."""

@@ -29,6 +29,12 @@ from niclab.lab.vfio import Journal, passed_through
 from niclab.paths import state_dir
 
 
+def lease_key(lab: Inventory, card_id: str) -> str:
+    """What a lease is named by: the card's host and PCI address (two hosts may have the same address)."""
+    card = lab.card(card_id)
+    return f"{card.host}.{card.pci}"
+
+
 def card_refs(lab: Inventory, card_ids: list[str]) -> list[CardRef]:
     refs = []
     for card_id in card_ids:
@@ -55,16 +61,8 @@ def hold_cards(
     cards = list(dict.fromkeys(card.id for card in placement.cards.values()))
     local = [c for c in cards if lab.hosts[lab.card(c).host].local]
     with ExitStack() as stack:
-        stack.enter_context(
-            leases(
-                state,
-                [lab.card(c).pci for c in cards],
-                run,
-                wait=wait,
-                progress=progress,
-                cards={lab.card(c).pci: c for c in cards},
-            )
-        )
+        keys = {lease_key(lab, c): c for c in cards}
+        stack.enter_context(leases(state, list(keys), run, wait=wait, progress=progress, cards=keys))
         reports = diagnose(sysfs, HostNet(), card_refs(lab, local)) if local else []
         refusals = [why for report in reports if (why := report.refusal(force)) is not None]
         if refusals:

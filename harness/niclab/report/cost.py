@@ -1,8 +1,9 @@
 """Cost per Mbit/s: a card's price over the most it moved in the run.
 
 Prices come from the scenario (`prices: {e1000: 35, rtl8139: 9}`,
-`currency: USD`) or from a YAML file given to `niclab report --prices`
-(same keys); a lab inventory can supply them later the same way. The peak
+`currency: USD`), from the cards of a lab run's inventory (what the lab
+paid; over the scenario's), or from a YAML file given to `niclab report
+--prices` (same keys; over both). The peak
 is the highest mean among the cell's throughput metrics (netperf TCP_STREAM,
 NetPIPE's peak, lmbench bw_tcp, netperf UDP received).
 """
@@ -43,7 +44,8 @@ def prices_of(run: RunData, extra: dict[str, float] | None = None) -> tuple[dict
     except yaml.YAMLError:
         scenario = {}
     prices = {}
-    for model, price in {**(scenario.get("prices") or {}), **(extra or {})}.items():
+    lab = (run.info.get("lab") or {}).get("prices") or {}
+    for model, price in {**(scenario.get("prices") or {}), **lab, **(extra or {})}.items():
         found = nics.lookup(str(model))
         prices[found.name if found else str(model)] = float(price)
     return prices, str(scenario.get("currency") or "")
