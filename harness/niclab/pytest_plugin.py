@@ -59,12 +59,26 @@ def _backend_options(config):
     """The backend options pytest's command line gives: a lab inventory (--niclab-lab)."""
     from niclab.backends import BackendOptions
 
-    lab_file = config.getoption("niclab_lab")
+    return BackendOptions(lab=getattr(config, "_niclab_lab", None))
+
+
+def _lab_classes(config) -> None:
+    """With --niclab-lab, scenarios may name the lab's own card classes, from collection on."""
+    lab_file = config.getoption("niclab_lab", None)
     if not lab_file:
-        return BackendOptions()
+        return
+    from contextlib import ExitStack
+
     from niclab.lab.inventory import load_inventory
 
-    return BackendOptions(lab=load_inventory(Path(lab_file)))
+    config._niclab_lab = load_inventory(Path(lab_file))
+    config._niclab_classes = ExitStack()
+    config._niclab_classes.enter_context(config._niclab_lab.classes_known())
+
+
+def pytest_unconfigure(config) -> None:
+    if (classes := getattr(config, "_niclab_classes", None)) is not None:
+        classes.close()
 
 
 def pytest_configure(config) -> None:
@@ -75,6 +89,7 @@ def pytest_configure(config) -> None:
         ("niclab_kvm", "needs a working KVM; skipped where the probe finds none"),
     ):
         config.addinivalue_line("markers", f"{name}: {text}")
+    _lab_classes(config)
 
 
 def _sigterm_interrupts() -> None:

@@ -157,7 +157,7 @@ def isolated_libvirt(logs: Path, hide_kvm: bool) -> Iterator[IsolatedLibvirt]:
                     virsh("vol-delete", volume, "--pool", pool, check=False)
                 virsh("pool-destroy", pool, check=False)
                 virsh("pool-undefine", pool, check=False)
-                if path is not None:  # the pool's directory, now empty (niclab's libvirt backend makes one)
+                if pool == "niclab" and path is not None:  # the directory niclab's libvirt backend made, now empty
                     with contextlib.suppress(OSError):
                         Path(path.group(1)).rmdir()
     finally:

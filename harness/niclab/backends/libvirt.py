@@ -32,11 +32,11 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from niclab import nics
-from niclab.accel import choose_accel
+from niclab.accel import choose_accel, mark_kvm_unusable
 from niclab.backends.base import BackendOptions, BackendPlugin, Progress, Rig
 from niclab.backends.libvirt_agent import LibvirtAgent
 from niclab.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml, guest_pci
-from niclab.backends.qemu import DEFAULT_BOOT_TIMEOUT_S, env_seconds, stand_ins
+from niclab.backends.qemu import DEFAULT_BOOT_TIMEOUT_S, BootError, env_seconds, stand_ins, tail
 from niclab.backends.qemu_cmd import FIRST_NIC_SLOT, MAX_NICS, port_macs
 from niclab.backends.qemu_nics import qemu_nic
 from niclab.errors import NiclabError, UsageError
@@ -244,7 +244,7 @@ class LibvirtBackend:
 
     @contextmanager
     def realize(self, topology: Topology, workdir: Path, progress: Progress) -> Iterator[Rig]:
-        libvirt = libvirt_module()
+        libvirt_module()  # says how to install it, before anything is held
         try:
             placement = self.placement(topology)
         except Unrealizable as exc:
@@ -265,43 +265,28 @@ class LibvirtBackend:
                 stack.callback(conn.close)
             domain_type = self._domain_type(image, progress)
             boot = {uri: _volumes(conn, image, progress) for uri, conn in conns.items()}
-            metadata = {
-                "harness-pid": str(os.getpid()),
-                "harness-start": str(process_start_time(os.getpid())),
-                "run": str(workdir),
-            }
-            plans = {
-                node: (uri, plan)
-                for node, (uri, plan) in self._plans(
-                    topology, placement, token, domain_type, ("", ""), image.cmdline, metadata
-                ).items()
-            }
-            domains: dict[str, Any] = {}
-            started = time.monotonic()
-            progress(f"starting {len(plans)} libvirt domains ({domain_type}; image {image.id})")
-            for node, (uri, plan) in plans.items():
-                kernel, initrd = boot[uri]
-                plan = DomainPlan(**{**plan.__dict__, "kernel": kernel, "initrd": initrd})
-                xml = domain_xml(plan)
-                (workdir / f"{node}.xml").write_text(xml)
-                conn = conns[uri]
-                try:
-                    domain = conn.createXML(xml, libvirt.VIR_DOMAIN_START_PAUSED)
-                except libvirt.libvirtError as exc:
-                    raise NiclabError(
-                        f"{node}: libvirt would not start the domain ({exc.get_error_message()}); "
-                        f"its XML is {workdir / (node + '.xml')}"
-                    ) from None
-                stack.callback(_destroy, domain)
-                console = Console(uri, plan.name, workdir / f"{node}.serial.log")
-                console.start()
-                stack.callback(console.close)
-                domain.resume()
-                domains[node] = domain
-            agents = self._connect(domains, started, workdir)
-            ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
-            progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
-            nodes = {name: AgentNode(name, agent) for name, (agent, _) in agents.items()}
+            fallback = None
+            domains = stack.enter_context(ExitStack())
+            try:
+                booted = self._boot(
+                    domains, conns, boot, topology, placement, token, domain_type, image, workdir, progress
+                )
+            except BootError as exc:
+                if domain_type != "kvm" or self._accel:
+                    raise
+                domains.close()  # every KVM domain destroyed before the TCG ones start
+                why = exc.summary
+                mark_kvm_unusable(image, why)
+                fallback = (
+                    f"KVM did not work here ({why}); destroyed the domains and started them under TCG. KVM is "
+                    "marked unusable for this host and image; `niclab accel --probe` tests it again"
+                )
+                progress(f"warning: {fallback}")
+                domain_type = "qemu"
+                booted = self._boot(
+                    domains, conns, boot, topology, placement, token, domain_type, image, workdir, progress
+                )
+            plans, running, nodes, ready = booted
             macs, seen = port_macs(topology), dict[str, dict]()
             if placement is not None:
                 macs, seen = _card_macs(topology, nodes)
@@ -318,6 +303,7 @@ class LibvirtBackend:
                 facts={
                     "backend": self.name,
                     "accel": "kvm" if domain_type == "kvm" else "tcg",
+                    "accel_fallback": fallback,
                     "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in plans.items()},
                     "libvirt_version": _version(next(iter(conns.values()))),
                     "image": image.id,
@@ -325,8 +311,56 @@ class LibvirtBackend:
                     "agent_ready_s": ready,
                     **({"cards": _cards_facts(topology, placement, seen)} if placement is not None else {}),
                 },
-                gone=lambda: {name: "its domain is no longer running" for name, d in domains.items() if not _active(d)},
+                gone=lambda: {name: "its domain is no longer running" for name, d in running.items() if not _active(d)},
             )
+
+    def _boot(
+        self,
+        stack: ExitStack,
+        conns: dict[str, Any],
+        boot: dict[str, tuple[str, str]],
+        topology: Topology,
+        placement: Placement | None,
+        token: str,
+        domain_type: str,
+        image: Image,
+        workdir: Path,
+        progress: Progress,
+    ) -> tuple[dict[str, tuple[str, DomainPlan]], dict[str, Any], dict[str, AgentNode], dict[str, float]]:
+        """Start every node's domain as `domain_type` and wait for the agents; what it starts goes on `stack`."""
+        libvirt = libvirt_module()
+        metadata = {
+            "harness-pid": str(os.getpid()),
+            "harness-start": str(process_start_time(os.getpid())),
+            "run": str(workdir),
+        }
+        plans = self._plans(topology, placement, token, domain_type, ("", ""), image.cmdline, metadata)
+        domains: dict[str, Any] = {}
+        started = time.monotonic()
+        progress(f"starting {len(plans)} libvirt domains ({domain_type}; image {image.id})")
+        for node, (uri, plan) in plans.items():
+            kernel, initrd = boot[uri]
+            plan = DomainPlan(**{**plan.__dict__, "kernel": kernel, "initrd": initrd})
+            xml = domain_xml(plan)
+            (workdir / f"{node}.xml").write_text(xml)
+            try:
+                domain = conns[uri].createXML(xml, libvirt.VIR_DOMAIN_START_PAUSED)
+            except libvirt.libvirtError as exc:
+                raise NiclabError(
+                    f"{node}: libvirt would not start the domain ({exc.get_error_message()}); "
+                    f"its XML is {workdir / (node + '.xml')}"
+                ) from None
+            stack.callback(_destroy, domain)
+            console = Console(uri, plan.name, workdir / f"{node}.serial.log")
+            console.start()
+            stack.callback(console.close)
+            domain.resume()
+            domains[node] = domain
+        agents = self._connect(domains, started, workdir)
+        ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
+        progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
+        nodes = {name: AgentNode(name, agent) for name, (agent, _) in agents.items()}
+        return plans, domains, nodes, ready
 
     def _host_uris(self, placement: Placement) -> list[str]:
         assert self.lab is not None
@@ -356,13 +390,14 @@ class LibvirtBackend:
         for thread in threads:
             thread.join()
         if failures:
-            raise NiclabError(
-                "guest(s) did not come up: "
-                + "; ".join(
-                    f"{why} (waited {time.monotonic() - started:.0f} s; console in {workdir / (n + '.serial.log')})"
-                    for n, why in failures.items()
+            details = []
+            for name, why in failures.items():
+                console = workdir / f"{name}.serial.log"
+                details.append(
+                    f"{why} (waited {time.monotonic() - started:.0f} s)\n"
+                    f"--- the end of {console}:\n{tail(console)}" + _qemu_log(domains[name])
                 )
-            )
+            raise BootError("guest(s) did not come up: " + "\n".join(details))
         return results
 
 
@@ -380,6 +415,14 @@ def missing_drivers(topology: Topology) -> list[str]:
                 "of images/micro/recipe.toml"
             )
     return problems
+
+
+def _qemu_log(domain: Any) -> str:
+    """The end of libvirt's log of the domain's QEMU, where it is on this machine and readable."""
+    path = Path("/var/log/libvirt/qemu") / f"{domain.name()}.log"
+    if not path.is_file() or not os.access(path, os.R_OK):
+        return ""
+    return f"\n--- the end of {path}:\n{tail(path, 10)}"
 
 
 def _pairs(count: int) -> list[tuple[int, int]]:
