@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from niclab.backends.qemu import tail
+from niclab.guest import AgentError
 from niclab.image.store import build_image
 from tests.integration.nested_host import CARDS, nested_lab_host, niclab_env
 
@@ -22,26 +24,37 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def l1(tmp_path_factory, image):
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("nested")
+
+
+@pytest.fixture(scope="module")
+def l1(workdir, image):
     debian = build_image("debian", progress=lambda m: print(f"[image] {m}", file=sys.stderr))
-    with nested_lab_host(tmp_path_factory.mktemp("nested"), debian, image) as node:
+    with nested_lab_host(workdir, debian, image) as node:
         yield node
 
 
-def niclab_in_l1(l1, args: str, timeout: float):
-    return l1.run(f"{niclab_env()} python3 -m niclab {args}", timeout=timeout, check=False)
+def niclab_in_l1(l1, workdir, args: str, timeout: float):
+    """niclab in L1; if L1 itself goes (its kernel panics), the failure shows the end of L1's console."""
+    try:
+        return l1.run(f"{niclab_env()} python3 -m niclab {args}", timeout=timeout, check=False)
+    except AgentError as exc:
+        pytest.fail(f"{exc}: the nested lab host is gone; the end of its console:\n{tail(workdir / 'l1.serial.log')}")
 
 
-def test_the_doctor_finds_both_cards_of_the_nested_host_usable(l1):
-    result = niclab_in_l1(l1, "lab doctor --lab /root/lab.yaml", timeout=300)
+def test_the_doctor_finds_both_cards_of_the_nested_host_usable(l1, workdir):
+    result = niclab_in_l1(l1, workdir, "lab doctor --lab /root/lab.yaml", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     for card, pci in zip(("card-a", "card-b"), CARDS, strict=True):
         assert f"card {card} ({pci}, e1000)" in result.stdout
     assert "fail" not in result.stdout.lower(), result.stdout
 
 
-def test_two_node_runs_on_the_passed_through_cards_and_they_go_back_to_e1000(l1):
-    result = niclab_in_l1(l1, "run /mnt/niclab/scenarios/two-node.yaml --lab /root/lab.yaml --out /root/runs", 1800)
+def test_two_node_runs_on_the_passed_through_cards_and_they_go_back_to_e1000(l1, workdir):
+    result = niclab_in_l1(
+        l1, workdir, "run /mnt/niclab/scenarios/two-node.yaml --lab /root/lab.yaml --out /root/runs", 1800
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-6000:]
     run_dir = l1.run("ls -d /root/runs/*/").stdout.strip()
     records = [json.loads(line) for line in l1.get(f"{run_dir}results.jsonl").decode().splitlines()]
