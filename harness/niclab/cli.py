@@ -213,7 +213,7 @@ def cmd_down(args) -> int:
 
 def _down_domains(args) -> list[str]:
     """libvirt domains of killed runs: on --libvirt-uri, each host of --lab, else qemu:///system if it answers."""
-    from niclab.backends.libvirt import leftover_domains
+    from niclab.backends.libvirt_conn import leftover_domains
 
     uris = [args.libvirt_uri] if args.libvirt_uri else []
     if args.lab:

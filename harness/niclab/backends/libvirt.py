@@ -29,15 +29,16 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
-from xml.etree import ElementTree as ET
 
 from niclab import nics
 from niclab.accel import choose_accel, mark_kvm_unusable
 from niclab.backends.base import BackendOptions, BackendPlugin, Progress, Rig
 from niclab.backends.libvirt_agent import LibvirtAgent
-from niclab.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml, guest_pci
+from niclab.backends.libvirt_cards import card_macs, cards_facts
+from niclab.backends.libvirt_conn import Console, active, destroy, libvirt_module, open_uri, version
+from niclab.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
 from niclab.backends.qemu import DEFAULT_BOOT_TIMEOUT_S, BootError, env_seconds, stand_ins, tail
-from niclab.backends.qemu_cmd import FIRST_NIC_SLOT, MAX_NICS, port_macs
+from niclab.backends.qemu_cmd import MAX_NICS, port_macs
 from niclab.backends.qemu_nics import qemu_nic
 from niclab.errors import NiclabError, UsageError
 from niclab.guest import AgentError, AgentNode
@@ -52,32 +53,6 @@ DRY_KERNEL = "/var/lib/libvirt/niclab/IMAGE-vmlinuz"
 DRY_INITRD = "/var/lib/libvirt/niclab/IMAGE-initrd"
 
 
-def libvirt_module() -> Any:
-    try:
-        import libvirt
-    except ImportError:
-        raise NiclabError(
-            "libvirt-python is not installed: run `make lab` (or .venv/bin/pip install libvirt-python)"
-        ) from None
-    libvirt.registerErrorHandler(_quiet, None)  # errors reach niclab as exceptions, not lines on stderr
-    return libvirt
-
-
-def _quiet(_context: object, _error: object) -> None:
-    pass
-
-
-def open_uri(uri: str) -> Any:
-    libvirt = libvirt_module()
-    try:
-        return libvirt.open(uri)
-    except libvirt.libvirtError as exc:
-        raise NiclabError(
-            f"cannot reach libvirt at {uri}: {exc.get_error_message()}; start libvirtd "
-            "(scripts/setup-host --lab), or give another URI (--libvirt-uri, or the host's libvirt: in the lab)"
-        ) from None
-
-
 def free_udp_ports(count: int) -> list[int]:
     """Ports on 127.0.0.1 free now: the kernel picks them, for QEMU to bind a moment later."""
     socks = []
@@ -90,41 +65,6 @@ def free_udp_ports(count: int) -> list[int]:
     finally:
         for sock in socks:
             sock.close()
-
-
-class Console(threading.Thread):
-    """Copies a domain's console (through libvirt) into the node's serial log in the work directory."""
-
-    def __init__(self, uri: str, domain_name: str, log: Path):
-        super().__init__(daemon=True, name=f"console-{domain_name}")
-        # A connection of its own: a stream blocked in recv must not hold up the run's libvirt calls.
-        self.conn = open_uri(uri)
-        self.stream = self.conn.newStream(0)
-        self.conn.lookupByName(domain_name).openConsole(None, self.stream, 0)
-        self.log = log
-
-    def run(self) -> None:
-        libvirt = libvirt_module()
-        with open(self.log, "ab") as out:
-            while True:
-                try:
-                    data = self.stream.recv(4096)
-                except libvirt.libvirtError:
-                    return
-                if not isinstance(data, bytes) or not data:
-                    return
-                out.write(data)
-                out.flush()
-
-    def close(self) -> None:
-        try:
-            self.stream.abort()
-        except Exception:  # the domain is gone, and its stream with it
-            pass
-        try:
-            self.conn.close()
-        except Exception:
-            pass
 
 
 class LibvirtBackend:
@@ -289,7 +229,7 @@ class LibvirtBackend:
             plans, running, nodes, ready = booted
             macs, seen = port_macs(topology), dict[str, dict]()
             if placement is not None:
-                macs, seen = _card_macs(topology, nodes)
+                macs, seen = card_macs(topology, nodes)
             drivers = {}
             for port in topology.ports:
                 cls = nics.get(port.model) if placement is not None else nics.stand_in(port.model)
@@ -305,13 +245,13 @@ class LibvirtBackend:
                     "accel": "kvm" if domain_type == "kvm" else "tcg",
                     "accel_fallback": fallback,
                     "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in plans.items()},
-                    "libvirt_version": _version(next(iter(conns.values()))),
+                    "libvirt_version": version(next(iter(conns.values()))),
                     "image": image.id,
                     "kernel": image.manifest.get("kernel_version"),
                     "agent_ready_s": ready,
-                    **({"cards": _cards_facts(topology, placement, seen)} if placement is not None else {}),
+                    **({"cards": cards_facts(topology, placement, seen)} if placement is not None else {}),
                 },
-                gone=lambda: {name: "its domain is no longer running" for name, d in running.items() if not _active(d)},
+                gone=lambda: {name: "its domain is no longer running" for name, d in running.items() if not active(d)},
             )
 
     def _boot(
@@ -350,7 +290,7 @@ class LibvirtBackend:
                     f"{node}: libvirt would not start the domain ({exc.get_error_message()}); "
                     f"its XML is {workdir / (node + '.xml')}"
                 ) from None
-            stack.callback(_destroy, domain)
+            stack.callback(destroy, domain)
             console = Console(uri, plan.name, workdir / f"{node}.serial.log")
             console.start()
             stack.callback(console.close)
@@ -378,7 +318,7 @@ class LibvirtBackend:
 
         def connect(name: str) -> None:
             agent = LibvirtAgent(name, domains[name])
-            alive = lambda: None if _active(domains[name]) else "its domain stopped"  # noqa: E731
+            alive = lambda: None if active(domains[name]) else "its domain stopped"  # noqa: E731
             try:
                 results[name] = (agent, agent.connect(deadline, alive))
             except AgentError as exc:
@@ -436,70 +376,6 @@ def _volumes(conn: Any, image: Image, progress: Progress) -> tuple[str, str]:
     return image_volumes(conn, image, progress)
 
 
-def _active(domain: Any) -> bool:
-    try:
-        return bool(domain.isActive())
-    except Exception:
-        return False
-
-
-def _destroy(domain: Any) -> None:
-    try:
-        domain.destroy()
-    except Exception:  # already gone: a transient domain vanishes when it stops
-        pass
-
-
-def _version(conn: Any) -> str:
-    number = conn.getLibVersion()
-    return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
-
-
-def _card_macs(topology: Topology, nodes: dict[str, AgentNode]) -> tuple[dict[tuple[str, int, int], str], dict]:
-    """A passed-through card keeps its own MAC: read it in the guest, at the slot the card was given,
-    with what the guest sees there (PCI ID, driver) for the run's provenance."""
-    macs, seen = {}, {}
-    for spec in topology.nodes:
-        slots = {guest_pci(FIRST_NIC_SLOT + i): port for i, port in enumerate(spec.ports)}
-        if not slots:
-            continue
-        script = (
-            f"for s in {' '.join(slots)}; do d=/sys/bus/pci/devices/$s; for n in $d/net/*; do "
-            '[ -e "$n/address" ] && echo "$s $(cat $n/address) $(cat $d/vendor):$(cat $d/device) '
-            '$(basename $(readlink $d/driver))"; done; done; true'
-        )
-        lines = nodes[spec.name].run(script, timeout=30).stdout.splitlines()
-        found = {fields[0]: fields[1:] for line in lines if len(fields := line.split()) == 4}
-        for slot, port in slots.items():
-            if slot not in found:
-                raise NiclabError(
-                    f"{spec.name}: no network interface on the card passed through at {slot} ({port.ifname}): "
-                    f"does the guest's kernel have the {port.model} driver?"
-                )
-            mac, pci_id, driver = found[slot]
-            macs[port.key] = mac.lower()
-            seen[f"{port.node}/{port.ifname}"] = {
-                "guest_pci": slot,
-                "guest_pci_id": pci_id.replace("0x", ""),
-                "guest_driver": driver,
-            }
-    return macs, seen
-
-
-def _cards_facts(topology: Topology, placement: Placement, seen: dict) -> dict[str, dict]:
-    return {
-        f"{port.node}/{port.ifname}": {
-            "card": placement.cards[port.key].id,
-            "pci": placement.cards[port.key].pci,
-            "host": placement.cards[port.key].host,
-            "class": placement.cards[port.key].class_name,
-            "name": placement.cards[port.key].name,
-            **seen.get(f"{port.node}/{port.ifname}", {}),
-        }
-        for port in topology.ports
-    }
-
-
 def _create(options: BackendOptions, **kwargs) -> LibvirtBackend:
     if options.lab is not None and options.libvirt_uri:
         raise UsageError("--libvirt-uri is for runs without a lab: a lab gives each host's URI (hosts: libvirt:)")
@@ -507,30 +383,3 @@ def _create(options: BackendOptions, **kwargs) -> LibvirtBackend:
 
 
 PLUGIN = BackendPlugin("libvirt", "libvirt domains: emulated NICs, or a lab's real cards (--lab)", _create)
-
-
-def leftover_domains(uri: str, include_running: bool = False) -> list[str]:
-    """Destroy the niclab domains on `uri` whose harness is gone (or all of them); returns their names.
-
-    A domain's metadata names its harness's PID and start time: a recycled PID has another start time.
-    """
-    libvirt = libvirt_module()
-    from niclab.backends.libvirt_xml import METADATA_NS
-
-    ended = []
-    conn = open_uri(uri)
-    try:
-        for domain in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
-            if not domain.name().startswith("niclab-"):
-                continue
-            try:
-                meta = ET.fromstring(domain.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, METADATA_NS, 0))
-                pid, start = int(meta.get("harness-pid", "0")), meta.get("harness-start")
-            except (libvirt.libvirtError, ET.ParseError, ValueError):
-                continue  # not one of ours after all
-            if include_running or str(process_start_time(pid)) != start:
-                _destroy(domain)
-                ended.append(domain.name())
-    finally:
-        conn.close()
-    return ended
