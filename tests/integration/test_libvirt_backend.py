@@ -65,6 +65,14 @@ def test_two_node_runs_through_libvirt_and_looks_like_the_qemu_backends_run(libv
     assert set(metrics(through_libvirt)) == set(metrics(through_qemu))
     throughput = metrics(through_libvirt)["netperf.TCP_STREAM.throughput_mbps"]
     assert throughput > 10, throughput
+    print(
+        "\n"
+        + "\n".join(
+            f"{name}: libvirt {metrics(through_libvirt)[name]}, qemu {metrics(through_qemu)[name]}"
+            for name in sorted(metrics(through_qemu))
+        ),
+        file=sys.stderr,
+    )
     (cell,) = [r for r in through_libvirt["records"] if r["type"] == "cell"]
     rig = cell["rig"]
     assert rig["backend"] == "libvirt" and rig["accel"] in ("kvm", "tcg")
