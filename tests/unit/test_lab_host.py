@@ -441,3 +441,21 @@ def test_several_cards_are_taken_in_sorted_order_and_released_in_reverse(tmp_pat
     with leases(tmp_path, [b, c, a], "run-3"):
         pass
     assert released == [c, b, a]
+
+
+def test_an_interface_under_a_child_device_counts_as_the_cards(tmp_path):
+    """virtio puts its interface under virtioN/, not the PCI device's net/: /sys/class/net finds it."""
+    fake = FakeSysfs(tmp_path / "root")
+    fake.add_device(CARD, group=7, netdevs=[])
+    sysfs = fake.sysfs()
+    child = sysfs.device(CARD) / "virtio2"
+    (child / "net" / "eth0").mkdir(parents=True)
+    (sysfs.root / "sys" / "class" / "net" / "eth0").mkdir(parents=True)
+    (sysfs.root / "sys" / "class" / "net" / "eth0" / "device").symlink_to(child)
+    (sysfs.root / "sys" / "class" / "net" / "lo").mkdir(parents=True)  # no device: not a card's
+    assert sysfs.netdevs(CARD) == ["eth0"]
+    net = HostNet(ip_runner([link("eth0", "192.0.2.2/24")], [{"dst": "default", "dev": "eth0"}]))
+    [report] = diagnose(sysfs, net, [E1000])
+    assert check(report, "host use").detail == (
+        "in use by the host: eth0 carries 192.0.2.2/24; eth0 carries the default route"
+    )

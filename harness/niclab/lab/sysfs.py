@@ -64,8 +64,20 @@ class Sysfs:
         return _names(self.sys / "kernel" / "iommu_groups" / str(group) / "devices")
 
     def netdevs(self, pci: str) -> list[str]:
-        """The network interfaces the device's driver made (none when unbound or on vfio-pci)."""
-        return _names(self.device(pci) / "net")
+        """The network interfaces the device's driver made (none when unbound or on vfio-pci).
+
+        Most drivers put them in the device's net/; some under a child device (virtio's virtioN/net/),
+        so /sys/class/net is searched too, for interfaces whose device lies under this one.
+        """
+        found = _names(self.device(pci) / "net")
+        class_net = self.sys / "class" / "net"
+        for name in _names(class_net):
+            link = class_net / name / "device"
+            if not link.is_symlink():
+                continue  # a virtual interface: no device
+            if pci in Path(os.path.realpath(link)).parts and name not in found:
+                found.append(name)
+        return found
 
     # -- the host as a whole -----------------------------------------------
 
