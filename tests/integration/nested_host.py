@@ -111,7 +111,7 @@ modprobe -a 9p 9pnet_virtio
 modprobe vfio-pci
 modprobe ccp || true
 # Without nested paging: with it, QEMU 7.2's TCG emulation of SVM now and then crashed L1's kernel in a KVM
-# vCPU thread ("stack guard page was hit" in exc_page_fault) or an L2 guest (2 of 5 runs); with npt=0, none in 5.
+# vCPU thread ("stack guard page was hit" in exc_page_fault) or an L2 guest (2 of 5 runs); with npt=0, none in 8.
 modprobe kvm_amd npt=0 || true
 systemctl start virtlogd.service libvirtd.service
 mkdir -p /root/cache /root/runs
