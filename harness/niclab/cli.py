@@ -8,12 +8,15 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from niclab import __version__
 from niclab.errors import NiclabError, UsageError, describe_exception
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+T = TypeVar("T")
 STARTED = time.monotonic()  # as early as the command can know it
 
 
@@ -59,14 +62,15 @@ def _run(args, backend) -> int:
             print(f"niclab: shard {shard} of {scenario_file.name} holds no cell; nothing to run", file=sys.stderr)
             return EXIT_OK
     out = Path(args.out)
+    where = out / f"dry-run-{scenario_file.name}"
+    checked = verdicts(backend, cells)
     if args.dry_run:
-        where = out / f"dry-run-{scenario_file.name}"
         print(f"{scenario_file.name} on the {backend.name} backend (boots nothing):")
-        print(describe(backend, cells, where))
+        print(describe(backend, checked, where))
         if where.is_dir():
             print(f"what it would start is in {where}")
-        return EXIT_OK if any(v.ok for v in verdicts(backend, cells)) else EXIT_FAILED
-    skipped = [v for v in verdicts(backend, cells) if not v.ok]
+        return EXIT_OK if any(v.ok for v in checked) else EXIT_FAILED
+    skipped = [v for v in checked if not v.ok]
     for verdict in skipped:
         progress(f"skipping cell {verdict.cell.id}: the {backend.name} backend cannot realize it: {verdict.reason}")
     if len(skipped) == len(cells):
@@ -329,28 +333,42 @@ def cmd_plan(args) -> int:
 
 def cmd_validate(args) -> int:
     from niclab.realizable import backend_from_args, verdicts
-    from niclab.scenario import ScenarioError, load_scenario
+    from niclab.scenario import load_scenario
 
-    status = EXIT_OK
+    files = FileCheck()
     with backend_from_args(args) as backend:
-        for name in args.files:
-            try:
-                scenario_file = load_scenario(Path(name))
-            except ScenarioError as exc:
-                print(exc, file=sys.stderr)
-                status = max(status, exc.exit_code)
-                continue
-            except UsageError as exc:  # no such file, cannot read it
-                print(f"niclab: {exc}", file=sys.stderr)
-                status = max(status, exc.exit_code)
-                continue
+        for name, scenario_file in files.each(args.files, load_scenario):
             count = len(scenario_file.cells)
             print(f"{name}: ok ({count} cell{'s' if count != 1 else ''})")
             if args.lab or args.backend:
                 for verdict in verdicts(backend, scenario_file.cells):
                     if not verdict.ok:
                         print(f"{name}: cell {verdict.cell.id}: {backend.name} cannot realize it: {verdict.reason}")
-    return status
+    return files.status
+
+
+class FileCheck:
+    """Load files one at a time (`validate`, `lab check`): a file with problems prints them to stderr and
+    raises the exit status; the files that load are handed on."""
+
+    def __init__(self) -> None:
+        self.status = EXIT_OK
+
+    def each(self, names: list[str], load: Callable[[Path], T]) -> Iterator[tuple[str, T]]:
+        from niclab.scenario import ScenarioError
+
+        for name in names:
+            try:
+                loaded = load(Path(name))
+            except ScenarioError as exc:  # each problem with its position (lab inventories' too)
+                print(exc, file=sys.stderr)
+                self.status = max(self.status, exc.exit_code)
+                continue
+            except UsageError as exc:  # no such file, cannot read it
+                print(f"niclab: {exc}", file=sys.stderr)
+                self.status = max(self.status, exc.exit_code)
+                continue
+            yield name, loaded
 
 
 def add_backend_options(parser: argparse.ArgumentParser, dry_run: bool = False) -> None:

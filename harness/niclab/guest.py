@@ -91,20 +91,14 @@ class GuestAgent:
         `alive` returns None while the guest's process runs, else why it is gone.
         """
         while True:
-            if (gone := alive()) is not None:
-                raise AgentError(f"{self.node}: {gone}")
-            if time.monotonic() > deadline:
-                raise AgentError(f"{self.node}: the guest agent did not answer in time")
+            self.still_waiting(deadline, alive)
             try:
                 self._sock = unix_connect(self._path, timeout=1.0)
                 break
             except (FileNotFoundError, ConnectionRefusedError):
                 time.sleep(0.05)
         while True:
-            if (gone := alive()) is not None:
-                raise AgentError(f"{self.node}: {gone}")
-            if time.monotonic() > deadline:
-                raise AgentError(f"{self.node}: the guest agent did not answer in time")
+            self.still_waiting(deadline, alive)
             try:
                 if self._sync(until=min(deadline, time.monotonic() + self.sync_timeout)):
                     self._dirty = False
@@ -115,6 +109,13 @@ class GuestAgent:
                 if (gone := alive()) is not None:
                     raise AgentError(f"{self.node}: {gone}") from None
                 raise
+
+    def still_waiting(self, deadline: float, alive: Callable[[], str | None]) -> None:
+        """Raise AgentError if the guest is gone or the deadline passed: a `connect` loop goes on only if not."""
+        if (gone := alive()) is not None:
+            raise AgentError(f"{self.node}: {gone}")
+        if time.monotonic() > deadline:
+            raise AgentError(f"{self.node}: the guest agent did not answer in time")
 
     def _sync(self, until: float) -> bool:
         """Send guest-sync-delimited with a fresh id; True once its answer came, every line before it dropped.
@@ -350,6 +351,28 @@ class GuestAgent:
         finally:
             self.call("guest-file-close", {"handle": handle})
         return b"".join(parts)
+
+
+def connect_all(
+    agents: dict[str, GuestAgent], deadline: float, alive: dict[str, Callable[[], str | None]]
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Connect every agent at once: when each answered, and why the others did not (those are closed)."""
+    answered: dict[str, float] = {}
+    failures: dict[str, str] = {}
+
+    def connect(name: str) -> None:
+        try:
+            answered[name] = agents[name].connect(deadline, alive[name])
+        except AgentError as exc:
+            agents[name].close()
+            failures[name] = str(exc)
+
+    threads = [threading.Thread(target=connect, args=(name,), daemon=True) for name in agents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answered, failures
 
 
 class AgentProcess:

@@ -47,10 +47,10 @@ def verdicts(backend: Backend, cells: list[Cell]) -> list[Verdict]:
     return [Verdict(cell, backend.check(cell.scenario.topology())) for cell in cells]
 
 
-def describe(backend: Backend, cells: list[Cell], out: Path | None) -> str:
+def describe(backend: Backend, checked: list[Verdict], out: Path | None) -> str:
     """What `run --dry-run` prints: per cell, how it maps onto the backend (and lab), or why it cannot."""
     lines = []
-    for verdict in verdicts(backend, cells):
+    for verdict in checked:
         cell = verdict.cell
         if not verdict.ok:
             lines.append(f"{cell.id}: cannot realize: {verdict.reason}")

@@ -23,10 +23,10 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,11 @@ from niclab.backends.libvirt_agent import LibvirtAgent
 from niclab.backends.libvirt_cards import card_macs, cards_facts
 from niclab.backends.libvirt_conn import Console, active, destroy, libvirt_module, open_uri, version
 from niclab.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
-from niclab.backends.qemu import DEFAULT_BOOT_TIMEOUT_S, BootError, env_seconds, stand_ins, tail
+from niclab.backends.qemu import DEFAULT_BOOT_TIMEOUT_S, BootError, emulated_model, env_seconds, stand_ins, tail
 from niclab.backends.qemu_cmd import MAX_NICS, port_macs
 from niclab.backends.qemu_nics import qemu_nic
 from niclab.errors import NiclabError, UsageError
-from niclab.guest import AgentError, AgentNode
+from niclab.guest import AgentNode, GuestAgent, connect_all
 from niclab.image import Image, ensure_image
 from niclab.lab.inventory import LOCAL_URI, Inventory
 from niclab.lab.match import Placement, Unrealizable, place
@@ -153,10 +153,7 @@ class LibvirtBackend:
                 if placement is not None:
                     ports.append(Hostdev(placement.cards[port.key].pci))
                     continue
-                model = nics.stand_in(port.model)
-                if model is None:
-                    raise UsageError(f"card class {port.model} has no emulated stand-in")
-                qemu = qemu_nic(model.name)
+                qemu = qemu_nic(emulated_model(port.model).name)
                 local, remote = ports_udp[port.key]
                 ports.append(
                     UdpInterface(macs[port.key], qemu.libvirt_type, local, remote, "event_idx=off" in qemu.properties)
@@ -311,24 +308,12 @@ class LibvirtBackend:
             return "kvm" if self._accel == "kvm" else "qemu"
         return "kvm" if choose_accel(image, progress=progress).accel == "kvm" else "qemu"
 
-    def _connect(self, domains: dict[str, Any], started: float, workdir: Path) -> dict[str, tuple[LibvirtAgent, float]]:
-        deadline = started + self.boot_timeout
-        results: dict[str, tuple[LibvirtAgent, float]] = {}
-        failures: dict[str, str] = {}
-
-        def connect(name: str) -> None:
-            agent = LibvirtAgent(name, domains[name])
-            alive = lambda: None if active(domains[name]) else "its domain stopped"  # noqa: E731
-            try:
-                results[name] = (agent, agent.connect(deadline, alive))
-            except AgentError as exc:
-                failures[name] = str(exc)
-
-        threads = [threading.Thread(target=connect, args=(name,), daemon=True) for name in domains]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    def _connect(self, domains: dict[str, Any], started: float, workdir: Path) -> dict[str, tuple[GuestAgent, float]]:
+        agents: dict[str, GuestAgent] = {name: LibvirtAgent(name, domain) for name, domain in domains.items()}
+        answered, failures = connect_all(
+            agents, started + self.boot_timeout, {name: partial(_stopped, domain) for name, domain in domains.items()}
+        )
+        results = {name: (agents[name], at) for name, at in answered.items()}
         if failures:
             details = []
             for name, why in failures.items():
@@ -339,6 +324,11 @@ class LibvirtBackend:
                 )
             raise BootError("guest(s) did not come up: " + "\n".join(details))
         return results
+
+
+def _stopped(domain: Any) -> str | None:
+    """Why the domain's guest is gone, for the agent's wait; None while it runs."""
+    return None if active(domain) else "its domain stopped"
 
 
 def missing_drivers(topology: Topology) -> list[str]:

@@ -25,10 +25,7 @@ class LibvirtAgent(GuestAgent):
     def connect(self, deadline: float, alive: Callable[[], str | None]) -> float:
         """Wait until the agent answers guest-ping through libvirt; returns when it did."""
         while True:
-            if (gone := alive()) is not None:
-                raise AgentError(f"{self.node}: {gone}")
-            if time.monotonic() > deadline:
-                raise AgentError(f"{self.node}: the guest agent did not answer in time")
+            self.still_waiting(deadline, alive)
             try:
                 self.call("guest-ping", timeout=2)
                 return time.monotonic()

@@ -92,8 +92,7 @@ def image_volumes(conn: Any, image: Image, progress) -> tuple[str, str]:
         try:
             _upload(conn, pool, names["kernel"], image.kernel)
             _upload(conn, pool, names["initrd"], image.initrd)
-            done = pool.createXML(volume_xml(marker, 0), 0)
-            del done
+            pool.createXML(volume_xml(marker, 0), 0)
         except libvirt.libvirtError as exc:
             if _lookup(pool, marker) is None:  # not another run finishing the same upload
                 raise NiclabError(f"uploading image {image.id} to {conn.getURI()}: {exc.get_error_message()}") from None

@@ -25,7 +25,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -37,7 +36,7 @@ from niclab.accel import AccelChoice, choose_accel, mark_kvm_unusable, now, qemu
 from niclab.backends.base import BackendOptions, BackendPlugin, Progress, Rig
 from niclab.backends.qemu_cmd import MAX_NICS, NicPlan, VmPlan, mac_address, qemu_argv
 from niclab.errors import NiclabError, UsageError
-from niclab.guest import AgentError, AgentNode, GuestAgent
+from niclab.guest import AgentNode, GuestAgent, connect_all
 from niclab.image import Image, ensure_image
 from niclab.procs import Child, Supervisor
 from niclab.topology import NodeSpec, Topology
@@ -145,16 +144,26 @@ def tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(empty)"
 
 
+def no_stand_in(name: str) -> str:
+    return (
+        f"card class {name} has no emulated stand-in: give it `emulated_by:` (a class of `niclab nics`) "
+        "in the lab inventory, or run it on the lab"
+    )
+
+
 def stand_ins(topology: Topology) -> list[str]:
     """What keeps a topology off emulated NICs: ports whose card class no catalog class stands in for."""
-    problems = []
-    for name in sorted({port.model for port in topology.ports}):
-        if nics.stand_in(name) is None:
-            problems.append(
-                f"card class {name} has no emulated stand-in: give it `emulated_by:` (a class of `niclab nics`) "
-                "in the lab inventory, or run it on the lab"
-            )
-    return problems
+    return [
+        no_stand_in(name) for name in sorted({port.model for port in topology.ports}) if nics.stand_in(name) is None
+    ]
+
+
+def emulated_model(name: str) -> nics.CardClass:
+    """The catalog class an emulated run uses for card class `name` (UsageError if none stands in)."""
+    model = nics.stand_in(name)
+    if model is None:
+        raise UsageError(no_stand_in(name))
+    return model
 
 
 class QemuBackend:
@@ -216,7 +225,10 @@ class QemuBackend:
     ) -> VmPlan:
         nic_plans = tuple(
             NicPlan(
-                port, _stand_in(port.model), mac_address(spec.index, port.link, port.lane), attachments[port.key].netdev
+                port,
+                emulated_model(port.model),
+                mac_address(spec.index, port.link, port.lane),
+                attachments[port.key].netdev,
             )
             for port in spec.ports
         )
@@ -327,23 +339,11 @@ class QemuBackend:
     def _connect_agents(
         self, children: dict[str, Child], workdir: Path, started: float, timeout: float, accel: str
     ) -> dict[str, tuple[GuestAgent, float]]:
-        deadline = started + timeout
-        results: dict[str, tuple[GuestAgent, float]] = {}
-        failures: dict[str, str] = {}
-
-        def connect(name: str) -> None:
-            agent = GuestAgent(name, workdir / f"{name}.qga")
-            try:
-                results[name] = (agent, agent.connect(deadline, children[name].exit_reason))
-            except AgentError as exc:
-                agent.close()
-                failures[name] = str(exc)
-
-        threads = [threading.Thread(target=connect, args=(name,), daemon=True) for name in children]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        agents = {name: GuestAgent(name, workdir / f"{name}.qga") for name in children}
+        answered, failures = connect_all(
+            agents, started + timeout, {name: child.exit_reason for name, child in children.items()}
+        )
+        results = {name: (agents[name], at) for name, at in answered.items()}
         if failures:
             for agent, _ in results.values():
                 agent.close()
@@ -366,13 +366,6 @@ class QemuBackend:
             )
             raise BootError("guest(s) did not come up: " + "\n".join(details), summary)
         return results
-
-
-def _stand_in(name: str) -> nics.CardClass:
-    model = nics.stand_in(name)
-    if model is None:
-        raise UsageError(f"card class {name} has no emulated stand-in: give it `emulated_by:` in the lab inventory")
-    return model
 
 
 def _create(options: BackendOptions, **kwargs) -> QemuBackend:

@@ -9,33 +9,23 @@ niclab lab leases                   which run holds which card
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from niclab.errors import UsageError
 
 
 def cmd_check(args) -> int:
-    from niclab.lab.inventory import InventoryError, load_inventory
+    from niclab.cli import FileCheck
+    from niclab.lab.inventory import load_inventory
 
-    status = 0
-    for name in args.files:
-        try:
-            lab = load_inventory(Path(name))
-        except InventoryError as exc:
-            print(exc, file=sys.stderr)
-            status = max(status, exc.exit_code)
-            continue
-        except UsageError as exc:
-            print(f"niclab: {exc}", file=sys.stderr)
-            status = max(status, exc.exit_code)
-            continue
+    files = FileCheck()
+    for name, lab in files.each(args.files, load_inventory):
         print(
             f"{name}: ok (lab {lab.name}: {len(lab.hosts)} host{'s' if len(lab.hosts) != 1 else ''}, "
             f"{len(lab.cards)} card{'s' if len(lab.cards) != 1 else ''}, "
             f"{len(lab.cables)} cable{'s' if len(lab.cables) != 1 else ''})"
         )
-    return status
+    return files.status
 
 
 def cmd_doctor(args) -> int:
