@@ -10,7 +10,7 @@ BIN     := $(VENV)/bin
 
 LAB_STAMP := $(VENV)/.niclab-lab-installed
 
-.PHONY: demo test lint setup host test-host venv image vagrant lab lab-python clean
+.PHONY: demo test lint setup host test-host venv image vagrant lab lab-python docker clean
 
 demo: setup
 	$(BIN)/niclab run $(SCENARIO)
@@ -61,6 +61,12 @@ image: venv
 vagrant: venv
 	scripts/setup-host --vagrant
 	$(BIN)/niclab vagrant box
+
+# The lab container instead of a host set-up: Docker and Compose (dockerd started), then the lab image
+# (images/docker/build.sh). Then: docker-compose run --rm lab niclab run scenarios/two-node.yaml.
+docker:
+	scripts/setup-host --docker
+	images/docker/build.sh
 
 clean:
 	rm -rf $(VENV) runs

@@ -228,14 +228,19 @@ def _down_domains(args) -> list[str]:
     ended = []
     for uri in dict.fromkeys(uris or ["qemu:///system"]):
         try:
-            names = leftover_domains(uri, include_running=args.all)
+            found = leftover_domains(uri, include_running=args.all)
         except NiclabError as exc:
             if explicit:  # say so, and go on with the other hosts
                 print(f"niclab: {exc}", file=sys.stderr)
             continue  # without --lab or --libvirt-uri: no libvirt here, so no domain to stop either
-        for name in names:
+        for name in found.destroyed:
             print(f"destroyed libvirt domain {name} on {uri}")
-        ended += names
+        for name in found.elsewhere:
+            print(
+                f"left libvirt domain {name} on {uri} alone: its harness runs in another container or on another "
+                "host (niclab down there, or niclab down --all here)"
+            )
+        ended += found.destroyed
     return ended
 
 

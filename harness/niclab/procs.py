@@ -17,6 +17,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterable
@@ -53,6 +54,19 @@ def process_start_time(pid: int) -> int | None:
     if fields[0] == "Z":  # a zombie is gone for our purposes
         return None
     return int(fields[19])
+
+
+def pid_namespace() -> str:
+    """Where this process's PIDs mean something: the host name and the PID namespace.
+
+    A container has a namespace (and a host name) of its own: a PID recorded there names no process
+    here, nor the other way round.
+    """
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = "pid:[?]"
+    return f"{socket.gethostname()}/{namespace}"
 
 
 @dataclass

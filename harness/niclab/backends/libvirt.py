@@ -45,7 +45,7 @@ from niclab.guest import AgentNode, GuestAgent, connect_all
 from niclab.image import Image, ensure_image
 from niclab.lab.inventory import LOCAL_URI, Inventory
 from niclab.lab.match import Placement, Unrealizable, place
-from niclab.procs import process_start_time
+from niclab.procs import pid_namespace, process_start_time
 from niclab.topology import Topology
 
 # What `run --dry-run` writes where a run gives the image's volumes (backends/libvirt_volumes.py).
@@ -269,6 +269,7 @@ class LibvirtBackend:
         metadata = {
             "harness-pid": str(os.getpid()),
             "harness-start": str(process_start_time(os.getpid())),
+            "harness-at": pid_namespace(),
             "run": str(workdir),
         }
         plans = self._plans(topology, placement, token, domain_type, ("", ""), image.cmdline, metadata)

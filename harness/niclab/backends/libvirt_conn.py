@@ -7,13 +7,14 @@ with its error handler silenced (its errors reach niclab as exceptions).
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 from niclab.backends.libvirt_xml import METADATA_NS
 from niclab.errors import NiclabError
-from niclab.procs import process_start_time
+from niclab.procs import pid_namespace, process_start_time
 
 
 def libvirt_module() -> Any:
@@ -96,14 +97,23 @@ def version(conn: Any) -> str:
     return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
 
 
-def leftover_domains(uri: str, include_running: bool = False) -> list[str]:
-    """Destroy the niclab domains on `uri` whose harness is gone (or all of them); returns their names.
+@dataclass(frozen=True)
+class Leftovers:
+    destroyed: list[str]
+    elsewhere: list[str]  # left alone: their harness's PID belongs to another host or container
 
-    A domain's metadata names its harness's PID and start time: a recycled PID has another start time.
+
+def leftover_domains(uri: str, include_running: bool = False) -> Leftovers:
+    """Destroy the niclab domains on `uri` whose harness is gone (or all of them).
+
+    A domain's metadata names its harness's PID and start time (a recycled PID has another start time),
+    and where that PID means something: a domain whose harness ran in another container or on another
+    host is left alone, since its PID cannot be checked here.
     """
     libvirt = libvirt_module()
 
-    ended = []
+    ended, elsewhere = [], []
+    here = pid_namespace()
     conn = open_uri(uri)
     try:
         for domain in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
@@ -112,11 +122,14 @@ def leftover_domains(uri: str, include_running: bool = False) -> list[str]:
             try:
                 meta = ET.fromstring(domain.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, METADATA_NS, 0))
                 pid, start = int(meta.get("harness-pid", "0")), meta.get("harness-start")
+                at = meta.get("harness-at", here)
             except (libvirt.libvirtError, ET.ParseError, ValueError):
                 continue  # not one of ours after all
-            if include_running or str(process_start_time(pid)) != start:
+            if not include_running and at != here:
+                elsewhere.append(domain.name())
+            elif include_running or str(process_start_time(pid)) != start:
                 destroy(domain)
                 ended.append(domain.name())
     finally:
         conn.close()
-    return ended
+    return Leftovers(ended, elsewhere)

@@ -1,0 +1,246 @@
+"""The harness in a container: docker-compose.yml's `lab` service, as a user runs it.
+
+The image is built the way `make docker` builds it (images/docker/build.sh: the base made from Debian
+packages by base.sh where no registry answers, then compose), and Docker's build cache keeps it between
+runs. The test starts dockerd itself when none answers, with no bridge and no iptables rules, and ends it
+afterwards; the host's network must look the same after as before.
+
+A copy of the checkout owned by an unprivileged user stands in for a user's clone: the container runs
+as that user, without privileges, capabilities or network, and the run directory it writes must be on
+the host and that user's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from niclab.accel import choose_accel
+from tests.conftest import REPO
+from tests.integration.libvirt_netns import host_links, isolated_libvirt, names, virsh
+from tests.integration.libvirt_netns import why_not as why_no_libvirt
+
+pytestmark = pytest.mark.integration
+
+USER = 4242  # the owner of the stand-in clone (when the test runs as root), as a user's own clone would be
+BUILD_TIMEOUT_S = 2400
+
+
+def why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "starting dockerd and handing the clone to another user need root"
+    for program in ("docker", "dockerd", "mmdebstrap"):
+        if shutil.which(program) is None:
+            return f"{program} is not installed (make test installs it: scripts/setup-host --test)"
+    if compose() is None:
+        return "neither `docker compose` nor docker-compose is installed (make test installs docker-compose)"
+    return None
+
+
+def compose() -> list[str] | None:
+    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
+if (reason := why_not()) is not None:
+    pytest.skip(f"the lab container test cannot run here: {reason}", allow_module_level=True)
+COMPOSE = compose() or []
+
+
+def engine_answers() -> bool:
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory) -> Iterator[None]:
+    """A Docker engine: the one that answers, else a dockerd of the test's own, ended by PID at the end."""
+    if engine_answers():
+        yield
+        return
+    links = host_links()
+    log = tmp_path_factory.mktemp("dockerd") / "dockerd.log"
+    with open(log, "w") as sink:
+        daemon = subprocess.Popen(
+            ["dockerd", "--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false"],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not engine_answers():
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"dockerd did not answer; the end of {log}:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        assert host_links() == links, "dockerd added a network device to the host's namespace"
+        yield
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+    assert host_links() == links
+
+
+@pytest.fixture(scope="module")
+def lab_image(engine, tmp_path_factory) -> str:
+    log = tmp_path_factory.mktemp("build") / "build.log"
+    started = time.monotonic()
+    with open(log, "w") as sink:
+        build = REPO / "images" / "docker" / "build.sh"
+        proc = subprocess.run([str(build)], stdout=sink, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S)
+    assert proc.returncode == 0, f"images/docker/build.sh failed; the end of {log}:\n{log.read_text()[-4000:]}"
+    print(f"\nlab image built (or found in the build cache) in {time.monotonic() - started:.0f} s", flush=True)
+    return "niclab/lab"
+
+
+def clone(repo: Path, into: Path, owner: int) -> Path:
+    """The checkout's files (tracked and new, not ignored), owned by `owner`: a user's clone."""
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        source = repo / name
+        if source.is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name)
+    for path in [into, *into.rglob("*")]:
+        os.chown(path, owner, owner)
+    return into
+
+
+@pytest.fixture(scope="module")
+def user_clone(tmp_path_factory) -> Path:
+    return clone(REPO, tmp_path_factory.mktemp("clone"), USER)
+
+
+def lab(project: Path, *argv: str, files: tuple[str, ...] = (), env: dict[str, str] | None = None):
+    """`docker compose [-f …] run -T …` in `project`, as a user types it (without a terminal)."""
+    command = [*COMPOSE, *(arg for f in ("docker-compose.yml", *files) for arg in ("-f", f)), "run", "-T"]
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("NICLAB_")}  # the user's, not the suite's
+    return subprocess.run(
+        [*command, *argv], cwd=project, capture_output=True, text=True, timeout=900, env={**environment, **(env or {})}
+    )
+
+
+def only_run_dir(runs: Path) -> Path:
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    return run_dir
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def metrics(recs: list[dict]) -> dict[str, float]:
+    return {r["name"]: r["value"] for r in recs if r["type"] == "measurement"}
+
+
+def test_two_node_runs_in_the_container_and_the_results_land_on_the_host(lab_image, user_clone):
+    name = f"niclab-test-{os.getpid()}"
+    proc = lab(user_clone, "--name", name, "lab", "niclab", "run", "scenarios/two-node.yaml")
+    try:
+        inspected = json.loads(subprocess.run(["docker", "inspect", name], capture_output=True, check=True).stdout)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    host_config = inspected[0]["HostConfig"]
+    assert host_config["Privileged"] is False
+    assert not host_config["CapAdd"] and not host_config["Devices"]
+    assert host_config["NetworkMode"] == "none" and host_config["Init"] is True
+    assert "no-new-privileges:true" in host_config["SecurityOpt"]
+
+    run_dir = only_run_dir(user_clone / "runs")
+    assert f"results: runs/{run_dir.name}/results.jsonl" in proc.stdout
+    assert (run_dir / "report.html").stat().st_size > 0
+    strangers = [p for p in [run_dir, *run_dir.rglob("*")] if p.stat().st_uid != USER or p.stat().st_gid != USER]
+    assert not strangers, f"not the clone owner's: {strangers[:5]}"
+
+    recs = records(run_dir)
+    assert {r["type"] for r in recs} >= {"cell", "run", "measurement", "summary", "cell_end"}
+    (cell,) = [r for r in recs if r["type"] == "cell"]
+    assert cell["rig"]["backend"] == "qemu" and cell["rig"]["accel"] in ("kvm", "tcg")
+    assert cell["network"]["interfaces"]["a/link0"]["model"] == "e1000"
+    assert metrics(recs)["netperf.TCP_STREAM.throughput_mbps"] > 10
+    assert metrics(recs)["netperf.TCP_RR.transaction_rate"] > 0
+
+
+def test_the_container_runs_as_the_clone_owner_without_capabilities(lab_image, user_clone):
+    proc = lab(user_clone, "--rm", "lab", "sh", "-c", "id -u; id -g; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status")
+    assert proc.returncode == 0, proc.stderr
+    uid, gid, *caps = proc.stdout.split("\n")
+    assert (int(uid), int(gid)) == (USER, USER)
+    assert all(line.split()[1] == "0000000000000000" for line in caps if line), caps
+
+
+def test_pytest_runs_the_scenario_in_the_container(lab_image, user_clone):
+    proc = lab(user_clone, "--rm", "lab", "pytest", "scenarios/two-node.yaml", "--niclab-out", "runs/pytest")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 passed" in proc.stdout
+    run_dir = only_run_dir(user_clone / "runs" / "pytest")
+    assert metrics(records(run_dir))["netperf.TCP_STREAM.throughput_mbps"] > 10
+    assert run_dir.stat().st_uid == USER
+
+
+@pytest.mark.skipif(not Path("/dev/kvm").exists(), reason="this host has no /dev/kvm to pass in")
+def test_the_kvm_override_passes_dev_kvm_in(lab_image, user_clone):
+    proc = lab(
+        user_clone,
+        "--rm",
+        "lab",
+        "sh",
+        "-c",
+        "test -c /dev/kvm && id -G && niclab accel",
+        files=("docker-compose.kvm.yml",),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    groups, verdict = proc.stdout.split("\n", 1)
+    assert str(Path("/dev/kvm").stat().st_gid) in groups.split()
+    assert verdict.split()[0] in ("kvm", "tcg"), verdict
+
+
+@pytest.fixture(scope="module")
+def host_libvirtd(tmp_path_factory, image):
+    if (reason := why_no_libvirt(("libvirtd", "virtlogd", "virsh", "ip"))) is not None:
+        pytest.skip(f"no libvirtd of the test's own for the container to drive: {reason}")
+    hide_kvm = choose_accel(image).accel != "kvm"
+    with isolated_libvirt(tmp_path_factory.mktemp("libvirtd"), hide_kvm=hide_kvm) as isolated:
+        yield isolated
+
+
+def test_a_lab_run_from_the_container_drives_the_hosts_libvirtd(lab_image, repo, host_libvirtd, tmp_path):
+    # As root (the socket admits only root without polkit, which this host lacks); leases in a directory
+    # of the test's own rather than the host's /var/lib/niclab.
+    root_clone = clone(repo, tmp_path / "clone", 0)
+    (tmp_path / "state").mkdir()
+    proc = lab(
+        root_clone,
+        "--rm",
+        "lab",
+        "niclab",
+        "run",
+        "scenarios/two-node.yaml",
+        "--backend",
+        "libvirt",
+        files=("docker-compose.lab.yml",),
+        env={"NICLAB_LAB_STATE": str(tmp_path / "state")},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (cell,) = [r for r in records(only_run_dir(root_clone / "runs")) if r["type"] == "cell"]
+    assert cell["rig"]["backend"] == "libvirt" and set(cell["rig"]["libvirt"]) == {"a", "b"}
+    assert metrics(records(only_run_dir(root_clone / "runs")))["netperf.TCP_STREAM.throughput_mbps"] > 10
+    assert not {d for d in names(virsh("list", "--all", "--name")) if d.startswith("niclab-")}
