@@ -17,7 +17,10 @@ from niclab.errors import NiclabError
 from niclab.lab import lease as lease_mod
 from niclab.lab.doctor import CardRef, diagnose, diagnose_host, render
 from niclab.lab.hostnet import HostNet
+from niclab.lab.inventory import parse_inventory
 from niclab.lab.lease import Holder, current_user, holder, lease, leases
+from niclab.lab.match import Placement
+from niclab.lab.passthrough import hold_cards
 from niclab.lab.vfio import Journal, bind_to_vfio, passed_through, restore, restore_all
 from niclab.procs import process_start_time
 from tests.unit.fakesysfs import FakeSysfs
@@ -459,3 +462,36 @@ def test_an_interface_under_a_child_device_counts_as_the_cards(tmp_path):
     assert check(report, "host use").detail == (
         "in use by the host: eth0 carries 192.0.2.2/24; eth0 carries the default route"
     )
+
+
+# -- holding a run's cards ------------------------------------------------------------------------
+
+
+class ReadOnlySysfs(FakeSysfs):
+    """What an unprivileged container sees: the host's devices, through a /sys mounted read-only."""
+
+    def sysfs(self):
+        sysfs = super().sysfs()
+        sysfs.writable = lambda: False  # type: ignore[method-assign]
+        return sysfs
+
+
+def test_as_root_behind_a_read_only_sys_libvirt_binds_the_cards(tmp_path, monkeypatch):
+    fake = ReadOnlySysfs(tmp_path / "root")
+    fake.add_iommu("dmar0", intel_ecap=0xF020DF)
+    fake.add_driver("vfio-pci")
+    fake.add_module("vfio_pci")
+    fake.add_device(CARD, group=7, netdevs=["enp3s0"])
+    sysfs = fake.sysfs()
+    lab = parse_inventory(
+        f'name: one-card\nhosts: {{rig1: {{libvirt: "qemu:///system"}}}}\n'
+        f'cards:\n  - {{id: wan0, host: rig1, pci: "{CARD}", class: e1000}}\n',
+        "lab.yaml",
+    )
+    placement = Placement(cards={("a", 0, 0): lab.card("wan0")}, cables={}, hosts={"a": "rig1"})
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    said: list[str] = []
+    with hold_cards(lab, placement, "run-1", said.append, sysfs=sysfs, state=tmp_path / "state"):
+        assert sysfs.driver(CARD) == "e1000" and sysfs.driver_override(CARD) is None  # nothing written
+    assert any("read-only" in line and "libvirt's managed hostdev" in line for line in said), said
+    assert not Journal(tmp_path / "state").entries()

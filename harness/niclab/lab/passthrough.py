@@ -4,7 +4,8 @@ For each card on this machine: a lease (niclab.lab.lease) so no other run
 takes it; the doctor's card checks, so a card the host uses (an address, a
 route) is refused unless forced; then, as root, the card moves to vfio-pci
 through the journal (niclab.lab.vfio) and back to its driver afterwards.
-Without root, libvirt's managed hostdev does the moving. Cards on remote
+Without root, or where /sys is read-only (a container), libvirt's managed
+hostdev does the moving. Cards on remote
 hosts are moved by their libvirtd (managed='yes'); they are leased here,
 which keeps runs started from this machine apart.
 """
@@ -69,10 +70,11 @@ def hold_cards(
             raise NiclabError(
                 "the lab's cards cannot be passed through: " + "; ".join(refusals) + " (niclab lab doctor says more)"
             )
-        if local and os.geteuid() == 0:
+        if local and os.geteuid() == 0 and sysfs.writable():
             pcis = [lab.card(c).pci for c in local]
             progress(f"binding {', '.join(local)} to vfio-pci (journal in {Journal(state).dir})")
             stack.enter_context(passed_through(sysfs, Journal(state), pcis, run))
         elif local:
-            progress("not root: libvirt's managed hostdev binds the cards to vfio-pci and back")
+            why = "not root" if os.geteuid() != 0 else f"{sysfs.sys} is read-only (a container)"
+            progress(f"{why}: libvirt's managed hostdev binds the cards to vfio-pci and back")
         yield

@@ -28,6 +28,13 @@ class Sysfs:
         self.proc = root / "proc"
         self.release = release if release is not None else os.uname().release  # for root/lib/modules/<release>
 
+    def writable(self) -> bool:
+        """Whether /sys takes writes: not in an unprivileged container, where it is mounted read-only."""
+        try:
+            return not os.statvfs(self.sys).f_flag & os.ST_RDONLY
+        except OSError:
+            return False
+
     # -- reading one device -------------------------------------------------
 
     def device(self, pci: str) -> Path:
