@@ -216,7 +216,8 @@ def cmd_down(args) -> int:
 
 
 def _down_domains(args) -> list[str]:
-    """libvirt domains of killed runs: on --libvirt-uri, each host of --lab, else qemu:///system if it answers."""
+    """The libvirt domains of killed runs, on --libvirt-uri, each host of --lab, else qemu:///system if it
+    answers: destroyed, or left alone when their harness ran elsewhere; each said, and all named in the result."""
     from niclab.backends.libvirt_conn import leftover_domains
 
     uris = [args.libvirt_uri] if args.libvirt_uri else []
@@ -237,10 +238,10 @@ def _down_domains(args) -> list[str]:
             print(f"destroyed libvirt domain {name} on {uri}")
         for name in found.elsewhere:
             print(
-                f"left libvirt domain {name} on {uri} alone: its harness runs in another container or on another "
-                "host (niclab down there, or niclab down --all here)"
+                f"left libvirt domain {name} on {uri} alone: its run was started in a container or on another "
+                "host, where its PID cannot be checked from here (niclab down --all stops it)"
             )
-        ended += found.destroyed
+        ended += found.destroyed + found.elsewhere
     return ended
 
 

@@ -14,7 +14,7 @@ if [ "$uid" = 0 ]; then
 fi
 groups=$gid
 for shared in /dev/kvm /run/libvirt/libvirt-sock; do
-    if [ -e "$shared" ]; then
+    if [ -e "$shared" ] && [ "$(stat -c %g "$shared")" != 0 ]; then  # never root's group
         groups="$groups,$(stat -c %g "$shared")"
     fi
 done

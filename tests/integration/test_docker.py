@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 import pytest
 
@@ -28,10 +29,11 @@ from tests.conftest import REPO
 from tests.integration.libvirt_netns import host_links, isolated_libvirt, names, virsh
 from tests.integration.libvirt_netns import why_not as why_no_libvirt
 
-pytestmark = pytest.mark.integration
+USER = 4242  # the owner of the stand-in clone, as a user's own clone would be
+BUILD_TIMEOUT_S = 2400  # a build with an empty cache on a slow machine (here: about 160 s)
 
-USER = 4242  # the owner of the stand-in clone (when the test runs as root), as a user's own clone would be
-BUILD_TIMEOUT_S = 2400
+# pytest-timeout's limit covers fixture set-up too, and the first test builds the image.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(BUILD_TIMEOUT_S + 900)]
 
 
 def why_not() -> str | None:
@@ -136,8 +138,9 @@ def lab(project: Path, *argv: str, files: tuple[str, ...] = (), env: dict[str, s
     )
 
 
-def only_run_dir(runs: Path) -> Path:
-    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+def only_run_dir(runs: Path, scenario: str = "two-node") -> Path:
+    """The one run directory of `scenario` directly in `runs` (other tests' subdirectories aside)."""
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir() and p.name.endswith(f"-{scenario}")]
     return run_dir
 
 
@@ -182,9 +185,9 @@ def test_two_node_runs_in_the_container_and_the_results_land_on_the_host(lab_ima
 def test_the_container_runs_as_the_clone_owner_without_capabilities(lab_image, user_clone):
     proc = lab(user_clone, "--rm", "lab", "sh", "-c", "id -u; id -g; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status")
     assert proc.returncode == 0, proc.stderr
-    uid, gid, *caps = proc.stdout.split("\n")
+    uid, gid, *caps = proc.stdout.splitlines()
     assert (int(uid), int(gid)) == (USER, USER)
-    assert all(line.split()[1] == "0000000000000000" for line in caps if line), caps
+    assert len(caps) == 3 and all(line.split()[1] == "0000000000000000" for line in caps), caps
 
 
 def test_pytest_runs_the_scenario_in_the_container(lab_image, user_clone):
@@ -209,8 +212,10 @@ def test_the_kvm_override_passes_dev_kvm_in(lab_image, user_clone):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     groups, verdict = proc.stdout.split("\n", 1)
-    assert str(Path("/dev/kvm").stat().st_gid) in groups.split()
+    kvm_group = Path("/dev/kvm").stat().st_gid
+    assert (str(kvm_group) in groups.split()) == (kvm_group != 0)  # its group, unless that is root's
     assert verdict.split()[0] in ("kvm", "tcg"), verdict
+    print(f"\nin the container with docker-compose.kvm.yml: {verdict.strip()}")
 
 
 @pytest.fixture(scope="module")
@@ -222,11 +227,46 @@ def host_libvirtd(tmp_path_factory, image):
         yield isolated
 
 
+FAKE_LAB = """\
+name: fake-lab
+hosts:
+  rig1: {libvirt: qemu:///system}
+cards:
+  - {id: intel-a, host: rig1, pci: "0000:03:00.0", class: e1000}
+  - {id: intel-b, host: rig1, pci: "0000:04:00.0", class: e1000}
+cables:
+  - [intel-a, intel-b]
+"""
+
+
 def test_a_lab_run_from_the_container_drives_the_hosts_libvirtd(lab_image, repo, host_libvirtd, tmp_path):
-    # As root (the socket admits only root without polkit, which this host lacks); leases in a directory
-    # of the test's own rather than the host's /var/lib/niclab.
+    # As root (without polkit, which this host lacks, libvirtd admits only root); leases in a directory of
+    # the test's own rather than the host's /var/lib/niclab.
     root_clone = clone(repo, tmp_path / "clone", 0)
+    (root_clone / "lab.yaml").write_text(FAKE_LAB)
     (tmp_path / "state").mkdir()
+    env = {"NICLAB_LAB_STATE": str(tmp_path / "state")}
+
+    # The container's side of a passthrough run: /sys takes no writes there, and the cells map onto the
+    # lab's cards as hostdevs (a dry run: these cards do not exist).
+    planned = lab(
+        root_clone,
+        "--rm",
+        "lab",
+        "sh",
+        "-c",
+        "python3 -c 'from niclab.lab.sysfs import Sysfs; print(\"sys writable:\", Sysfs().writable())' && "
+        "niclab run scenarios/nic-shootout.yaml --lab lab.yaml --dry-run",
+        files=("docker-compose.lab.yml",),
+        env=env,
+    )
+    assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
+    assert "sys writable: False" in planned.stdout
+    assert "cable 0: a/link0 intel-a (e1000 0000:03:00.0 on rig1) <-> b/link0 intel-b" in planned.stdout
+    (domain,) = root_clone.glob("runs/dry-run-nic-shootout/nic=e1000/a.xml")
+    hostdev = ET.parse(domain).find("devices/hostdev")
+    assert hostdev is not None and hostdev.get("managed") == "yes"
+
     proc = lab(
         root_clone,
         "--rm",
@@ -237,7 +277,7 @@ def test_a_lab_run_from_the_container_drives_the_hosts_libvirtd(lab_image, repo,
         "--backend",
         "libvirt",
         files=("docker-compose.lab.yml",),
-        env={"NICLAB_LAB_STATE": str(tmp_path / "state")},
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (cell,) = [r for r in records(only_run_dir(root_clone / "runs")) if r["type"] == "cell"]

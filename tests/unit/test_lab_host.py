@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -15,10 +16,11 @@ import pytest
 
 from niclab.errors import NiclabError
 from niclab.lab import lease as lease_mod
+from niclab.lab import passthrough
 from niclab.lab.doctor import CardRef, diagnose, diagnose_host, render
 from niclab.lab.hostnet import HostNet
 from niclab.lab.inventory import parse_inventory
-from niclab.lab.lease import Holder, current_user, holder, lease, leases
+from niclab.lab.lease import Holder, current_user, holder, lease, leases, locked
 from niclab.lab.match import Placement
 from niclab.lab.passthrough import hold_cards
 from niclab.lab.vfio import Journal, bind_to_vfio, passed_through, restore, restore_all
@@ -358,9 +360,9 @@ def test_a_second_lease_is_refused_naming_the_holder(tmp_path):
         pass
 
 
-def _record(tmp_path, pid: int, start: int | None) -> None:
+def _record(tmp_path, pid: int, start: int | None, at: str | None = None) -> None:
     (tmp_path / "leases").mkdir(exist_ok=True)
-    stale = Holder("crashed", "someone", pid, start, 0.0)
+    stale = Holder("crashed", "someone", pid, start, 0.0, at)
     (tmp_path / "leases" / f"{CARD}.json").write_text(json.dumps(stale.__dict__))
 
 
@@ -380,6 +382,24 @@ def test_a_live_holder_counts_even_without_its_flock(tmp_path):
     with pytest.raises(NiclabError, match=r"leased to run crashed \(user someone, pid 1\)"):
         with lease(tmp_path, CARD, "run-2"):
             pass
+
+
+def test_a_holder_in_another_container_counts_while_it_holds_the_flock(tmp_path):
+    """Its PID means nothing here (another PID namespace): the flock on the shared lock file decides."""
+    elsewhere = "a1b2c3/pid:[4026532999]"
+    _record(tmp_path, 1, process_start_time(1), at=elsewhere)  # PID 1 runs here too: not to be trusted
+    fd = os.open(tmp_path / "leases" / f"{CARD}.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the container's run, alive
+        assert locked(tmp_path, CARD) and not holder(tmp_path, CARD).alive()
+        with pytest.raises(NiclabError, match=r"pid 1, in another container or on another host\)"):
+            with lease(tmp_path, CARD, "run-2"):
+                pass
+    finally:
+        os.close(fd)  # the container's run ends
+    assert not locked(tmp_path, CARD)
+    with lease(tmp_path, CARD, "run-3") as mine:  # its record is stale now: reclaimed
+        assert holder(tmp_path, CARD) == mine and mine.at is not None and not mine.elsewhere()
 
 
 def _hold_in_thread(tmp_path, pcis, run, messages):
@@ -490,8 +510,9 @@ def test_as_root_behind_a_read_only_sys_libvirt_binds_the_cards(tmp_path, monkey
     )
     placement = Placement(cards={("a", 0, 0): lab.card("wan0")}, cables={}, hosts={"a": "rig1"})
     monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(passthrough, "HostNet", quiet_net)  # not this machine's own interfaces
     said: list[str] = []
     with hold_cards(lab, placement, "run-1", said.append, sysfs=sysfs, state=tmp_path / "state"):
         assert sysfs.driver(CARD) == "e1000" and sysfs.driver_override(CARD) is None  # nothing written
-    assert any("read-only" in line and "libvirt's managed hostdev" in line for line in said), said
+    assert any("takes no writes" in line and "libvirt's managed hostdev" in line for line in said), said
     assert not Journal(tmp_path / "state").entries()

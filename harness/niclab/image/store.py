@@ -94,6 +94,14 @@ def find_image(name: str = DEFAULT_RECIPE) -> Image | None:
 def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: bool = False) -> Image:
     wanted = recipe(name)
     target = _store() / f"{name}-{wanted.input_hash()}"
+    if _store().is_dir() and not os.access(_store(), os.W_OK):
+        if not force and (existing := _load(target)) is not None:
+            return existing
+        raise NiclabError(
+            f"{_store()} has no image for the current {name} recipe ({target.name}), and this user cannot build one "
+            f"there: the recipe (images/{name}/) or the image builder changed since the cache was filled. Build it "
+            "as the cache's owner; for the lab container, `make docker` rebuilds its image"
+        )
     with locked(_store() / ".lock"):
         if not force and (existing := _load(target)) is not None:
             return existing

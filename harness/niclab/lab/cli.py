@@ -72,14 +72,14 @@ def cmd_restore(args) -> int:
 
 
 def cmd_leases(args) -> int:
-    from niclab.lab.lease import holder, lease_dir
+    from niclab.lab.lease import holder, lease_dir, locked
     from niclab.paths import state_dir
 
     state = Path(args.state) if args.state else state_dir()
     held = []
     for path in sorted(lease_dir(state).glob("*.json")):
         record = holder(state, path.stem)
-        if record is not None and record.alive():
+        if record is not None and (record.alive() or locked(state, path.stem)):
             held.append(path.stem)
             print(f"{path.stem}: {record.describe()}")
     if not held:

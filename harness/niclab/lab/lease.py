@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from niclab.errors import NiclabError
-from niclab.procs import process_start_time
+from niclab.procs import pid_namespace, process_start_time
 
 Progress = Callable[[str], None]
 _NOBODY = object()
@@ -35,12 +35,20 @@ class Holder:
     pid: int
     start: int | None  # the PID's start time (clock ticks since boot): tells a reused PID apart
     since: float
+    at: str | None = None  # procs.pid_namespace() of the holder: its PID means nothing in another one
+
+    def elsewhere(self) -> bool:
+        """Whether the holder ran in another container or on another host (its PID cannot be checked here)."""
+        return self.at is not None and self.at != pid_namespace()
 
     def alive(self) -> bool:
-        return self.start is not None and process_start_time(self.pid) == self.start
+        """Whether the holder's process runs, as far as this namespace can tell (never for one elsewhere:
+        there the lease's flock alone decides, see `locked`)."""
+        return not self.elsewhere() and self.start is not None and process_start_time(self.pid) == self.start
 
     def describe(self) -> str:
-        return f"run {self.run} (user {self.user}, pid {self.pid})"
+        where = ", in another container or on another host" if self.elsewhere() else ""
+        return f"run {self.run} (user {self.user}, pid {self.pid}{where})"
 
 
 def current_user() -> str:
@@ -63,6 +71,21 @@ def holder(state_dir: Path, pci: str) -> Holder | None:
         return Holder(**json.loads((lease_dir(state_dir) / f"{pci}.json").read_text()))
     except (OSError, ValueError, TypeError):
         return None
+
+
+def locked(state_dir: Path, pci: str) -> bool:
+    """Whether some process (here, in a container, anywhere sharing the state directory) holds the card's flock."""
+    try:
+        fd = os.open(lease_dir(state_dir) / f"{pci}.lock", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops our probe's shared lock
+    return False
 
 
 def _write_holder(path: Path, record: Holder) -> None:
@@ -106,7 +129,7 @@ def lease(
     `card` is the inventory id used in messages; `timeout` (seconds, None: forever) bounds the wait.
     """
     name = f"card {card} ({pci})" if card else f"card {pci}"
-    record = Holder(run, current_user(), os.getpid(), process_start_time(os.getpid()), time.time())
+    record = Holder(run, current_user(), os.getpid(), process_start_time(os.getpid()), time.time(), pid_namespace())
     deadline = None if timeout is None else time.monotonic() + timeout
     told: object = _NOBODY  # the holder last named in a progress message
     while True:

@@ -4,10 +4,10 @@ For each card on this machine: a lease (niclab.lab.lease) so no other run
 takes it; the doctor's card checks, so a card the host uses (an address, a
 route) is refused unless forced; then, as root, the card moves to vfio-pci
 through the journal (niclab.lab.vfio) and back to its driver afterwards.
-Without root, or where /sys is read-only (a container), libvirt's managed
-hostdev does the moving. Cards on remote
-hosts are moved by their libvirtd (managed='yes'); they are leased here,
-which keeps runs started from this machine apart.
+Without root, or where /sys takes no writes (an unprivileged container),
+libvirt's managed hostdev does the moving. Cards on remote hosts are moved
+by their libvirtd (managed='yes'); they are leased here, which keeps runs
+started from this machine apart.
 """
 
 from __future__ import annotations
@@ -75,6 +75,6 @@ def hold_cards(
             progress(f"binding {', '.join(local)} to vfio-pci (journal in {Journal(state).dir})")
             stack.enter_context(passed_through(sysfs, Journal(state), pcis, run))
         elif local:
-            why = "not root" if os.geteuid() != 0 else f"{sysfs.sys} is read-only (a container)"
+            why = "not root" if os.geteuid() != 0 else f"{sysfs.sys} takes no writes (read-only, as in a container)"
             progress(f"{why}: libvirt's managed hostdev binds the cards to vfio-pci and back")
         yield
