@@ -9,13 +9,18 @@ Cells are matched by id; two single-cell runs are matched whatever their ids.
 By default the headline metrics are judged (throughput, transaction rate,
 mean latency, loss); secondary ones such as retransmit counts are noisy
 enough to raise false alarms, and come with `every_metric`.
+
+A metric measured while the host starved the guests of CPU on either side
+(the summary's `contended`, niclab.contention) gets no verdict: "host
+contention, no verdict", with the reason. A busy host looks exactly like a
+slower driver.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from scipy import stats as scipy_stats
@@ -24,6 +29,7 @@ from niclab.bench import all_metrics
 from niclab.report.data import RunData, load_run
 
 METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
+CONTENDED = "host contention, no verdict"
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,8 @@ class Change:
     p_value: float | None
     base_n: int
     new_n: int
-    verdict: str  # better, worse, no significant change, untested
+    verdict: str  # better, worse, no significant change, untested, host contention, no verdict
+    contention: list[str] = field(default_factory=list)  # why there is no verdict: "base: …", "new: …"
 
 
 def _direction() -> dict[str, str | None]:
@@ -76,7 +83,10 @@ def compare(
                 continue
             change = 100.0 * (n["mean"] - b["mean"]) / abs(b["mean"]) if b["mean"] else None
             p_value = None
-            if len(b["samples"]) < 2 or len(n["samples"]) < 2:
+            contention = [f"{side}: {why}" for side, s in (("base", b), ("new", n)) for why in s.get("contention", [])]
+            if contention:
+                verdict = CONTENDED
+            elif len(b["samples"]) < 2 or len(n["samples"]) < 2:
                 verdict = "untested"
             else:
                 result = scipy_stats.ttest_ind(b["samples"], n["samples"], equal_var=False)
@@ -103,6 +113,7 @@ def compare(
                     len(b["samples"]),
                     len(n["samples"]),
                     verdict,
+                    contention,
                 )
             )
     return changes
@@ -124,12 +135,17 @@ def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, 
             f"{change:>9}  {p:<9} {c.verdict}"
         )
     worse = [c for c in changes if c.verdict == "worse"]
+    contended = sum(c.verdict == CONTENDED for c in changes)
     lines += [
         "",
         f"{len(worse)} worse, {sum(c.verdict == 'better' for c in changes)} better, "
         f"{sum(c.verdict == 'no significant change' for c in changes)} no significant change, "
-        f"{sum(c.verdict == 'untested' for c in changes)} untested (fewer than two samples)",
+        f"{sum(c.verdict == 'untested' for c in changes)} untested (fewer than two samples)"
+        + (f", {contended} without a verdict (host contention)" if contended else ""),
     ]
+    for c in changes:
+        if c.contention:
+            lines.append(f"{c.cell} {c.name}: no verdict: {'; '.join(c.contention)}")
     return "\n".join(lines)
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from niclab import expect, stats
 from niclab.backends.base import Backend, NodeGone
+from niclab.contention import contention_of
 from niclab.errors import NiclabError, describe_exception
 from niclab.results import RunDir, RunInfo, utc_now
 from niclab.scenario import BenchmarkSpec, Cell
@@ -253,6 +254,8 @@ class Runner:
             runs.append((run_id, run))
             shown = ", ".join(f"{m.metric} {m.value:g} {m.unit}" for m in run.measurements if m.headline)
             self.progress(f"{label}{of}: {shown}" + "".join(f" [{m.warning}]" for m in run.measurements if m.warning))
+            if run.host_load is not None and run.host_load.contended:
+                self.progress(f"{label}{of}: host contention: {'; '.join(run.host_load.reasons)}")
         if runs:
             self._summarize(session, index, spec, label, runs, base, outcome)
 
@@ -276,6 +279,7 @@ class Runner:
                 "nics": {node: session.nic_summary(node, ends.link) for node in (ends.client.name, ends.server.name)},
                 "accel": session.facts["rig"].get("accel"),
                 "counters": run.counters,
+                **({"host_load": run.host_load.to_dict()} if run.host_load is not None else {}),
             }
         )
         for m in run.measurements:
@@ -305,6 +309,8 @@ class Runner:
             for m in run.measurements:
                 by_metric.setdefault(m.name, []).append(m)
         ends = runs[0][1].ends
+        loads = [run.host_load for _, run in runs if run.host_load is not None]
+        contention = contention_of(loads)
         for name, found in by_metric.items():
             summary = stats.summarize([m.value for m in found], settings.confidence)
             reasons = stats.instability(summary, limits, [m.warning for m in found if m.warning])
@@ -325,6 +331,8 @@ class Runner:
                 **summary.to_dict(),
                 "unstable": bool(reasons),
                 "reasons": reasons,
+                # the guests did not get their CPU in some run: the figure says more about the host than the NIC
+                **({"contended": bool(contention), "contention": contention} if loads else {}),
             }
             self.run_dir.append(record)
             outcome.summaries.append(record)

@@ -18,9 +18,10 @@ from functools import partial
 from pathlib import Path
 
 from niclab import bench as benchmarks
-from niclab import facts, netconf
+from niclab import contention, facts, netconf
 from niclab.backends.base import Backend, Node, NodeGone, Rig
 from niclab.bench.base import BenchContext, Endpoints, Measurement
+from niclab.contention import HostLoad
 from niclab.errors import NiclabError, UsageError
 from niclab.scenario import BenchmarkSpec, Cell
 from niclab.scenario.errors import Problems
@@ -41,6 +42,7 @@ class BenchRun:
     measurements: list[Measurement]
     counters: dict[str, dict]  # node -> port -> counter deltas (packets, bytes, drops, interrupts per CPU)
     seconds: float
+    host_load: HostLoad | None = None  # whether the guests got their CPU meanwhile (None: not on this host)
 
 
 def describe_gone(gone: dict[str, str]) -> str:
@@ -169,11 +171,12 @@ class Session:
         before = netconf.parallel({n: partial(read, n) for n in ports})
         started = time.monotonic()
         ctx = BenchContext(ends=ends, save_raw=self._save_raw, progress=self.progress)
-        found = spec.plugin.run(ctx, spec.options)
+        with contention.watch(self.rig.host_pids() if self.rig is not None else {}) as host:
+            found = spec.plugin.run(ctx, spec.options)
         seconds = time.monotonic() - started
         after = netconf.parallel({n: partial(read, n) for n in ports})
         counters = {n: facts.counter_deltas(before[n], after[n]) for n in ports}
-        return BenchRun(ends, found, counters, round(seconds, 2))
+        return BenchRun(ends, found, counters, round(seconds, 2), host.load)
 
     def facts_now(self) -> dict:
         """The nodes' facts as they are now (for the end of a cell: counters, drivers)."""

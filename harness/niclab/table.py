@@ -26,6 +26,12 @@ def metric_label(summary: dict) -> str:
     return f"{test}.{summary['metric']}" if test and test not in summary["benchmark"] else summary["metric"]
 
 
+def _flags(summary: dict) -> str:
+    return " ".join(
+        flag for flag, on in (("unstable", summary["unstable"]), ("contended", summary.get("contended"))) if on
+    )
+
+
 def cell_table(scenario: str, outcome: CellOutcome, accel: str) -> str:
     rows = [s for s in outcome.summaries if s["headline"]]
     repeats = sorted({s["n"] for s in rows})
@@ -33,7 +39,7 @@ def cell_table(scenario: str, outcome: CellOutcome, accel: str) -> str:
     if repeats and repeats != [1]:
         level = rows[0]["ci_level"]
         header += f" · {'/'.join(map(str, repeats))} runs, mean ± {level:g} % interval"
-    cells = [(s["benchmark"], metric_label(s), value_with_unit(s), "unstable" if s["unstable"] else "") for s in rows]
+    cells = [(s["benchmark"], metric_label(s), value_with_unit(s), _flags(s)) for s in rows]
     width_a = max([len("benchmark"), *(len(c[0]) for c in cells)]) + 2
     width_b = max([len("metric"), *(len(c[1]) for c in cells)]) + 2
     width_c = max([len("value"), *(len(c[2]) for c in cells)]) + 2
@@ -43,6 +49,9 @@ def cell_table(scenario: str, outcome: CellOutcome, accel: str) -> str:
     for s in outcome.summaries:
         if s["unstable"] and s["headline"]:
             lines.append(f"unstable {s['benchmark']} {s['metric']}: {'; '.join(s['reasons'])}")
+    contended = {s["benchmark"]: s["contention"] for s in rows if s.get("contended")}
+    for benchmark, reasons in contended.items():
+        lines.append(f"host contention during {benchmark}: {'; '.join(reasons)}")
     for error in outcome.errors:
         lines.append("FAILED: " + error.replace("\n", "\n        "))
     if outcome.verdicts:

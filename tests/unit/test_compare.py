@@ -62,3 +62,19 @@ def test_one_sample_cannot_be_tested():
 def test_cells_match_by_id_or_as_the_only_cells():
     base, new = run_with({"ping.rtt_avg_ms": [1, 1.1, 0.9]}, "x=1"), run_with({"ping.rtt_avg_ms": [1, 1.1, 0.9]}, "x=2")
     assert [c.cell for c in compare(base, new)] == ["x=1 → x=2"]
+
+
+def test_a_contended_side_gets_no_verdict_and_says_why():
+    quiet = run_with({"netperf.TCP_STREAM.throughput_mbps": [460, 465, 470]})
+    busy = run_with({"netperf.TCP_STREAM.throughput_mbps": [260, 270, 280]})
+    why = "other processes used 92 % of a core while the host's 2 CPUs were 96 % busy"
+    busy.cells[0].summaries[0].update(contended=True, contention=[why])
+    (change,) = compare(quiet, busy)
+    assert change.verdict == "host contention, no verdict" and change.contention == [f"new: {why}"]
+    (change,) = compare(busy, quiet)
+    assert change.verdict == "host contention, no verdict" and change.contention == [f"base: {why}"]
+    quiet.cells[0].summaries[0].update(contended=False, contention=[])  # measured and quiet: judged as before
+    assert verdicts({"netperf.TCP_STREAM.throughput_mbps": [460, 465, 470]},
+                    {"netperf.TCP_STREAM.throughput_mbps": [260, 270, 280]}) == {
+        "netperf.TCP_STREAM.throughput_mbps": "worse"
+    }  # fmt: skip

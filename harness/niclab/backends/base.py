@@ -37,6 +37,10 @@ def _all_alive() -> dict[str, str]:
     return {}
 
 
+def _no_host_pids() -> dict[str, int]:
+    return {}
+
+
 @dataclass(frozen=True)
 class CommandResult:
     node: str
@@ -95,6 +99,8 @@ class Rig:
     facts: dict = field(default_factory=dict)
     drivers: dict[tuple[str, int, int], str] = field(default_factory=dict)  # Port.key -> the driver it binds
     gone: Callable[[], dict[str, str]] = _all_alive  # node -> why it is gone, for the nodes that died
+    # node -> the PID of the host process that runs it (QEMU), for nodes on this host: niclab.contention
+    host_pids: Callable[[], dict[str, int]] = _no_host_pids
 
     def node(self, name: str) -> Node:
         return self.nodes[name]

@@ -334,6 +334,7 @@ class QemuBackend:
                 "agent_ready_s": ready,
             },
             gone=lambda: {name: why for name, child in children.items() if (why := child.exit_reason())},
+            host_pids=lambda: {name: child.pid for name, child in children.items()},
         )
 
     def _connect_agents(

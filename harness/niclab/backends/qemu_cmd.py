@@ -66,7 +66,7 @@ def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
     argv = [
         binary,
         "-name",
-        f"{node.name},process=niclab-{node.name}",
+        f"{node.name},process=niclab-{node.name},debug-threads=on",  # vCPU threads named "CPU n/TCG": contention
         "-machine",
         f"pc,accel={plan.accel}",
         "-cpu",

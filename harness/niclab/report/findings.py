@@ -7,7 +7,9 @@
 - a UDP receiver far below its sender: the card or driver drops at the
   receiving end (a study saw 355 Mbit/s sent and 62 received);
 - a bond whose ports' interrupts all land on one CPU, though the guest has
-  more, so the bond cannot spread its work.
+  more, so the bond cannot spread its work;
+- host contention: a benchmark during which other processes took the CPU
+  the guests needed (niclab.contention), so its figure describes the host.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ IRQ_ONE_CPU_SHARE = 0.9  # a CPU took more than 90 % of a bond's interrupts
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # dip, unstable, udp-receiver, irq-one-cpu
+    kind: str  # dip, unstable, udp-receiver, irq-one-cpu, host-contention
     where: str  # scenario · cell
     text: str
 
@@ -54,6 +56,9 @@ def find(run: RunData) -> list[Finding]:
                         f"{100 * (1 - value / floor):.0f} % below its neighbours",
                     )
                 )
+        contended = {s["benchmark"]: s["contention"] for s in cell.summaries if s.get("contended")}
+        for benchmark, reasons in contended.items():
+            found.append(Finding("host-contention", where, f"{benchmark}: host contention: {'; '.join(reasons)}"))
         for s in cell.summaries:
             if s["unstable"] and s.get("headline"):
                 found.append(
