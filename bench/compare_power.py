@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Does `niclab compare` tell a busy host from a slower NIC? Verdicts counted over repeated trials.
+
+Each trial runs the two-node e1000 pair (TCP_STREAM, 3 repeats) four times:
+a quiet base, the same configuration beside one busy host process
+(`yes > /dev/null`, started and ended here by PID), and both again with the
+link capped by netem at 90 % of the quiet throughput (a real 10 % change).
+Each of the three comparisons against the base is then judged twice from
+the same runs: as `niclab compare` does now, and as it did before contention
+detection (the summaries' contention stripped), so the before/after ratio
+comes from one set of runs on one host.
+
+Goals (issue 14): the busy host is never called "worse" (>= 19 of 20); the
+capped link is called "worse" (>= 19 of 20), quiet or loaded.
+
+    .venv/bin/python bench/compare_power.py [--trials 20] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+from niclab.compare import compare
+from niclab.report.data import load_run
+
+SCENARIO = """\
+name: power
+description: two-node e1000, TCP_STREAM only (bench/compare_power.py)
+nodes: [a, b]
+links:
+  - between: [a, b]
+    nic: e1000
+{netem}repeat: 3
+benchmarks:
+  - netperf: {{test: TCP_STREAM, seconds: 5}}
+"""
+METRIC = "netperf.TCP_STREAM.throughput_mbps"
+
+
+@contextmanager
+def busy_process():
+    """One process spinning on a CPU, as a CI runner's neighbour would."""
+    with open("/dev/null", "w") as sink:
+        proc = subprocess.Popen(["yes"], stdout=sink)
+    try:
+        time.sleep(1)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def run(work: Path, name: str, cap_mbit: float | None) -> Path:
+    netem = f"    netem: {{rate: {cap_mbit:.0f}mbit}}\n" if cap_mbit else ""
+    scenario = work / f"{name}.yaml"
+    scenario.write_text(SCENARIO.format(netem=netem))
+    out = work / name
+    result = subprocess.run(
+        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"], capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        sys.exit(f"niclab run {name} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+def verdict(base: Path, new: Path, before_detection: bool) -> str:
+    base_run, new_run = load_run(base), load_run(new)
+    if before_detection:
+        for cell in base_run.cells + new_run.cells:
+            for summary in cell.summaries:
+                summary.pop("contended", None)
+                summary.pop("contention", None)
+    (change,) = [c for c in compare(base_run, new_run) if c.name == METRIC]
+    return change.verdict
+
+
+def mean(run_dir: Path) -> float:
+    (cell,) = load_run(run_dir).cells
+    return next(s["mean"] for s in cell.summaries if s["name"] == METRIC)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    args = parser.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="niclab-power-"))
+    work.mkdir(parents=True, exist_ok=True)
+    tallies: dict[tuple[str, str], Counter] = {}
+    started = time.monotonic()
+    for trial in range(1, args.trials + 1):
+        here = work / f"trial-{trial:02d}"
+        here.mkdir()
+        base = run(here, "quiet-open", None)
+        cap = 0.9 * mean(base)
+        with busy_process():
+            loaded_open = run(here, "loaded-open", None)
+        quiet_capped = run(here, "quiet-capped", cap)
+        with busy_process():
+            loaded_capped = run(here, "loaded-capped", cap)
+        row = []
+        for label, new in (
+            ("busy host", loaded_open),
+            ("10 % cap, quiet", quiet_capped),
+            ("10 % cap, loaded", loaded_capped),
+        ):
+            for when in ("before", "after"):
+                found = verdict(base, new, before_detection=when == "before")
+                tallies.setdefault((label, when), Counter())[found] += 1
+                if when == "after":
+                    row.append(f"{label}: {mean(new):.0f} Mbit/s, {found}")
+        print(f"trial {trial}: base {mean(base):.0f} Mbit/s; " + "; ".join(row), flush=True)
+    print(
+        f"\n{args.trials} trials in {(time.monotonic() - started) / 60:.0f} min; verdicts (before → after detection):"
+    )
+    goals = {"busy host": ("not worse", lambda c: sum(v for k, v in c.items() if k != "worse")),
+             "10 % cap, quiet": ("worse", lambda c: c["worse"]),
+             "10 % cap, loaded": ("worse", lambda c: c["worse"])}  # fmt: skip
+    for label, (wanted, count) in goals.items():
+        before, after = tallies[(label, "before")], tallies[(label, "after")]
+        print(
+            f"  {label:<18} {wanted:>9}: {count(before)}/{args.trials} → {count(after)}/{args.trials}   "
+            f"(after: {dict(after)})"
+        )
+    if not args.keep:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
