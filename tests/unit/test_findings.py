@@ -1,4 +1,7 @@
-from niclab.report.findings import dips
+from pathlib import Path
+
+from niclab.report.data import CellData, RunData
+from niclab.report.findings import dips, find
 
 SMOOTH = [[2**i, min(600.0, 2.0 * 1.9**i), 50.0 + i] for i in range(1, 22)]
 
@@ -28,3 +31,24 @@ def test_depth_decides():
     curve = [[1, 100.0, 1], [2, 88.0, 1], [4, 100.0, 1]]
     assert dips(curve) == []  # 12 % below: noise
     assert dips(curve, depth=0.10) == [(2, 88.0, 100.0)]
+
+
+def test_host_contention_is_a_finding_once_per_benchmark():
+    def summary(name: str, contended: bool) -> dict:
+        reasons = ["3 of 3 runs; the worst: other processes used 95 % of a core"] if contended else []
+        return {"benchmark": name.split(".")[0] + " " + name.split(".")[1], "name": name, "metric": "m",
+                "unstable": False, "headline": True, "contended": contended, "contention": reasons}  # fmt: skip
+
+    cell = CellData(
+        "nic=e1000",
+        {},
+        summaries=[
+            summary("netperf.TCP_RR.transaction_rate", True),
+            summary("netperf.TCP_RR.latency_mean_us", True),
+            summary("netperf.TCP_STREAM.throughput_mbps", False),
+        ],
+    )
+    found = [f for f in find(RunData(Path("run"), {"scenario": "two-node"}, [cell])) if f.kind == "host-contention"]
+    assert [f.text for f in found] == [
+        "netperf TCP_RR: host contention: 3 of 3 runs; the worst: other processes used 95 % of a core"
+    ]
