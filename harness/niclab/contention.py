@@ -63,6 +63,7 @@ class Snapshot:
     cpu_ticks: tuple[int, ...]  # /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal ...
     pressure_us: int | None  # /proc/pressure/cpu "some total", None without PSI
     threads: dict[str, dict[int, ThreadTimes]]  # node -> tid -> times (nodes whose process is gone: absent)
+    process_ticks: dict[str, int]  # node -> its process's user + system time (/proc/PID/stat), in clock ticks
 
 
 @dataclass(frozen=True)
@@ -125,12 +126,22 @@ def thread_times(pid: int, proc: Path = PROC) -> dict[int, ThreadTimes]:
     return found
 
 
+def process_ticks(pid: int, proc: Path = PROC) -> int | None:
+    """The process's user + system time in clock ticks, all its threads (None if it is gone)."""
+    text = _read(proc / str(pid) / "stat")
+    if text is None:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime
+
+
 def snapshot(pids: Mapping[str, int], proc: Path = PROC) -> Snapshot:
     return Snapshot(
         time.monotonic(),
         cpu_ticks(proc),
         pressure_us(proc),
         {node: times for node, pid in pids.items() if (times := thread_times(pid, proc))},
+        {node: ticks for node, pid in pids.items() if (ticks := process_ticks(pid, proc)) is not None},
     )
 
 
@@ -149,12 +160,11 @@ def host_load(
     cpus = cpus or os.cpu_count() or 1
     wall = after.at - before.at
     wall_ns = wall * 1e9
-    wait, run, qemu_ns = {}, {}, 0.0
+    wait, run = {}, {}
     for node, now in after.threads.items():
         then = before.threads.get(node, {})
         deltas = {tid: (t, t.run_ns - then[tid].run_ns, t.wait_ns - then[tid].wait_ns) for tid, t in now.items()
                   if tid in then}  # fmt: skip
-        qemu_ns += sum(d_run for _, d_run, _ in deltas.values())
         vcpus = [(d_run, d_wait) for t, d_run, d_wait in deltas.values() if t.vcpu]
         wait[node] = _pct(max((d_wait for _, d_wait in vcpus), default=0), wall_ns)
         run[node] = _pct(sum(d_run for d_run, _ in vcpus), wall_ns)
@@ -163,7 +173,9 @@ def host_load(
     idle = sum(ticks[3:5]) if len(ticks) >= 5 else 0  # idle and iowait
     steal = ticks[7] if len(ticks) >= 8 else 0
     busy_core_pct = 100.0 * (sum(ticks[:8]) - idle - steal) / (wall * CLOCK_TICKS) if wall > 0 else 0.0
-    qemu_pct = _pct(qemu_ns, wall_ns)
+    # the guests' CPU from their processes' accounting, which every kernel keeps (schedstat may be missing)
+    qemu_ticks = sum(t - before.process_ticks[n] for n, t in after.process_ticks.items() if n in before.process_ticks)
+    qemu_pct = _pct(qemu_ticks, wall * CLOCK_TICKS)
     pressure = None
     if before.pressure_us is not None and after.pressure_us is not None:
         pressure = _pct(after.pressure_us - before.pressure_us, wall * 1e6)

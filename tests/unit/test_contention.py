@@ -33,6 +33,10 @@ class FakeProc:
                 "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
             )
         for pid, threads in self.threads.items():
+            ticks = sum(run_ns for _, run_ns, _ in threads.values()) * HZ // 1_000_000_000
+            fields = ["S"] + ["0"] * 10 + [str(ticks), "0"] + ["0"] * 30  # state, ..., utime, stime, ...
+            (self.root / str(pid)).mkdir(parents=True, exist_ok=True)
+            (self.root / str(pid) / "stat").write_text(f"{pid} (niclab-x) {' '.join(fields)}\n")
             for tid, (name, run_ns, wait_ns) in threads.items():
                 task = self.root / str(pid) / "task" / str(tid)
                 task.mkdir(parents=True, exist_ok=True)
@@ -123,3 +127,15 @@ def test_a_benchmarks_contention_is_one_line_with_its_worst_run(proc, monkeypatc
     assert contention.contention_of([quiet, quiet]) == []
     (line,) = contention.contention_of([busy, quiet, busier])
     assert line.startswith("2 of 3 runs; the worst: other processes used 99 % of a core")
+
+
+def test_without_schedstat_the_guests_cpu_still_comes_from_their_processes(proc, monkeypatch):
+    clock = iter([0.0, 8.0])
+    monkeypatch.setattr(contention.time, "monotonic", lambda: next(clock))
+    before = snapshot({"a": 100, "b": 200}, proc.root)
+    proc.advance(8.0, guests_core_pct=143, others_core_pct=0, wait_pct=20)
+    for stat in proc.root.glob("*/task/*/schedstat"):
+        stat.unlink()  # a kernel without schedstats
+    load = host_load(before, snapshot({"a": 100, "b": 200}, proc.root), cpus=2)
+    assert load.vcpu_wait_pct == {} and load.qemu_cpu_pct == pytest.approx(143, abs=1)
+    assert load.others_cpu_pct == pytest.approx(0, abs=1) and not load.contended
