@@ -33,8 +33,10 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+from niclab.procs import stat_fields
 
 PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -128,11 +130,8 @@ def thread_times(pid: int, proc: Path = PROC) -> dict[int, ThreadTimes]:
 
 def process_ticks(pid: int, proc: Path = PROC) -> int | None:
     """The process's user + system time in clock ticks, all its threads (None if it is gone)."""
-    text = _read(proc / str(pid) / "stat")
-    if text is None:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime
+    fields = stat_fields(pid, proc)
+    return None if fields is None else int(fields[11]) + int(fields[12])  # utime, stime
 
 
 def snapshot(pids: Mapping[str, int], proc: Path = PROC) -> Snapshot:
@@ -199,7 +198,7 @@ def host_load(
         )
     if load.steal_pct >= steal_limit_pct:
         reasons.append(f"the host's hypervisor stole {load.steal_pct:g} % of its CPU time")
-    return HostLoad(**{**asdict(load), "contended": bool(reasons), "reasons": reasons})
+    return replace(load, contended=bool(reasons), reasons=reasons)
 
 
 def contention_of(loads: Sequence[HostLoad]) -> list[str]:

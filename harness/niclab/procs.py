@@ -44,14 +44,19 @@ def _child_setup() -> None:  # runs in the child between fork and exec
     os.umask(0o077)  # its sockets (QMP, agent) and logs are the user's alone
 
 
-def process_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot, or None if it is gone."""
+def stat_fields(pid: int, proc: Path = Path("/proc")) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None if the process is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = (proc / str(pid) / "stat").read_text()
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] == "Z":  # a zombie is gone for our purposes
+    return stat.rsplit(")", 1)[1].split()
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if it is gone."""
+    fields = stat_fields(pid)
+    if fields is None or fields[0] == "Z":  # a zombie is gone for our purposes
         return None
     return int(fields[19])
 

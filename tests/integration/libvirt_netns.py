@@ -84,11 +84,12 @@ def why_not(programs: tuple[str, ...] = ("libvirtd", "virtlogd", "virsh", "vagra
     return None
 
 
-def _end(proc: subprocess.Popen) -> None:
+def end_daemon(proc: subprocess.Popen, seconds: float = 20) -> None:
+    """SIGTERM a daemon the test started, and SIGKILL it if it has not ended within `seconds`."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(20)
+            proc.wait(seconds)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -162,5 +163,5 @@ def isolated_libvirt(logs: Path, hide_kvm: bool) -> Iterator[IsolatedLibvirt]:
                         Path(path.group(1)).rmdir()
     finally:
         for proc in reversed(daemons):
-            _end(proc)
+            end_daemon(proc)
         subprocess.run(["ip", "netns", "delete", netns], check=False)

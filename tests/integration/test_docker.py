@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,8 +24,9 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from niclab.accel import choose_accel
+from niclab.results import read_records
 from tests.conftest import REPO
-from tests.integration.libvirt_netns import host_links, isolated_libvirt, names, virsh
+from tests.integration.libvirt_netns import end_daemon, host_links, isolated_libvirt, names, virsh
 from tests.integration.libvirt_netns import why_not as why_no_libvirt
 
 USER = 4242  # the owner of the stand-in clone, as a user's own clone would be
@@ -86,12 +86,7 @@ def engine(tmp_path_factory) -> Iterator[None]:
         assert host_links() == links, "dockerd added a network device to the host's namespace"
         yield
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        end_daemon(daemon, seconds=60)
     assert host_links() == links
 
 
@@ -145,7 +140,7 @@ def only_run_dir(runs: Path, scenario: str = "two-node") -> Path:
 
 
 def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    return read_records(run_dir / "results.jsonl")
 
 
 def metrics(recs: list[dict]) -> dict[str, float]:
@@ -280,7 +275,8 @@ def test_a_lab_run_from_the_container_drives_the_hosts_libvirtd(lab_image, repo,
         env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (cell,) = [r for r in records(only_run_dir(root_clone / "runs")) if r["type"] == "cell"]
+    recs = records(only_run_dir(root_clone / "runs"))
+    (cell,) = [r for r in recs if r["type"] == "cell"]
     assert cell["rig"]["backend"] == "libvirt" and set(cell["rig"]["libvirt"]) == {"a", "b"}
-    assert metrics(records(only_run_dir(root_clone / "runs")))["netperf.TCP_STREAM.throughput_mbps"] > 10
+    assert metrics(recs)["netperf.TCP_STREAM.throughput_mbps"] > 10
     assert not {d for d in names(virsh("list", "--all", "--name")) if d.startswith("niclab-")}
