@@ -42,7 +42,13 @@ How a command on node N finds its answer, first hit wins:
 Calls recorded several times with the same command (the NIC counters read
 before and after each benchmark, the facts read at the start and the end of a
 cell) are answered in the recorded order; past the last one, the last one
-repeats. Each realization (each cell) starts the replay over.
+repeats. Each realization (each boot: cells that share a rig share one)
+starts the replay over.
+
+The capture ran one cell, so it holds no reset (what a cell sharing a rig
+runs to undo the previous cell's network): the fake answers it, and the
+offload read-back before a plan changes offloads, with an empty success
+(`RESET_COMMANDS`), under any rule a test adds.
 
 A command nothing answers raises `ReplayMiss` and is kept in
 `FakeBackend.misses`, so a test can tell a replay gap from the failure it
@@ -102,6 +108,9 @@ ERRORS: dict[str, type[Exception]] = {
 }
 
 KILLED = "process qemu-{node} (pid 1) was killed by signal 9"
+
+#: What netconf runs between cells on a shared rig (reset_script), never captured: answered with success.
+RESET_COMMANDS = r"\A(?:tc qdisc del dev \S+ root |ip link del \S+ |set -e\nby_mac.*\necho '\[port )"
 
 
 def captured(data_dir: Path, tool: str, name: str) -> CommandResult:
@@ -321,7 +330,7 @@ class FakeBackend:
         self.replay = replay if isinstance(replay, Replay) else Replay.load(Path(replay))
         self.accel = accel
         self.facts = facts or {}  # added to (or replacing) the rig facts, e.g. {"accel_fallback": "..."}
-        self.rules: list[Rule] = []
+        self.rules: list[Rule] = [Rule(RESET_COMMANDS, result="")]
         self.deaths: list[Death] = []
         self.realize_failures: dict[int, BaseException] = {}
         self.realizations: list[Realization] = []

@@ -1,7 +1,8 @@
 """Estimate how long a scenario's cells take, without booting anything.
 
 A cell costs its boot, its network set-up and check, and its benchmarks
-(each benchmark estimates itself). Boot and set-up figures are what TCG
+(each benchmark estimates itself); cells that share a boot (niclab.rigs) pay
+for it once. Boot and set-up figures are what TCG
 takes on a 2-core host; KVM boots faster, which the estimate ignores.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from niclab.rigs import shared_boots
 from niclab.scenario import Cell
 
 BOOT_S = 8.0  # QEMU start to every agent answering, under TCG
@@ -28,14 +30,14 @@ class CellEstimate:
         return self.boot_s + self.network_s + self.benchmarks_s
 
 
-def estimate(cell: Cell) -> CellEstimate:
+def estimate(cell: Cell, boots: bool = True) -> CellEstimate:
     scenario = cell.scenario
     wires = sum(link.count if not link.bond else 1 for link in scenario.links)
     benchmarks = sum(
         (spec.plugin.estimate_seconds(spec.options) + 1) * (spec.options.repeat or scenario.repeat)
         for spec in scenario.benchmarks
     )
-    return CellEstimate(cell, BOOT_S, NETWORK_S + PER_SEGMENT_PING_S * wires, benchmarks)
+    return CellEstimate(cell, BOOT_S if boots else 0.0, NETWORK_S + PER_SEGMENT_PING_S * wires, benchmarks)
 
 
 def duration(seconds: float) -> str:
@@ -50,7 +52,8 @@ def duration(seconds: float) -> str:
 
 
 def plan_table(name: str, cells: list[Cell]) -> str:
-    estimates = [estimate(cell) for cell in cells]
+    booting = {group[0] for group in shared_boots([cell.scenario.topology() for cell in cells])}
+    estimates = [estimate(cell, n in booting) for n, cell in enumerate(cells)]
     width = max([len("cell"), *(len(e.cell.id) for e in estimates)]) + 2
     lines = [f"{'cell':<{width}}{'nodes':>5}  {'links':>5}  {'benchmarks':>10}  estimate"]
     for e in estimates:
@@ -61,6 +64,6 @@ def plan_table(name: str, cells: list[Cell]) -> str:
     total = sum(e.total_s for e in estimates)
     lines.append(
         f"scenario {name}: {len(cells)} cell{'s' if len(cells) != 1 else ''}, about {duration(total)} "
-        "(TCG on 2 cores; boot and network set-up included)"
+        f"(TCG on 2 cores; {len(booting)} boot{'s' if len(booting) != 1 else ''} and network set-ups included)"
     )
     return "\n".join(lines)

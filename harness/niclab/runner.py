@@ -12,6 +12,14 @@ Records go to the run directory as they are produced (results.jsonl):
 - `expectation`: each check of `expect:` with the value it saw;
 - `error`: a benchmark or cell that failed.
 
+Cells that need the same guests (equal topologies: they differ only in what
+netconf sets, such as MTU, netem, offloads or bond mode) share one boot
+(niclab.rigs): they run one after the other on the same rig, and each cell's
+record says which boot it ran on. When such cells repeat their benchmarks
+(`repeat: N`), the repeats go round-robin across them (A B A B …, not
+A A B B), so a host that gets busier or quieter during the run moves every
+cell alike rather than the last ones.
+
 A failed benchmark run is recorded and the next one runs; a cell that cannot
 boot, whose network is not what was asked, or that fails in any other way
 (a guest killed under it, a bug) is recorded and the next cell runs. Nothing
@@ -35,6 +43,7 @@ from niclab.backends.base import Backend, NodeGone
 from niclab.contention import contention_of
 from niclab.errors import NiclabError, describe_exception
 from niclab.results import RunDir, RunInfo, utc_now
+from niclab.rigs import RigKeeper, shared_boots
 from niclab.scenario import BenchmarkSpec, Cell
 from niclab.session import BenchRun, Session, describe_gone
 
@@ -66,6 +75,51 @@ class RunOutcome:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+@dataclass
+class CellWork:
+    """A cell under way: its session, its runs so far per benchmark, whether it failed."""
+
+    number: int  # its place among the run's cells, from 1
+    of: int
+    cell: Cell
+    session: Session
+    log: Path  # cells/<cell>/cell.log
+    repeats: list[int]  # each benchmark's number of runs
+    base: dict  # what every record of the cell carries: scenario, cell, params
+    runs: dict[int, list[tuple[str, BenchRun]]] = field(default_factory=dict)  # benchmark index -> its runs
+    outcome: CellOutcome = field(init=False)
+    recorded: bool = False  # its `cell` record is written
+    failed: bool = False
+    interleaved: bool = False  # its repeats alternate with other cells' on a shared rig
+
+    def __post_init__(self) -> None:
+        self.outcome = CellOutcome(self.cell)
+
+    @property
+    def rounds(self) -> int:
+        return max(self.repeats, default=1)
+
+
+def schedule(works: Sequence[CellWork]) -> list[tuple[CellWork, range]]:
+    """The steps of a run: (cell, its rounds to run now).
+
+    Cells sharing a boot run one after the other; when they repeat, round r of
+    each runs before round r + 1 of any (A1 B1 A2 B2 …). A cell alone on its
+    rig runs all its rounds in one step, benchmark by benchmark as ever.
+    """
+    steps: list[tuple[CellWork, range]] = []
+    for group in shared_boots([work.cell.scenario.topology() for work in works]):
+        members = [works[i] for i in group]
+        rounds = max(work.rounds for work in members)
+        if len(members) > 1 and rounds > 1:
+            for work in members:
+                work.interleaved = True
+            steps += [(work, range(r, r + 1)) for r in range(1, rounds + 1) for work in members if r <= work.rounds]
+        else:
+            steps += [(work, range(1, work.rounds + 1)) for work in members]
+    return steps
 
 
 class RunAborted(NiclabError):
@@ -108,19 +162,19 @@ class Runner:
     # -- the run ----------------------------------------------------------
 
     def run(self, cells: Sequence[Cell]) -> RunOutcome:
-        """Run the cells in order; run.json ends ok, failed or interrupted, whatever happens.
+        """Run the cells; run.json ends ok, failed or interrupted, whatever happens.
 
         KeyboardInterrupt (Ctrl-C, SIGTERM) is recorded and re-raised, so the
         caller can stop as it must (the CLI prints a line, pytest its summary).
         Anything else that ends the run early becomes a RunAborted with one line.
         """
-        outcomes: list[CellOutcome] = []
         self.info.status = "running"
+        works = [self._work(n, cell, len(cells)) for n, cell in enumerate(cells, start=1)]
         try:
             self._write_info()
-            for n, cell in enumerate(cells, start=1):
-                self._progress(f"cell {n}/{len(cells)}: {cell.id}")
-                outcomes.append(self.run_cell(cell))
+            with RigKeeper(self.backend, self.progress) as rigs:
+                for work, rounds in schedule(works):
+                    self._run_step(rigs, work, rounds)
         except KeyboardInterrupt:
             self._finish("interrupted", "interrupted; every guest was stopped")
             raise
@@ -129,6 +183,7 @@ class Runner:
             self.info.error = {"message": message, "traceback": traceback.format_exc()}
             self._finish("failed", f"the run stopped early: {message}")
             raise RunAborted(f"the run stopped early: {message}; see {self.run_dir.path / 'run.json'}") from None
+        outcomes = [work.outcome for work in works]
         failed = [o for o in outcomes if not o.ok]
         self._finish(
             "failed" if failed else "ok",
@@ -161,12 +216,14 @@ class Runner:
     # -- one cell ---------------------------------------------------------
 
     def run_cell(self, cell: Cell) -> CellOutcome:
-        outcome = CellOutcome(cell)
-        base = {"scenario": self.scenario_name, "cell": cell.id, "params": cell.params}
-        cell_started = time.monotonic()
+        """Run one cell on a rig of its own (booted for it, stopped after)."""
+        work = self._work(1, cell, 1)
+        with RigKeeper(self.backend, self.progress) as rigs:
+            self._run_step(rigs, work, range(1, work.rounds + 1))
+        return work.outcome
+
+    def _work(self, number: int, cell: Cell, of: int) -> CellWork:
         cell_dir = self.run_dir.cell_dir(cell.id)
-        cell_dir.mkdir(parents=True, exist_ok=True)
-        self._cell_log = cell_dir / "cell.log"
         session = Session(
             cell,
             self.backend,
@@ -174,40 +231,61 @@ class Runner:
             self.progress,
             save_raw=lambda name, text: self.run_dir.save_raw(cell.id, name, text),
         )
-        try:
-            self._run_session(session, cell, base, cell_started, outcome)
-        finally:
-            self._cell_log = None
-        return outcome
+        repeats = [self.repeat or spec.options.repeat or cell.scenario.repeat for spec in cell.scenario.benchmarks]
+        base = {"scenario": self.scenario_name, "cell": cell.id, "params": cell.params}
+        return CellWork(number, of, cell, session, cell_dir / "cell.log", repeats, base)
 
-    def _run_session(self, session: Session, cell: Cell, base: dict, cell_started: float, outcome: CellOutcome) -> None:
+    def _run_step(self, rigs: RigKeeper, work: CellWork, rounds: range) -> None:
+        """Run rounds of one cell's benchmarks on its rig; the cell's last round also ends it."""
+        if work.failed:
+            return
+        work.log.parent.mkdir(parents=True, exist_ok=True)
+        self._cell_log = work.log
+        cell, session = work.cell, work.session
+        shown = f" (round {rounds.start}/{work.rounds})" if work.interleaved else ""
+        self._progress(f"cell {work.number}/{work.of}: {cell.id}{shown}")
         try:
-            with session:
-                outcome.facts = session.facts
-                if fallback := session.facts["rig"].get("accel_fallback"):
-                    self.warn(fallback)
-                self.run_dir.append(
-                    {
-                        "type": "cell",
-                        **base,
-                        "time": utc_now(),
-                        "timings": {
-                            **session.timings,
-                            "agents_ready_since_start_s": round(
-                                cell_started - self.started + session.timings["boot_s"], 2
-                            ),
-                        },
-                        **session.facts,
-                    }
-                )
-                for index, spec in enumerate(cell.scenario.benchmarks):
-                    self._run_benchmark(session, index, spec, base, outcome)
-                self.run_dir.append({"type": "cell_end", **base, "time": utc_now(), "nodes": session.facts_now()})
+            session.prepare(rigs)
+            if not work.recorded:
+                self._record_cell(work)
+            for index, spec in enumerate(cell.scenario.benchmarks):
+                for n in rounds:
+                    if n <= work.repeats[index]:
+                        self._run_benchmark(session, index, n, spec, work)
+                if work.repeats[index] in rounds and (runs := work.runs.get(index)):  # its last run is done
+                    self._summarize(session, index, spec, spec.describe(), runs, work.base, work.outcome)
+            if rounds.stop > work.rounds:
+                self.run_dir.append({"type": "cell_end", **work.base, "time": utc_now(), "nodes": session.facts_now()})
+                self._judge(cell, work.base, work.outcome)
         except Exception as exc:  # the cell boundary: record it, go on with the next cell
+            session.abandon(rigs)
             if session.gone and not isinstance(exc, NodeGone):  # a guest died under it: that is the cause
                 exc = NodeGone(f"{describe_gone(session.gone)} ({describe_exception(exc)})")
-            self._cell_failed(exc, base, outcome, "cell")
-        self._judge(cell, base, outcome)
+            self._cell_failed(exc, work.base, work.outcome, "cell")
+            work.failed = True
+            self._judge(cell, work.base, work.outcome)
+        finally:
+            self._cell_log = None
+
+    def _record_cell(self, work: CellWork) -> None:
+        session = work.session
+        work.outcome.facts = session.facts
+        work.recorded = True
+        if fallback := session.facts["rig"].get("accel_fallback"):
+            self.warn(fallback)
+        ready = session.booted.ready_at - self.started if session.booted is not None else None
+        self.run_dir.append(
+            {
+                "type": "cell",
+                **work.base,
+                "time": utc_now(),
+                "timings": {
+                    **session.timings,
+                    **({"agents_ready_since_start_s": round(ready, 2)} if ready is not None else {}),
+                },
+                **session.facts,
+            }
+        )
 
     def _cell_failed(
         self, exc: Exception, base: dict, outcome: CellOutcome, stage: str, shown: str | None = None, **where
@@ -233,31 +311,25 @@ class Runner:
         self.run_dir.append(record)
         return message
 
-    def _run_benchmark(
-        self, session: Session, index: int, spec: BenchmarkSpec, base: dict, outcome: CellOutcome
-    ) -> None:
-        label = spec.describe()
-        repeats = self.repeat or spec.options.repeat or session.scenario.repeat
-        runs: list[tuple[str, BenchRun]] = []
-        for n in range(1, repeats + 1):
-            run_id = f"{index}.{n}"
-            of = f" run {n}/{repeats}" if repeats > 1 else ""
-            self.progress(f"running {label}{of} (about {spec.plugin.estimate_seconds(spec.options):.0f} s)")
-            started_at = utc_now()
-            try:
-                run = session.run(spec)
-            except NiclabError as exc:
-                self._cell_failed(exc, base, outcome, "benchmark", shown=f"{label}{of}", run=run_id, benchmark=label)
-                session.check_nodes()  # a node that died under the benchmark ends the cell, saying which and why
-                continue
-            self._record_run(session, spec, label, run_id, n, repeats, started_at, run, base)
-            runs.append((run_id, run))
-            shown = ", ".join(f"{m.metric} {m.value:g} {m.unit}" for m in run.measurements if m.headline)
-            self.progress(f"{label}{of}: {shown}" + "".join(f" [{m.warning}]" for m in run.measurements if m.warning))
-            if run.host_load is not None and run.host_load.contended:
-                self.progress(f"{label}{of}: host contention: {'; '.join(run.host_load.reasons)}")
-        if runs:
-            self._summarize(session, index, spec, label, runs, base, outcome)
+    def _run_benchmark(self, session: Session, index: int, n: int, spec: BenchmarkSpec, work: CellWork) -> None:
+        """Run 1 of a benchmark's repeats, record it; a failed run is recorded and the cell goes on."""
+        label, repeats, base = spec.describe(), work.repeats[index], work.base
+        run_id = f"{index}.{n}"
+        of = f" run {n}/{repeats}" if repeats > 1 else ""
+        self.progress(f"running {label}{of} (about {spec.plugin.estimate_seconds(spec.options):.0f} s)")
+        started_at = utc_now()
+        try:
+            run = session.run(spec)
+        except NiclabError as exc:
+            self._cell_failed(exc, base, work.outcome, "benchmark", shown=f"{label}{of}", run=run_id, benchmark=label)
+            session.check_nodes()  # a node that died under the benchmark ends the cell, saying which and why
+            return
+        self._record_run(session, spec, label, run_id, n, repeats, started_at, run, base)
+        work.runs.setdefault(index, []).append((run_id, run))
+        shown = ", ".join(f"{m.metric} {m.value:g} {m.unit}" for m in run.measurements if m.headline)
+        self.progress(f"{label}{of}: {shown}" + "".join(f" [{m.warning}]" for m in run.measurements if m.warning))
+        if run.host_load is not None and run.host_load.contended:
+            self.progress(f"{label}{of}: host contention: {'; '.join(run.host_load.reasons)}")
 
     def _record_run(self, session, spec, label, run_id, n, repeats, started_at, run: BenchRun, base) -> None:
         ends = run.ends

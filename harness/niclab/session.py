@@ -23,6 +23,7 @@ from niclab.backends.base import Backend, Node, NodeGone, Rig
 from niclab.bench.base import BenchContext, Endpoints, Measurement
 from niclab.contention import HostLoad
 from niclab.errors import NiclabError, UsageError
+from niclab.rigs import Booted, RigKeeper
 from niclab.scenario import BenchmarkSpec, Cell
 from niclab.scenario.errors import Problems
 from niclab.scenario.model import benchmark_problems, benchmark_spec
@@ -66,24 +67,20 @@ class Session:
         self._save_raw = save_raw or self._save_in_workdir
         self.net = netconf.plan(self.scenario)
         self.rig: Rig | None = None
+        self.booted: Booted | None = None
+        self._boot_place = 0  # how many cells used the boot before this one
         self.facts: dict = {}
         self.timings: dict = {}
         self.gone: dict[str, str] = {}  # nodes found dead when the session ended on an error: node -> why
         self._stack = ExitStack()
 
     def __enter__(self) -> Session:
-        started = time.monotonic()
+        """Boot this cell's own rig and configure it; on exit stop it."""
+        rigs = self._stack.enter_context(RigKeeper(self.backend, self.progress))
         try:
-            self.rig = self._stack.enter_context(
-                self.backend.realize(self.scenario.topology(), self.workdir, self.progress)
-            )
-            self.timings["boot_s"] = round(time.monotonic() - started, 2)
-            network = netconf.configure(self.rig, self.net, self.progress)
-            nodes = self.facts_now()
-            self.timings["network_s"] = round(time.monotonic() - started - self.timings["boot_s"], 2)
-            self.facts = {"host": facts.host_facts(), "rig": self.rig.facts, "network": network, "nodes": nodes}
+            self.prepare(rigs)
         except BaseException:
-            self._note_the_dead()
+            self.abandon(rigs)
             self._stack.close()
             raise
         return self
@@ -93,6 +90,53 @@ class Session:
             self._note_the_dead()
         self._stack.close()
         self.rig = None
+
+    def prepare(self, rigs: RigKeeper) -> None:
+        """Make the rig this cell runs on ready: booted (or kept from an earlier cell), its network this cell's.
+
+        The first call fills `facts` and `timings`; a later one (the cell's next
+        round on a shared rig) configures and checks the network again if
+        another cell changed it meanwhile.
+        """
+        started = time.monotonic()
+        booted = rigs.get(self.scenario.topology(), self.workdir)
+        if self.booted is not booted:  # this cell's first time on this boot
+            self._boot_place = len(booted.cells)
+            booted.cells.append(self.cell.id)
+        self.rig, self.booted = booted.rig, booted
+        if booted.net is self.net:
+            return
+        boot_s = time.monotonic() - started
+        if booted.net is not None:  # another cell's network: undo it first
+            previous, booted.net = booted.net, None
+            netconf.reset(booted.rig, previous, booted.baseline)
+        if any(i.offloads for i in self.net.ifaces):
+            for node, ports in netconf.offload_baseline(booted.rig, self.net).items():
+                for port, features in ports.items():
+                    booted.baseline.setdefault(node, {}).setdefault(port, features)
+        network = netconf.configure(booted.rig, self.net, self.progress)
+        booted.net = self.net
+        if self.facts:
+            return
+        nodes = self.facts_now()
+        self.timings = {
+            "boot_s": 0.0 if self._boot_place else booted.boot_s,
+            "network_s": round(time.monotonic() - started - boot_s, 2),
+        }
+        self.facts = {
+            "host": facts.host_facts(),
+            "rig": booted.rig.facts,
+            "boot": {"number": booted.number, "reused": self._boot_place > 0, "first_cell": booted.cells[0]},
+            "network": network,
+            "nodes": nodes,
+        }
+
+    def abandon(self, rigs: RigKeeper) -> None:
+        """After a failure: note which guests had died (the cause), then stop the rig; the next cell boots anew."""
+        self._note_the_dead()
+        if self.booted is not None and rigs.current is self.booted:
+            rigs.drop()
+        self.rig = self.booted = None
 
     def _note_the_dead(self) -> None:
         """Before the guests are stopped: which ones had already died, and why (the cause of an error)."""

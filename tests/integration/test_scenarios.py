@@ -77,12 +77,28 @@ def test_wan_delay_jitter_loss(image, repo, tmp_path):
     assert 45 < rtt < 65  # 2 x 25 ms plus a little
 
 
-def test_mtu_sweep_jumbo_frames(image, repo, tmp_path):
-    cell, found = run_scenario(repo, tmp_path, "mtu-sweep.yaml", ["nic=e1000,mtu=9000"])
+def test_mtu_sweep_jumbo_frames_on_one_boot_with_interleaved_repeats(image, repo, tmp_path):
+    """Two MTUs of one card: one boot, repeats alternating between the cells, each MTU read back."""
+    proc = niclab(
+        "run", str(repo / "scenarios" / "mtu-sweep.yaml"), "--cell", "nic=e1000,mtu=9000", "--cell",
+        "nic=e1000,mtu=1500", "--repeat", "2", "--out", str(tmp_path), "-q",
+    )  # fmt: skip
+    _out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err
+    records = read_records(next(tmp_path.iterdir()) / "results.jsonl")
+    cells = {r["cell"]: r for r in records if r["type"] == "cell"}
+    jumbo, plain = cells["nic=e1000,mtu=9000"], cells["nic=e1000,mtu=1500"]
+    assert (jumbo["boot"]["number"], jumbo["boot"]["reused"]) == (1, False)
+    assert (plain["boot"]["number"], plain["boot"]["reused"]) == (1, True)
     for node in ("a", "b"):
-        assert cell["nodes"][node]["interfaces"]["link0"]["mtu"] == 9000
-    assert values(found, "netperf.TCP_STREAM.throughput_mbps")[0] > 10
-    assert found[0]["nics"]["a"]["mtu"] == 9000
+        assert jumbo["nodes"][node]["interfaces"]["link0"]["mtu"] == 9000
+        assert plain["nodes"][node]["interfaces"]["link0"]["mtu"] == 1500
+    runs = [(r["cell"].split("=")[-1], r["repeat"], r["nics"]["a"]["mtu"]) for r in records if r["type"] == "run"]
+    assert runs == [("9000", 1, 9000), ("1500", 1, 1500), ("9000", 2, 9000), ("1500", 2, 1500)]
+    ends = {r["cell"]: r for r in records if r["type"] == "cell_end"}
+    assert ends["nic=e1000,mtu=9000"]["nodes"]["a"]["interfaces"]["link0"]["mtu"] == 9000  # read at its own end
+    assert all(m["value"] > 10 for m in records if m["type"] == "measurement")
+    assert wait_no_qemu(tmp_path, seconds=2) == []
 
 
 def test_nic_shootout_card_with_udp(image, repo, tmp_path):

@@ -157,3 +157,25 @@ def test_the_script_can_run_again_a_stale_bond_goes_before_ports_are_found_by_ma
     script = netconf.node_script(ifaces, macs)
     assert script.index("ip link del bond2") < script.index("dev=$(by_mac")
     assert script.index("ip link del bond2") < script.index("ip link add bond2 type bond")
+
+
+def test_the_reset_undoes_bonds_netem_addresses_and_changed_offloads_back_to_the_drivers():
+    net = plan()
+    baseline = {"link0": {"tcp-segmentation-offload": True, "generic-receive-offload": False}}
+    script = netconf.reset_script(net.on("a"), baseline)
+    assert script.splitlines() == [
+        "tc qdisc del dev link0 root >/dev/null 2>&1 || true",
+        "ip addr flush dev link0",
+        "ethtool -K link0 tso on gro off >/dev/null 2>&1 || true",  # as the driver had them, not as asked
+        "ip link del bond2 >/dev/null 2>&1 || true",  # its ports get their own MACs back
+        "tc qdisc del dev link3 root >/dev/null 2>&1 || true",
+        "ip addr flush dev link3",
+    ]
+
+
+def test_the_offloads_a_driver_starts_with_are_read_per_port_found_by_mac():
+    script = netconf.script.features_script({"link0": "02:00:00:00:00:01", "link2p1": "02:00:00:00:00:02"})
+    assert script.splitlines()[2:] == [
+        "echo '[port link0]'; ethtool -k \"$(by_mac 02:00:00:00:00:01)\"",
+        "echo '[port link2p1]'; ethtool -k \"$(by_mac 02:00:00:00:00:02)\"",
+    ]

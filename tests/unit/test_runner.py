@@ -535,3 +535,71 @@ def test_run_json_always_ends_in_a_final_status(tmp_path, backend, replay, fault
     info = h.info()
     final(info)
     assert info["status"] == status
+
+
+# -- shared boots and interleaved repeats ------------------------------------------
+
+
+def test_cells_that_differ_only_in_what_netconf_sets_share_one_boot(tmp_path, backend):
+    h = harness(tmp_path, backend, TWO_CELLS)
+    assert h.run().ok
+
+    assert len(backend.realizations) == 1  # one boot for both cells
+    first, second = h.of("cell")
+    assert first["boot"] == {"number": 1, "reused": False, "first_cell": "secs=5"}
+    assert second["boot"] == {"number": 1, "reused": True, "first_cell": "secs=5"}
+    assert first["timings"]["boot_s"] >= 0 and second["timings"]["boot_s"] == 0.0
+    # the second cell undid the first one's network before configuring its own, and checked it again
+    calls = [text for node, op, text in backend.realizations[0].calls if node == "a"]
+    reset = next(i for i, text in enumerate(calls) if text.startswith("tc qdisc del dev link0 root"))
+    assert "ip addr flush dev link0" in calls[reset]
+    assert any("by_mac" in text for text in calls[reset + 1 :])  # configured again after the reset
+    assert backend.realizations[0].ran("a", r"-t TCP_STREAM -l 4 ")
+
+
+def test_repeats_of_cells_on_one_boot_go_round_robin(tmp_path, backend):
+    h = harness(tmp_path, backend, TWO_CELLS, repeat=2)
+    assert h.run().ok
+
+    order = [(r["cell"], r["benchmark"], r["repeat"]) for r in h.of("run")]
+    assert order == [
+        ("secs=5", "netperf TCP_STREAM", 1),
+        ("secs=5", "netperf TCP_RR", 1),
+        ("secs=4", "netperf TCP_STREAM", 1),
+        ("secs=4", "netperf TCP_RR", 1),
+        ("secs=5", "netperf TCP_STREAM", 2),
+        ("secs=5", "netperf TCP_RR", 2),
+        ("secs=4", "netperf TCP_STREAM", 2),
+        ("secs=4", "netperf TCP_RR", 2),
+    ]
+    for cell in ("secs=5", "secs=4"):
+        summary = h.of("summary", cell=cell, name="netperf.TCP_STREAM.throughput_mbps")
+        assert [s["runs"] for s in summary] == [["0.1", "0.2"]]
+        assert len(h.of("cell", cell=cell)) == 1 and len(h.of("cell_end", cell=cell)) == 1
+    assert "cell 1/2: secs=5 (round 2/2)" in h.lines
+
+
+def test_cells_on_other_topologies_boot_their_own_rigs_grouped_by_topology(tmp_path, backend):
+    text = TWO_CELLS.replace("matrix:\n  secs: [5, 4]\n", "matrix:\n  secs: [5, 4]\n  cpus: [1, 2]\n")
+    text = text.replace("nodes: [a, b]\n", "nodes:\n  a: {cpus: '${cpus}'}\n  b: {cpus: '${cpus}'}\n")
+    h = harness(tmp_path, backend, text)
+    outcome = h.run()
+    assert outcome.ok
+    assert [c.cell.id for c in outcome.cells] == ["secs=5,cpus=1", "secs=5,cpus=2", "secs=4,cpus=1", "secs=4,cpus=2"]
+    ran = [(c["cell"], c["boot"]["number"], c["boot"]["reused"]) for c in h.of("cell")]
+    assert ran == [
+        ("secs=5,cpus=1", 1, False),
+        ("secs=4,cpus=1", 1, True),
+        ("secs=5,cpus=2", 2, False),
+        ("secs=4,cpus=2", 2, True),
+    ]
+    assert [[n.cpus for n in r.topology.nodes] for r in backend.realizations] == [[1, 1], [2, 2]]
+
+
+def test_a_cell_that_fails_on_a_shared_boot_leaves_the_next_cell_a_fresh_one(tmp_path, backend):
+    backend.when(NETPERF_STREAM, node="a", raises=RuntimeError("replayed bug"), realization=1)
+    h = harness(tmp_path, backend, TWO_CELLS)
+    outcome = h.run()
+    assert [c.ok for c in outcome.cells] == [False, True]
+    assert len(backend.realizations) == 2 and all(r.closed for r in backend.realizations)
+    assert h.of("cell", cell="secs=4")[0]["boot"] == {"number": 2, "reused": False, "first_cell": "secs=4"}

@@ -14,11 +14,13 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TypeVar
 
+from niclab import offloads
 from niclab.backends.base import Node, Rig
 from niclab.errors import NiclabError
+from niclab.guestsh import sections
 from niclab.netconf import verify
 from niclab.netconf.plan import PREFIX, Iface, NetconfError, NetPlan, plan, subnet
-from niclab.netconf.script import CARRIER_TIMEOUT_S, node_script
+from niclab.netconf.script import CARRIER_TIMEOUT_S, features_script, node_script, reset_script
 
 PING_TIMEOUT_S = 20
 RTT_RE = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)")
@@ -34,7 +36,9 @@ __all__ = [
     "configure",
     "node_script",
     "plan",
+    "offload_baseline",
     "reachability",
+    "reset",
     "subnet",
 ]
 
@@ -136,6 +140,34 @@ def check_node(node: Node, ifaces: list[Iface], drivers: Mapping[tuple[str, int,
     if problems:
         raise NetconfError(f"{node.name}: the network is not what the scenario asks:\n  " + "\n  ".join(problems))
     return verify.summary(state)
+
+
+def offload_baseline(rig: Rig, net: NetPlan) -> dict[str, dict[str, dict[str, bool]]]:
+    """node -> port -> feature -> on, for the ports the plan changes offloads on, read before it does."""
+    wanted = {node: {p.ifname: rig.mac(p) for i in net.on(node) if i.offloads for p in i.ports} for node in rig.nodes}
+
+    def read(node: str) -> dict[str, dict[str, bool]]:
+        text = rig.node(node).run(features_script(wanted[node]), timeout=30).stdout
+        return {
+            name.removeprefix("port "): {f: on for f, (on, _) in offloads.parse_features("\n".join(lines)).items()}
+            for name, lines in sections(text)[1].items()
+        }
+
+    return parallel({node: partial(read, node) for node in wanted if wanted[node]})
+
+
+def reset(rig: Rig, previous: NetPlan, baseline: Mapping[str, dict[str, dict[str, bool]]]) -> None:
+    """Undo what `previous` set in every guest (bonds, netem, addresses, changed offloads), for the next plan."""
+
+    def reset_node(node: str) -> None:
+        ifaces = previous.on(node)
+        result = rig.node(node).run(reset_script(ifaces, baseline.get(node, {})), timeout=60, check=False)
+        if not result.ok:
+            raise NetconfError(
+                f"{node}: undoing the previous cell's network failed: {(result.stderr or result.stdout).strip()}"
+            )
+
+    parallel({node: partial(reset_node, node) for node in rig.nodes if previous.on(node)})
 
 
 def configure(rig: Rig, net: NetPlan, progress) -> dict:

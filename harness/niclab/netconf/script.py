@@ -1,8 +1,13 @@
-"""The shell script that configures one node's interfaces in its guest.
+"""The shell scripts that configure one node's interfaces in its guest.
 
-Ports are found by MAC and renamed, get their MTU and offloads; bonds are
-created and their ports enslaved; addresses go on the L3 interfaces (port or
-bond), netem on their egress; then the script waits for carrier everywhere.
+`node_script`: ports are found by MAC and renamed, get their MTU and
+offloads; bonds are created and their ports enslaved; addresses go on the L3
+interfaces (port or bond), netem on their egress; then the script waits for
+carrier everywhere.
+
+`reset_script`: undoes what an earlier cell's plan set on a rig the next cell
+reuses (its bonds, netem, addresses, and the offloads it changed, back to
+what the driver had), so the next plan starts from a booted guest's state.
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> s
     lines = ["set -e", BY_MAC]
     # The script is re-runnable (Vagrant provisions again): a bond left by an earlier run goes first, which
     # also gives its ports back their own MACs (a bond's ports carry the bond's), so by_mac finds them.
+    if any(i.bond is not None for i in ifaces):
+        # Loaded with its defaults, the bonding driver makes a bond0 of its own, and a link 0 bond is bond0.
+        lines.append("modprobe bonding max_bonds=0 >/dev/null 2>&1 || true")
     lines += [f"ip link del {shlex.quote(i.name)} >/dev/null 2>&1 || true" for i in ifaces if i.bond is not None]
     for iface in ifaces:
         lines += _ports_script(iface, macs)
@@ -86,4 +94,32 @@ def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> s
         'echo "no carrier on:$down" >&2',
         "exit 4",
     ]
+    return "\n".join(lines) + "\n"
+
+
+def reset_script(ifaces: list[Iface], baseline: dict[str, dict[str, bool]]) -> str:
+    """Undo an earlier plan. `baseline`: port ifname -> feature (long name) -> on, as the driver had it."""
+    lines = []
+    for iface in ifaces:
+        name = shlex.quote(iface.name)
+        if iface.bond is not None:
+            lines.append(f"ip link del {name} >/dev/null 2>&1 || true")  # its ports get their own MACs back
+        else:
+            lines += [f"tc qdisc del dev {name} root >/dev/null 2>&1 || true", f"ip addr flush dev {name}"]
+        for port in iface.ports:
+            restore = {
+                feature: baseline[port.ifname][offloads.long_name(feature)]
+                for feature in iface.offloads
+                if offloads.long_name(feature) in baseline.get(port.ifname, {})
+            }
+            if restore:
+                args = " ".join(offloads.ethtool_args(restore))
+                lines.append(f"ethtool -K {shlex.quote(port.ifname)} {args} >/dev/null 2>&1 || true")
+    return "\n".join(lines) + "\n"
+
+
+def features_script(ports: dict[str, str]) -> str:
+    """Each port's `ethtool -k` (port ifname -> MAC; found by MAC, renamed or not yet), under '[port NAME]'."""
+    lines = ["set -e", BY_MAC]
+    lines += [f"echo '[port {name}]'; ethtool -k \"$(by_mac {mac})\"" for name, mac in ports.items()]
     return "\n".join(lines) + "\n"
