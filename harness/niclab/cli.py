@@ -284,8 +284,21 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from niclab import compare
 
-    base, new = Path(args.base), Path(args.new)
-    changes = compare.compare_dirs(base, new, args.threshold, args.alpha, every_metric=args.all)
+    base = Path(args.base)
+    new = Path(args.new) if args.new else base
+    if args.cells:
+        from niclab.report.data import load_run
+
+        if args.new:  # two runs: nothing pairs their repeats
+            a, b = load_run(base).cell(args.cells[0]), load_run(new).cell(args.cells[1])
+            changes = compare.compare_pair(a, b, args.threshold, args.alpha, args.all, paired=False)
+        else:
+            base_cell, new_cell = args.cells
+            changes = compare.compare_cells(load_run(base), base_cell, new_cell, args.threshold, args.alpha, args.all)
+    elif not args.new:
+        raise UsageError("compare needs two runs, or one run and --cells BASE_CELL NEW_CELL")
+    else:
+        changes = compare.compare_dirs(base, new, args.threshold, args.alpha, every_metric=args.all)
     render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]
     text = render(changes, base, new, args.threshold, args.alpha)
     if args.out:
@@ -508,10 +521,18 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="what changed between two runs, and whether it is real",
         description="Per metric and cell: the change in %% and a verdict from Welch's "
-        "t-test on the samples. Exit 1 if a metric got worse.",
+        "t-test on the samples (a paired t-test for two cells of one run whose repeats alternated). "
+        "Exit 1 if a metric got worse.",
     )
     compare.add_argument("base", metavar="BASE_RUN")
-    compare.add_argument("new", metavar="NEW_RUN")
+    compare.add_argument("new", metavar="NEW_RUN", nargs="?", help="omitted: compare two cells of BASE_RUN (--cells)")
+    compare.add_argument(
+        "--cells",
+        nargs=2,
+        metavar=("BASE_CELL", "NEW_CELL"),
+        help="A/B: this cell of BASE_RUN against that one (of NEW_RUN, or of BASE_RUN itself); "
+        "cells whose repeats alternated on one boot are compared repeat by repeat (a paired t-test)",
+    )
     compare.add_argument("--format", choices=("text", "json", "html"), default="text")
     compare.add_argument("--out", metavar="FILE", help="write there instead of to stdout")
     compare.add_argument(

@@ -14,21 +14,31 @@ A metric measured while the host starved the guests of CPU on either side
 (the summary's `contended`, niclab.contention) gets no verdict: "host
 contention, no verdict", with the reason. A busy host looks exactly like a
 slower driver.
+
+Two cells of one run (an A/B comparison, `compare_cells`) whose repeats
+alternated on one boot (A1 B1 A2 B2 …, niclab.runner) are compared paired:
+a paired t-test on the differences of same-numbered repeats. Whatever the
+host did meanwhile hit A's and B's repeat alike and cancels in the
+difference, so such a pair gets a verdict even under host contention (the
+contention is still listed). Cells that did not alternate are compared with
+Welch's test, as two runs are.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from scipy import stats as scipy_stats
 
 from niclab.bench import all_metrics
-from niclab.report.data import RunData, load_run
+from niclab.report.data import CellData, RunData, load_run
 
 METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
+PAIRED = "paired t-test on the differences of alternating repeats (A1 B1 A2 B2 … on one boot)"
 CONTENDED = "host contention, no verdict"
 
 
@@ -47,6 +57,7 @@ class Change:
     new_n: int
     verdict: str  # better, worse, no significant change, untested, host contention, no verdict
     contention: list[str] = field(default_factory=list)  # why there is no verdict: "base: …", "new: …"
+    paired: bool = False  # judged on repeat-by-repeat differences (the cells alternated on one boot)
 
 
 def _direction() -> dict[str, str | None]:
@@ -71,59 +82,104 @@ def compare(
     base: RunData, new: RunData, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
 ) -> list[Change]:
     """Changes of the headline metrics (every metric with every_metric) present in both runs."""
-    better_of = _direction()
     changes = []
     for base_cell, new_cell in _pairs(base, new):
-        news = {_key(s): s for s in new_cell.summaries}
-        for b in base_cell.summaries:
-            if not (every_metric or b.get("headline", True)):
-                continue
-            n = news.get(_key(b))
-            if n is None:
-                continue
-            change = 100.0 * (n["mean"] - b["mean"]) / abs(b["mean"]) if b["mean"] else None
-            p_value = None
-            contention = [f"{side}: {why}" for side, s in (("base", b), ("new", n)) for why in s.get("contention", [])]
-            if contention:
-                verdict = CONTENDED
-            elif len(b["samples"]) < 2 or len(n["samples"]) < 2:
-                verdict = "untested"
+        changes += compare_pair(base_cell, new_cell, threshold_pct, alpha, every_metric, paired=False)
+    return changes
+
+
+def alternated(a: CellData, b: CellData) -> bool:
+    """Whether two cells' repeats alternated on one boot (the runner's interleaving), so they pair up."""
+    return b.id in a.facts.get("interleaved_with", []) and a.id in b.facts.get("interleaved_with", [])
+
+
+def compare_cells(
+    run: RunData, base_id: str, new_id: str, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
+) -> list[Change]:
+    """A/B within one run: cell `base_id` against cell `new_id`, paired when their repeats alternated."""
+    a, b = (run.cell(cid) for cid in (base_id, new_id))
+    return compare_pair(a, b, threshold_pct, alpha, every_metric, paired=alternated(a, b))
+
+
+def _by_repeat(summary: dict) -> dict[str, float]:
+    """A summary's samples keyed by repeat number (run ids are BENCHMARK.REPEAT)."""
+    return {
+        run_id.rpartition(".")[2]: value for run_id, value in zip(summary["runs"], summary["samples"], strict=False)
+    }
+
+
+def _p_value(base: list[float], new: list[float], paired: bool) -> float:
+    result = scipy_stats.ttest_rel(base, new) if paired else scipy_stats.ttest_ind(base, new, equal_var=False)
+    if math.isnan(result.pvalue):  # no variance at all (of the differences, when paired)
+        return 1.0 if statistics.fmean(base) == statistics.fmean(new) else 0.0
+    return float(result.pvalue)
+
+
+def compare_pair(
+    base_cell: CellData,
+    new_cell: CellData,
+    threshold_pct: float,
+    alpha: float,
+    every_metric: bool,
+    paired: bool,
+) -> list[Change]:
+    better_of = _direction()
+    changes = []
+    news = {_key(s): s for s in new_cell.summaries}
+    for b in base_cell.summaries:
+        if not (every_metric or b.get("headline", True)):
+            continue
+        n = news.get(_key(b))
+        if n is None:
+            continue
+        change = 100.0 * (n["mean"] - b["mean"]) / abs(b["mean"]) if b["mean"] else None
+        p_value = None
+        contention = [f"{side}: {why}" for side, s in (("base", b), ("new", n)) for why in s.get("contention", [])]
+        if paired:
+            pairs = sorted(set(_by_repeat(b)) & set(_by_repeat(n)), key=int)
+            base_samples = [_by_repeat(b)[k] for k in pairs]
+            new_samples = [_by_repeat(n)[k] for k in pairs]
+        else:
+            base_samples, new_samples = b["samples"], n["samples"]
+        if contention and not paired:
+            verdict = CONTENDED
+        elif len(base_samples) < 2 or len(new_samples) < 2:
+            verdict = "untested"
+        else:
+            p_value = _p_value(base_samples, new_samples, paired)
+            better = better_of.get(b["name"])
+            if p_value < alpha and change is not None and abs(change) > threshold_pct and better:
+                improved = (change > 0) == (better == "higher")
+                verdict = "better" if improved else "worse"
             else:
-                result = scipy_stats.ttest_ind(b["samples"], n["samples"], equal_var=False)
-                p_value = (
-                    float(result.pvalue) if not math.isnan(result.pvalue) else (1.0 if b["mean"] == n["mean"] else 0.0)
-                )  # no variance at all on either side
-                better = better_of.get(b["name"])
-                if p_value < alpha and change is not None and abs(change) > threshold_pct and better:
-                    improved = (change > 0) == (better == "higher")
-                    verdict = "better" if improved else "worse"
-                else:
-                    verdict = "no significant change"
-            changes.append(
-                Change(
-                    base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}",
-                    b["benchmark"],
-                    b["name"],
-                    b["unit"],
-                    b["link"],
-                    b["mean"],
-                    n["mean"],
-                    change,
-                    p_value,
-                    len(b["samples"]),
-                    len(n["samples"]),
-                    verdict,
-                    contention,
-                )
+                verdict = "no significant change"
+        changes.append(
+            Change(
+                base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}",
+                b["benchmark"],
+                b["name"],
+                b["unit"],
+                b["link"],
+                b["mean"],
+                n["mean"],
+                change,
+                p_value,
+                len(base_samples),
+                len(new_samples),
+                verdict,
+                contention,
+                paired,
             )
+        )
     return changes
 
 
 def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
+    method = PAIRED if any(c.paired for c in changes) else METHOD
     lines = [
         f"base {base}",
         f"new  {new}",
-        f"verdicts: {METHOD}; significant at p < {alpha:g} and beyond {threshold_pct:g} %",
+        f"verdicts: {method}; significant at p < {alpha:g} and beyond {threshold_pct:g} %",
         "",
     ]
     width = max([len(c.name) for c in changes] + [6]) + 2
@@ -145,7 +201,8 @@ def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, 
     ]
     for c in changes:
         if c.contention:
-            lines.append(f"{c.cell} {c.name}: no verdict: {'; '.join(c.contention)}")
+            why = "host contention (paired: it hit both cells alike)" if c.paired else "no verdict"
+            lines.append(f"{c.cell} {c.name}: {why}: {'; '.join(c.contention)}")
     return "\n".join(lines)
 
 
@@ -154,7 +211,7 @@ def as_json(changes: list[Change], base: Path, new: Path, threshold_pct: float, 
         {
             "base": str(base),
             "new": str(new),
-            "method": METHOD,
+            "method": PAIRED if any(c.paired for c in changes) else METHOD,
             "alpha": alpha,
             "threshold_pct": threshold_pct,
             "changes": [asdict(c) for c in changes],
@@ -176,5 +233,10 @@ def as_html(changes: list[Change], base: Path, new: Path, threshold_pct: float, 
 
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     return env.get_template("compare.html.j2").render(
-        changes=changes, base=base, new=new, method=METHOD, alpha=alpha, threshold=threshold_pct
+        changes=changes,
+        base=base,
+        new=new,
+        method=PAIRED if any(c.paired for c in changes) else METHOD,
+        alpha=alpha,
+        threshold=threshold_pct,
     )

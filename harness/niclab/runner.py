@@ -92,7 +92,7 @@ class CellWork:
     outcome: CellOutcome = field(init=False)
     recorded: bool = False  # its `cell` record is written
     failed: bool = False
-    interleaved: bool = False  # its repeats alternate with other cells' on a shared rig
+    interleaved_with: list[str] = field(default_factory=list)  # cells whose repeats alternate with its own
 
     def __post_init__(self) -> None:
         self.outcome = CellOutcome(self.cell)
@@ -115,7 +115,7 @@ def schedule(works: Sequence[CellWork]) -> list[tuple[CellWork, range]]:
         rounds = max(work.rounds for work in members)
         if len(members) > 1 and rounds > 1:
             for work in members:
-                work.interleaved = True
+                work.interleaved_with = [other.cell.id for other in members if other is not work]
             steps += [(work, range(r, r + 1)) for r in range(1, rounds + 1) for work in members if r <= work.rounds]
         else:
             steps += [(work, range(1, work.rounds + 1)) for work in members]
@@ -242,7 +242,7 @@ class Runner:
         work.log.parent.mkdir(parents=True, exist_ok=True)
         self._cell_log = work.log
         cell, session = work.cell, work.session
-        shown = f" (round {rounds.start}/{work.rounds})" if work.interleaved else ""
+        shown = f" (round {rounds.start}/{work.rounds})" if work.interleaved_with else ""
         self._progress(f"cell {work.number}/{work.of}: {cell.id}{shown}")
         try:
             session.prepare(rigs)
@@ -284,6 +284,7 @@ class Runner:
                     **({"agents_ready_since_start_s": round(ready, 2)} if ready is not None else {}),
                 },
                 **session.facts,
+                **({"interleaved_with": work.interleaved_with} if work.interleaved_with else {}),
             }
         )
 
@@ -377,9 +378,11 @@ class Runner:
         settings = session.scenario.statistics
         limits = stats.Limits(settings.max_cv, settings.max_ci_width)
         by_metric: dict[str, list] = {}
-        for _, run in runs:
+        sources: dict[str, list[str]] = {}  # the run of each sample
+        for run_id, run in runs:
             for m in run.measurements:
                 by_metric.setdefault(m.name, []).append(m)
+                sources.setdefault(m.name, []).append(run_id)
         ends = runs[0][1].ends
         loads = [run.host_load for _, run in runs if run.host_load is not None]
         contention = contention_of(loads)
@@ -399,7 +402,7 @@ class Runner:
                 "client": ends.client.name,
                 "server": ends.server.name,
                 "link": ends.link,
-                "runs": [run_id for run_id, _ in runs],
+                "runs": sources[name],
                 **summary.to_dict(),
                 "unstable": bool(reasons),
                 "reasons": reasons,

@@ -1,6 +1,9 @@
 from pathlib import Path
 
-from niclab.compare import compare
+import pytest
+
+from niclab.compare import compare, compare_cells
+from niclab.errors import UsageError
 from niclab.report.data import CellData, RunData
 
 
@@ -78,3 +81,58 @@ def test_a_contended_side_gets_no_verdict_and_says_why():
                     {"netperf.TCP_STREAM.throughput_mbps": [260, 270, 280]}) == {
         "netperf.TCP_STREAM.throughput_mbps": "worse"
     }  # fmt: skip
+
+
+def ab_run(base: list[float], new: list[float], alternated: bool = True, contended: bool = False) -> RunData:
+    """One run with cells A and B of one metric; their repeats alternated on one boot, or not."""
+    name = "netperf.TCP_STREAM.throughput_mbps"
+
+    def cell(cid: str, other: str, samples: list[float]) -> CellData:
+        summary = {
+            "benchmark_index": 0,
+            "benchmark": "netperf TCP_STREAM",
+            "name": name,
+            "link": 0,
+            "client": "a",
+            "server": "b",
+            "unit": "Mbit/s",
+            "mean": sum(samples) / len(samples),
+            "samples": samples,
+            "runs": [f"0.{n}" for n in range(1, len(samples) + 1)],
+            **({"contended": True, "contention": ["in 4 of 4 runs: others used 95 % of a core"]} if contended else {}),
+        }
+        facts = {"boot": {"number": 1}, **({"interleaved_with": [other]} if alternated else {})}
+        return CellData(cid, {}, facts=facts, summaries=[summary])
+
+    return RunData(Path("run"), {}, [cell("A", "B", base), cell("B", "A", new)])
+
+
+# The host sped up and slowed down through the run; B was 10 % below A in every round.
+DRIFTING_A = [400.0, 300.0, 450.0, 280.0, 420.0]
+DRIFTING_B = [360.0, 270.0, 405.0, 252.0, 378.0]
+
+
+def test_alternated_cells_are_judged_repeat_by_repeat_so_host_drift_cancels():
+    paired = compare_cells(ab_run(DRIFTING_A, DRIFTING_B), "A", "B")
+    assert [(c.cell, c.verdict, c.paired) for c in paired] == [("A → B", "worse", True)]
+    # the same figures from cells that did not alternate: the drift drowns the change
+    unpaired = compare_cells(ab_run(DRIFTING_A, DRIFTING_B, alternated=False), "A", "B")
+    assert [(c.verdict, c.paired) for c in unpaired] == [("no significant change", False)]
+
+
+def test_alternated_cells_get_a_verdict_under_contention_and_still_list_it():
+    [change] = compare_cells(ab_run(DRIFTING_A, DRIFTING_B, contended=True), "A", "B")
+    assert change.verdict == "worse" and change.contention[0].startswith("base: in 4 of 4 runs")
+    [change] = compare_cells(ab_run(DRIFTING_A, DRIFTING_B, alternated=False, contended=True), "A", "B")
+    assert change.verdict == "host contention, no verdict"
+
+
+def test_pairs_are_the_repeats_both_cells_have():
+    run = ab_run([400.0, 300.0, 450.0], [360.0, 270.0])
+    [change] = compare_cells(run, "A", "B")
+    assert (change.base_n, change.new_n) == (2, 2)
+
+
+def test_an_unknown_cell_names_the_cells_there_are():
+    with pytest.raises(UsageError, match=r"run has no cell 'C'; its cells: A, B"):
+        compare_cells(ab_run([1.0, 2.0], [1.0, 2.0]), "A", "C")

@@ -603,3 +603,23 @@ def test_a_cell_that_fails_on_a_shared_boot_leaves_the_next_cell_a_fresh_one(tmp
     assert [c.ok for c in outcome.cells] == [False, True]
     assert len(backend.realizations) == 2 and all(r.closed for r in backend.realizations)
     assert h.of("cell", cell="secs=4")[0]["boot"] == {"number": 2, "reused": False, "first_cell": "secs=4"}
+
+
+def test_compare_pairs_the_alternated_repeats_of_two_cells_of_one_run(tmp_path, backend, replay, capsys):
+    from niclab.cli import main
+
+    recorded = replay.result(NETPERF_STREAM, node="a")
+    # A B A B A B: the host slowed down through the run, the second cell was 10 % below the first each round
+    values = [500.0, 450.0, 400.0, 360.0, 300.0, 270.0]
+    backend.when(NETPERF_STREAM, node="a", results=[with_throughput(recorded, v) for v in values])
+    h = harness(tmp_path, backend, TWO_CELLS, repeat=3)
+    assert h.run().ok
+    assert [c["interleaved_with"] for c in h.of("cell")] == [["secs=4"], ["secs=5"]]
+
+    assert main(["compare", str(h.run_dir.path), "--cells", "secs=5", "secs=4"]) == 1  # worse: exit 1
+    out = capsys.readouterr().out
+    assert "verdicts: paired t-test on the differences of alternating repeats" in out
+    line = next(x for x in out.splitlines() if "TCP_STREAM.throughput_mbps" in x)
+    assert line.startswith("secs=5 → secs=4") and "-10.0 %" in line and line.endswith("worse")
+    assert main(["compare", str(h.run_dir.path)]) == 2
+    assert "compare needs two runs, or one run and --cells BASE_CELL NEW_CELL" in capsys.readouterr().err

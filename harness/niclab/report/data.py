@@ -51,6 +51,13 @@ class RunData:
     def scenario(self) -> str:
         return self.info.get("scenario", self.path.name)
 
+    def cell(self, cell_id: str) -> CellData:
+        for cell in self.cells:
+            if cell.id == cell_id:
+                return cell
+        known = ", ".join(c.id for c in self.cells) or "none"
+        raise UsageError(f"{self.path} has no cell {cell_id!r}; its cells: {known}")
+
     @property
     def axes(self) -> list[str]:
         """The matrix axes, in file order."""
