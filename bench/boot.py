@@ -6,7 +6,13 @@ prints, per run and as medians, the time until every guest's agent answered,
 the whole run's wall time, and the boot's share of it. Ratios measured in one
 go, since this machine is shared and absolute times drift.
 
+With --sweep, what a shared boot buys: the five e1000 cells of
+scenarios/mtu-sweep.yaml as one run (one boot, the network reset between
+cells) against one run per cell (a boot each, as before shared boots),
+alternating, with each side's boots and wall time.
+
     .venv/bin/python bench/boot.py [--runs 3] [SCENARIO]
+    .venv/bin/python bench/boot.py --sweep [--runs 2]
 """
 
 from __future__ import annotations
@@ -40,11 +46,48 @@ def one_run(scenario: Path, out: Path) -> tuple[float, float]:
     return cells[0]["timings"]["agents_ready_since_start_s"], wall
 
 
+SWEEP = REPO / "scenarios" / "mtu-sweep.yaml"
+SWEEP_CELLS = [f"nic=e1000,mtu={mtu}" for mtu in (1500, 3000, 4000, 6000, 9000)]
+
+
+def sweep_run(cells: list[str], out: Path) -> tuple[float, int]:
+    """Wall time of one `niclab run` of these cells, and how many boots it made."""
+    started = time.monotonic()
+    args = [sys.executable, "-m", "niclab", "run", str(SWEEP), "--out", str(out), "-q"]
+    for cell in cells:
+        args += ["--cell", cell]
+    result = subprocess.run(args, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    if result.returncode != 0:
+        sys.exit(f"niclab run failed:\n{result.stderr}")
+    run = max(out.iterdir(), key=lambda p: p.stat().st_mtime)
+    records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    return wall, len({r["boot"]["number"] for r in records if r["type"] == "cell"})
+
+
+def sweep(runs: int) -> None:
+    shared, separate = [], []
+    with tempfile.TemporaryDirectory(prefix="niclab-bench-sweep-") as out:
+        for n in range(1, runs + 1):
+            wall, boots = sweep_run(SWEEP_CELLS, Path(out) / f"shared-{n}")
+            shared.append(wall)
+            print(f"round {n}: one run of 5 cells: {boots} boot(s), {wall:5.1f} s", flush=True)
+            walls = [sweep_run([cell], Path(out) / f"separate-{n}-{i}")[0] for i, cell in enumerate(SWEEP_CELLS)]
+            separate.append(sum(walls))
+            print(f"round {n}: a run per cell:     5 boots,    {sum(walls):5.1f} s", flush=True)
+    a, b = statistics.median(shared), statistics.median(separate)
+    print(f"median: shared boot {a:.1f} s, a boot per cell {b:.1f} s: {a / b:.0%} of the time ({b - a:.0f} s saved)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", nargs="?", default=str(REPO / "scenarios" / "two-node.yaml"))
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sweep", action="store_true", help="a 5-value MTU sweep: one boot against five")
     args = parser.parse_args()
+    if args.sweep:
+        sweep(args.runs)
+        return
     boots, walls = [], []
     with tempfile.TemporaryDirectory(prefix="niclab-bench-boot-") as out:
         for n in range(1, args.runs + 1):

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""A/B within one run: do alternating repeats on one boot see a real 10 % change, and only that, on a busy host?
+
+Each trial runs, quiet and then beside one busy host process (`yes >
+/dev/null`, started and ended here by PID), one `niclab run` of three cells
+on one boot of the two-node e1000 pair, their TCP_STREAM repeats
+alternating (A1 A'1 B1 A2 A'2 B2 …):
+
+- A and A': the same open link (an A/A comparison: any "worse" is false);
+  all three carry a netem qdisc, A and A' at a rate that does not bind;
+- B: the link capped by netem at 90 % of what A measured in the previous run
+  under the same condition (a real 10 % change; the first trial calibrates).
+
+Each pair is judged twice from the same run: paired, as `niclab compare RUN
+--cells` does for alternated cells, and unpaired (Welch, with contention
+blocking a verdict), as comparing separate runs would. Goals (issue 14): A/A
+is never "worse" (>= 19 of 20), A/B is "worse" (>= 19 of 20), quiet or loaded.
+
+    .venv/bin/python bench/ab_power.py [--trials 20] [--repeat 8] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from compare_power import METRIC, busy_process
+from niclab.compare import compare_pair
+from niclab.report.data import CellData, RunData, load_run
+
+SCENARIO = """\
+name: ab-power
+description: A/B on one boot (bench/ab_power.py)
+nodes: [a, b]
+links:
+  - between: [a, b]
+    nic: e1000
+    netem: {{rate: "${{rate}}"}}
+matrix:
+  rate: [{a}, {a2}, {cap:.0f}mbit]
+repeat: {repeat}
+benchmarks:
+  - netperf: {{test: TCP_STREAM, seconds: 4}}
+"""
+# A and A' differ only in a netem rate no emulated NIC here comes near (a matrix refuses two equal cells)
+SIDES = {"A": "10gbit", "A2": "9gbit"}
+
+
+def run(work: Path, name: str, cap: float, repeat: int) -> RunData:
+    scenario = work / f"{name}.yaml"
+    scenario.write_text(SCENARIO.format(a=SIDES["A"], a2=SIDES["A2"], cap=cap, repeat=repeat))
+    out = work / name
+    result = subprocess.run(
+        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"], capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        sys.exit(f"niclab run {name} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+    (run_dir,) = out.iterdir()
+    return load_run(run_dir)
+
+
+def cells(data: RunData) -> dict[str, CellData]:
+    """The cells by side: A, A2 (the open rates), B (the cap)."""
+    side_of = {rate: side for side, rate in SIDES.items()}
+    return {side_of.get(str(cell.params["rate"]), "B"): cell for cell in data.cells}
+
+
+def verdict(data: RunData, base: str, new: str, paired: bool) -> tuple[str, float]:
+    found = cells(data)
+    changes = compare_pair(found[base], found[new], 5.0, 0.05, False, paired=paired)
+    (change,) = [c for c in changes if c.name == METRIC]
+    return change.verdict, change.change_pct or 0.0
+
+
+def mean(data: RunData, side: str) -> float:
+    return next(s["mean"] for s in cells(data)[side].summaries if s["name"] == METRIC)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=8)
+    parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    args = parser.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="niclab-ab-"))
+    work.mkdir(parents=True, exist_ok=True)
+    tallies: dict[tuple[str, str], Counter] = {}
+    open_mean = {"quiet": 0.0, "loaded": 0.0}
+    started = time.monotonic()
+    for trial in range(args.trials + 1):  # trial 0 calibrates the cap
+        here = work / f"trial-{trial:02d}"
+        here.mkdir(exist_ok=True)
+        row = []
+        for condition in ("quiet", "loaded"):
+            cap = 0.9 * open_mean[condition] if open_mean[condition] else 8_000.0
+            if condition == "loaded":
+                with busy_process():
+                    data = run(here, condition, cap, args.repeat)
+            else:
+                data = run(here, condition, cap, args.repeat)
+            open_mean[condition] = mean(data, "A")
+            if trial == 0:  # calibration: the cap of the next trial
+                continue
+            for label, new in (("A/A", "A2"), ("A/B", "B")):
+                for how in ("paired", "unpaired"):
+                    found, change = verdict(data, "A", new, paired=how == "paired")
+                    tallies.setdefault((f"{label} {condition}", how), Counter())[found] += 1
+                    if how == "paired":
+                        row.append(f"{label} {condition} {change:+.1f} % {found}")
+        if trial:
+            print(f"trial {trial}: " + "; ".join(row), flush=True)
+    n = args.trials
+    print(f"\n{n} trials in {(time.monotonic() - started) / 60:.0f} min; verdicts (unpaired → paired):")
+    for label in ("A/A quiet", "A/A loaded", "A/B quiet", "A/B loaded"):
+        wanted = "not worse" if label.startswith("A/A") else "worse"
+        before, after = tallies[(label, "unpaired")], tallies[(label, "paired")]
+        count = [n - c["worse"] if wanted == "not worse" else c["worse"] for c in (before, after)]
+        print(f"  {label:<11} {wanted:>9}: {count[0]}/{n} → {count[1]}/{n}   (paired: {dict(after)})")
+    if not args.keep:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
