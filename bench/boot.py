@@ -11,7 +11,11 @@ scenarios/mtu-sweep.yaml as one run (one boot, the network reset between
 cells) against one run per cell (a boot each, as before shared boots),
 alternating, with each side's boots and wall time.
 
-    .venv/bin/python bench/boot.py [--runs 3] [SCENARIO]
+With --bzimage, each run is paired with one booting the same image's
+compressed bzImage (as niclab did before it kept the kernel unpacked for a
+PVH boot): NICLAB_IMAGE points at a view of the image without its vmlinux.
+
+    .venv/bin/python bench/boot.py [--runs 3] [--bzimage] [SCENARIO]
     .venv/bin/python bench/boot.py --sweep [--runs 2]
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,10 +34,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def one_run(scenario: Path, out: Path) -> tuple[float, float]:
+def one_run(scenario: Path, out: Path, image: Path | None = None) -> tuple[float, float]:
     started = time.monotonic()
+    env = {**os.environ, **({"NICLAB_IMAGE": str(image)} if image else {})}
     result = subprocess.run(
-        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"], capture_output=True, text=True
+        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     wall = time.monotonic() - started
     if result.returncode != 0:
@@ -79,14 +88,42 @@ def sweep(runs: int) -> None:
     print(f"median: shared boot {a:.1f} s, a boot per cell {b:.1f} s: {a / b:.0%} of the time ({b - a:.0f} s saved)")
 
 
+def bzimage_view(work: Path) -> Path:
+    """The current micro image without its vmlinux: QEMU boots the bzImage."""
+    from niclab.image import ensure_image
+
+    image = ensure_image()
+    view = work / "bzimage-view"
+    view.mkdir()
+    for name in ("vmlinuz", "initrd.img", "manifest.json"):
+        (view / name).symlink_to(image.directory / name)
+    return view
+
+
+def compare_bzimage(scenario: Path, runs: int) -> None:
+    pvh, bz = [], []
+    with tempfile.TemporaryDirectory(prefix="niclab-bench-boot-") as out:
+        view = bzimage_view(Path(out))
+        for n in range(1, runs + 1):
+            pvh.append(one_run(scenario, Path(out) / "pvh")[0])
+            bz.append(one_run(scenario, Path(out) / "bz", view)[0])
+            print(f"run {n}: guests answering after {bz[-1]:4.1f} s (bzImage) / {pvh[-1]:4.1f} s (PVH)", flush=True)
+    a, b = statistics.median(bz), statistics.median(pvh)
+    print(f"median: bzImage {a:.1f} s, PVH {b:.1f} s: {b / a:.0%} of the time (harness start to every agent)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", nargs="?", default=str(REPO / "scenarios" / "two-node.yaml"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sweep", action="store_true", help="a 5-value MTU sweep: one boot against five")
+    parser.add_argument("--bzimage", action="store_true", help="pair each run with one booting the bzImage")
     args = parser.parse_args()
     if args.sweep:
         sweep(args.runs)
+        return
+    if args.bzimage:
+        compare_bzimage(Path(args.scenario), args.runs)
         return
     boots, walls = [], []
     with tempfile.TemporaryDirectory(prefix="niclab-bench-boot-") as out:

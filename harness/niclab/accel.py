@@ -83,7 +83,7 @@ def probe_argv(binary: str, accel: str, image: Image, serial: Path) -> list[str]
         "-serial",
         f"file:{serial}",
         "-kernel",
-        str(image.kernel),
+        str(image.boot_kernel),
         "-initrd",
         str(image.initrd),
         "-append",

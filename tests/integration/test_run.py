@@ -43,6 +43,8 @@ def test_two_node_scenario_measures_and_cleans_up(image, repo, tmp_path):
     cell = next(r for r in records if r["type"] == "cell")
     assert cell["rig"]["accel"] in ("kvm", "tcg") and cell["rig"]["image"] == image.id
     assert cell["nodes"]["a"]["kernel"] == image.manifest["kernel_version"]
+    # Debian's kernel has a PVH entry: the guests boot it unpacked (image.pvh), with no decompressor to run
+    assert image.manifest["pvh_kernel"] and cell["rig"]["kernel_boot"] == "pvh"
     # The table and the path a user sees.
     assert "scenario two-node · cell nic=e1000 · accel=" in out
     assert "netperf TCP_STREAM" in out and "throughput_mbps" in out and "transaction_rate" in out

@@ -16,6 +16,7 @@ from niclab.errors import UsageError
 class FakeImage:
     id: str = "micro-0123456789abcdef"
     kernel: Path = Path("/images/vmlinuz")
+    boot_kernel: Path = Path("/images/vmlinux")  # what QEMU boots: the unpacked PVH kernel
     initrd: Path = Path("/images/initrd.img")
     cmdline: str = "console=ttyS0 quiet"
 
@@ -72,7 +73,7 @@ def test_the_probe_boots_the_images_kernel_as_a_run_would():
     argv = accel.probe_argv("/usr/bin/qemu-system-x86_64", "kvm", FakeImage(), Path("/tmp/s"))
     joined = " ".join(argv)
     assert "-machine pc,accel=kvm" in joined and "-cpu host" in joined  # as qemu_cmd does for kvm
-    assert "-kernel /images/vmlinuz" in joined and "-initrd /images/initrd.img" in joined
+    assert "-kernel /images/vmlinux" in joined and "-initrd /images/initrd.img" in joined  # the kernel runs boot
     # userspace prints the word: busybox echo as init, after the image's own command line
     assert argv[-1] == f"console=ttyS0 quiet panic=-1 rdinit=/usr/bin/busybox -- echo {accel.PROBE_WORD}"
 

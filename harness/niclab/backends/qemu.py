@@ -235,7 +235,7 @@ class QemuBackend:
         return VmPlan(
             node=spec,
             accel=accel,
-            kernel=str(image.kernel),
+            kernel=str(image.boot_kernel),
             initrd=str(image.initrd),
             cmdline=image.cmdline,
             nics=nic_plans,
@@ -331,6 +331,7 @@ class QemuBackend:
                 "qemu": qemu_version(binary),
                 "image": image.id,
                 "kernel": image.manifest.get("kernel_version"),
+                "kernel_boot": "pvh" if image.boot_kernel != image.kernel else "bzimage",  # image.pvh
                 "agent_ready_s": ready,
             },
             gone=lambda: {name: why for name, child in children.items() if (why := child.exit_reason())},

@@ -1,7 +1,8 @@
 """The image cache: build an image once per recipe hash, find it, describe it.
 
-Layout: <cache>/images/<recipe>-<hash>/{vmlinuz, initrd.img, manifest.json}, and
-disk.qcow2 for a recipe with a [disk] table.
+Layout: <cache>/images/<recipe>-<hash>/{vmlinuz, initrd.img, manifest.json},
+vmlinux (the same kernel uncompressed, booted at its PVH entry: image.pvh) when
+the kernel has one, and disk.qcow2 for a recipe with a [disk] table.
 A build happens in a temporary directory next to it and is renamed into place,
 so a half-built image is never found; a lock keeps two builds from racing.
 """
@@ -24,6 +25,7 @@ from niclab.image.assemble import assemble
 from niclab.image.cpio import CpioWriter
 from niclab.image.disk import make_disk
 from niclab.image.manifest import installed_packages
+from niclab.image.pvh import pvh_kernel
 from niclab.image.recipe import Recipe, load_recipe
 from niclab.image.rootfs import fetch_root
 from niclab.image.tartree import TarTree
@@ -44,6 +46,12 @@ class Image:
     @property
     def kernel(self) -> Path:
         return self.directory / "vmlinuz"
+
+    @property
+    def boot_kernel(self) -> Path:
+        """What QEMU boots: the uncompressed PVH kernel if the image has one (no decompression under TCG)."""
+        unpacked = self.directory / "vmlinux"
+        return unpacked if unpacked.is_file() else self.kernel
 
     @property
     def initrd(self) -> Path:
@@ -123,6 +131,8 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                     for b in wanted.builds
                 }
             (work / "vmlinuz").write_bytes(kernel)
+            if (unpacked := pvh_kernel(kernel)) is not None:
+                (work / "vmlinux").write_bytes(unpacked)
             with (
                 open(work / "initrd.img", "wb") as raw,
                 gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as packed,
@@ -139,6 +149,7 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "build_seconds": round(time.monotonic() - started, 1),
                 "kernel_version": facts["kernel_version"],
+                "pvh_kernel": unpacked is not None,
                 "modules": facts["modules"],
                 "binaries": facts["binaries"],
                 "initrd_bytes": (work / "initrd.img").stat().st_size,
