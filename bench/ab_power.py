@@ -17,6 +17,7 @@ blocking a verdict), as comparing separate runs would. Goals (issue 14): A/A
 is never "worse" (>= 19 of 20), A/B is "worse" (>= 19 of 20), quiet or loaded.
 
     .venv/bin/python bench/ab_power.py [--trials 20] [--repeat 8] [--keep DIR]
+    .venv/bin/python bench/ab_power.py --analyze DIR     # judge kept runs again
 """
 
 from __future__ import annotations
@@ -82,12 +83,53 @@ def mean(data: RunData, side: str) -> float:
     return next(s["mean"] for s in cells(data)[side].summaries if s["name"] == METRIC)
 
 
+def judge(data: RunData, condition: str, tallies: dict[tuple[str, str], Counter]) -> list[str]:
+    """Count one run's A/A and A/B verdicts, paired and unpaired; the paired ones as a line's parts."""
+    row = []
+    for label, new in (("A/A", "A2"), ("A/B", "B")):
+        for how in ("paired", "unpaired"):
+            found, change = verdict(data, "A", new, paired=how == "paired")
+            tallies.setdefault((f"{label} {condition}", how), Counter())[found] += 1
+            if how == "paired":
+                row.append(f"{label} {condition} {change:+.1f} % {found}")
+    return row
+
+
+def report(tallies: dict[tuple[str, str], Counter], n: int, minutes: float | None) -> None:
+    took = f" in {minutes:.0f} min" if minutes is not None else ""
+    print(f"\n{n} trials{took}; verdicts (unpaired → paired):")
+    for label in ("A/A quiet", "A/A loaded", "A/B quiet", "A/B loaded"):
+        wanted = "not worse" if label.startswith("A/A") else "worse"
+        before, after = tallies.get((label, "unpaired"), Counter()), tallies.get((label, "paired"), Counter())
+        count = [n - c["worse"] if wanted == "not worse" else c["worse"] for c in (before, after)]
+        print(f"  {label:<11} {wanted:>9}: {count[0]}/{n} → {count[1]}/{n}   (paired: {dict(after)})")
+
+
+def analyze(work: Path) -> None:
+    """Judge the runs a --keep directory holds again (after a change to compare), running nothing."""
+    tallies: dict[tuple[str, str], Counter] = {}
+    trials = sorted(d for d in work.glob("trial-*") if d.name != "trial-00")
+    done = 0
+    for here in trials:
+        runs = {c: next((here / c).iterdir(), None) for c in ("quiet", "loaded") if (here / c).is_dir()}
+        if len(runs) < 2 or None in runs.values():
+            continue  # a trial the run did not finish
+        done += 1
+        row = [part for condition, path in runs.items() for part in judge(load_run(path), condition, tallies)]
+        print(f"{here.name}: " + "; ".join(row))
+    report(tallies, done, None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=8)
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    parser.add_argument("--analyze", type=Path, metavar="DIR", help="judge the runs kept in DIR again; run nothing")
     args = parser.parse_args()
+    if args.analyze:
+        analyze(args.analyze)
+        return
     work = args.keep or Path(tempfile.mkdtemp(prefix="niclab-ab-"))
     work.mkdir(parents=True, exist_ok=True)
     tallies: dict[tuple[str, str], Counter] = {}
@@ -105,23 +147,11 @@ def main() -> None:
             else:
                 data = run(here, condition, cap, args.repeat)
             open_mean[condition] = mean(data, "A")
-            if trial == 0:  # calibration: the cap of the next trial
-                continue
-            for label, new in (("A/A", "A2"), ("A/B", "B")):
-                for how in ("paired", "unpaired"):
-                    found, change = verdict(data, "A", new, paired=how == "paired")
-                    tallies.setdefault((f"{label} {condition}", how), Counter())[found] += 1
-                    if how == "paired":
-                        row.append(f"{label} {condition} {change:+.1f} % {found}")
+            if trial:  # trial 0 only calibrates the cap of the next
+                row += judge(data, condition, tallies)
         if trial:
             print(f"trial {trial}: " + "; ".join(row), flush=True)
-    n = args.trials
-    print(f"\n{n} trials in {(time.monotonic() - started) / 60:.0f} min; verdicts (unpaired → paired):")
-    for label in ("A/A quiet", "A/A loaded", "A/B quiet", "A/B loaded"):
-        wanted = "not worse" if label.startswith("A/A") else "worse"
-        before, after = tallies[(label, "unpaired")], tallies[(label, "paired")]
-        count = [n - c["worse"] if wanted == "not worse" else c["worse"] for c in (before, after)]
-        print(f"  {label:<11} {wanted:>9}: {count[0]}/{n} → {count[1]}/{n}   (paired: {dict(after)})")
+    report(tallies, args.trials, (time.monotonic() - started) / 60)
     if not args.keep:
         shutil.rmtree(work)
 

@@ -20,8 +20,10 @@ alternated on one boot (A1 B1 A2 B2 …, niclab.runner) are compared paired:
 a paired t-test on the differences of same-numbered repeats. Whatever the
 host did meanwhile hit A's and B's repeat alike and cancels in the
 difference, so such a pair gets a verdict even under host contention (the
-contention is still listed). Cells that did not alternate are compared with
-Welch's test, as two runs are.
+contention is still listed). A round in which the host was contended during
+one side's repeat only (a burst, the hypervisor's steal) is not a fair pair
+and is left out, and the comparison says how many were. Cells that did not
+alternate are compared with Welch's test, as two runs are.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class Change:
     verdict: str  # better, worse, no significant change, untested, host contention, no verdict
     contention: list[str] = field(default_factory=list)  # why there is no verdict: "base: …", "new: …"
     paired: bool = False  # judged on repeat-by-repeat differences (the cells alternated on one boot)
+    left_out: int = 0  # pairs not judged: the host was contended during one side's repeat only
 
 
 def _direction() -> dict[str, str | None]:
@@ -101,11 +104,34 @@ def compare_cells(
     return compare_pair(a, b, threshold_pct, alpha, every_metric, paired=alternated(a, b))
 
 
-def _by_repeat(summary: dict) -> dict[str, float]:
-    """A summary's samples keyed by repeat number (run ids are BENCHMARK.REPEAT)."""
-    return {
-        run_id.rpartition(".")[2]: value for run_id, value in zip(summary["runs"], summary["samples"], strict=False)
-    }
+def _by_repeat(summary: dict) -> dict[str, tuple[str, float]]:
+    """A summary's samples keyed by repeat number (run ids are BENCHMARK.REPEAT): repeat -> (run id, value)."""
+    runs, samples = summary["runs"], summary["samples"]
+    return {run_id.rpartition(".")[2]: (run_id, value) for run_id, value in zip(runs, samples, strict=False)}
+
+
+def _contended(cell: CellData, run_id: str) -> bool:
+    return bool(cell.runs.get(run_id, {}).get("host_load", {}).get("contended"))
+
+
+def fair_pairs(base_cell: CellData, base: dict, new_cell: CellData, new: dict) -> tuple[list[float], list[float], int]:
+    """Same-numbered repeats of two alternated cells, but not those the host hit on one side only.
+
+    A host that stayed busy hits both repeats of a round alike (the pair is
+    fair); a burst (another tenant, the hypervisor's steal) during one repeat
+    only is not. Returns the base and new samples of the fair pairs, and how
+    many pairs were left out.
+    """
+    base_by, new_by = _by_repeat(base), _by_repeat(new)
+    kept_base, kept_new, left_out = [], [], 0
+    for repeat in sorted(set(base_by) & set(new_by), key=int):
+        (base_run, base_value), (new_run, new_value) = base_by[repeat], new_by[repeat]
+        if _contended(base_cell, base_run) != _contended(new_cell, new_run):
+            left_out += 1
+            continue
+        kept_base.append(base_value)
+        kept_new.append(new_value)
+    return kept_base, kept_new, left_out
 
 
 def _p_value(base: list[float], new: list[float], paired: bool) -> float:
@@ -132,15 +158,16 @@ def compare_pair(
         n = news.get(_key(b))
         if n is None:
             continue
-        change = 100.0 * (n["mean"] - b["mean"]) / abs(b["mean"]) if b["mean"] else None
-        p_value = None
+        p_value, left_out = None, 0
         contention = [f"{side}: {why}" for side, s in (("base", b), ("new", n)) for why in s.get("contention", [])]
+        base_mean, new_mean = b["mean"], n["mean"]
         if paired:
-            pairs = sorted(set(_by_repeat(b)) & set(_by_repeat(n)), key=int)
-            base_samples = [_by_repeat(b)[k] for k in pairs]
-            new_samples = [_by_repeat(n)[k] for k in pairs]
+            base_samples, new_samples, left_out = fair_pairs(base_cell, b, new_cell, n)
+            if base_samples:  # the change the test judges: over the pairs it judges
+                base_mean, new_mean = statistics.fmean(base_samples), statistics.fmean(new_samples)
         else:
             base_samples, new_samples = b["samples"], n["samples"]
+        change = 100.0 * (new_mean - base_mean) / abs(base_mean) if base_mean else None
         if contention and not paired:
             verdict = CONTENDED
         elif len(base_samples) < 2 or len(new_samples) < 2:
@@ -160,8 +187,8 @@ def compare_pair(
                 b["name"],
                 b["unit"],
                 b["link"],
-                b["mean"],
-                n["mean"],
+                base_mean,
+                new_mean,
                 change,
                 p_value,
                 len(base_samples),
@@ -169,6 +196,7 @@ def compare_pair(
                 verdict,
                 contention,
                 paired,
+                left_out,
             )
         )
     return changes
@@ -183,11 +211,12 @@ def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, 
         "",
     ]
     width = max([len(c.name) for c in changes] + [6]) + 2
+    cells = max([len(c.cell) for c in changes] + [14]) + 2
     for c in changes:
         change = "n/a" if c.change_pct is None else f"{c.change_pct:+.1f} %"
         p = "" if c.p_value is None else f"p={c.p_value:.3g}"
         lines.append(
-            f"{c.cell:<16}{c.name:<{width}}{c.base_mean:>10.4g} → {c.new_mean:<10.4g}{c.unit:<8}"
+            f"{c.cell:<{cells}}{c.name:<{width}}{c.base_mean:>10.4g} → {c.new_mean:<10.4g}{c.unit:<8}"
             f"{change:>9}  {p:<9} {c.verdict}"
         )
     worse = [c for c in changes if c.verdict == "worse"]
@@ -200,8 +229,10 @@ def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, 
         + (f", {contended} without a verdict (host contention)" if contended else ""),
     ]
     for c in changes:
+        if c.left_out:
+            lines.append(f"{c.cell} {c.name}: {c.left_out} round(s) left out: the host was contended in one side only")
         if c.contention:
-            why = "host contention (paired: it hit both cells alike)" if c.paired else "no verdict"
+            why = "host contention (paired: rounds it hit on both sides alike)" if c.paired else "no verdict"
             lines.append(f"{c.cell} {c.name}: {why}: {'; '.join(c.contention)}")
     return "\n".join(lines)
 

@@ -83,8 +83,16 @@ def test_a_contended_side_gets_no_verdict_and_says_why():
     }  # fmt: skip
 
 
-def ab_run(base: list[float], new: list[float], alternated: bool = True, contended: bool = False) -> RunData:
-    """One run with cells A and B of one metric; their repeats alternated on one boot, or not."""
+def ab_run(
+    base: list[float],
+    new: list[float],
+    alternated: bool = True,
+    contended: bool = False,
+    hit: dict[str, set[int]] | None = None,
+) -> RunData:
+    """One run with cells A and B of one metric; their repeats alternated on one boot, or not.
+
+    `hit`: cell -> the repeats the host was contended in (their run records say so)."""
     name = "netperf.TCP_STREAM.throughput_mbps"
 
     def cell(cid: str, other: str, samples: list[float]) -> CellData:
@@ -102,7 +110,10 @@ def ab_run(base: list[float], new: list[float], alternated: bool = True, contend
             **({"contended": True, "contention": ["in 4 of 4 runs: others used 95 % of a core"]} if contended else {}),
         }
         facts = {"boot": {"number": 1}, **({"interleaved_with": [other]} if alternated else {})}
-        return CellData(cid, {}, facts=facts, summaries=[summary])
+        runs = {
+            f"0.{n}": {"host_load": {"contended": n in (hit or {}).get(cid, set())}} for n in range(1, len(samples) + 1)
+        }
+        return CellData(cid, {}, facts=facts, summaries=[summary], runs=runs)
 
     return RunData(Path("run"), {}, [cell("A", "B", base), cell("B", "A", new)])
 
@@ -136,3 +147,14 @@ def test_pairs_are_the_repeats_both_cells_have():
 def test_an_unknown_cell_names_the_cells_there_are():
     with pytest.raises(UsageError, match=r"run has no cell 'C'; its cells: A, B"):
         compare_cells(ab_run([1.0, 2.0], [1.0, 2.0]), "A", "C")
+
+
+def test_a_round_the_host_hit_on_one_side_only_is_left_out_of_the_pairs():
+    # B was 10 % below A in every round, but a burst (the hypervisor's steal) halved A's third repeat only
+    base, new = [400.0, 410.0, 200.0, 405.0, 395.0], [360.0, 369.0, 351.0, 364.5, 355.5]
+    [change] = compare_cells(ab_run(base, new, hit={"A": {3}}), "A", "B")
+    assert (change.verdict, change.left_out, change.base_n) == ("worse", 1, 4)
+    assert change.change_pct == pytest.approx(-10.0)  # over the pairs it judged
+    # a host busy through both repeats of a round hit them alike: that pair stays
+    [change] = compare_cells(ab_run(base, new, hit={"A": {3}, "B": {3}}), "A", "B")
+    assert (change.left_out, change.base_n) == (0, 5)
