@@ -16,7 +16,7 @@ contention, no verdict", with the reason. A busy host looks exactly like a
 slower driver.
 
 Two cells of one run (an A/B comparison, `compare_cells`) whose repeats
-alternated on one boot (A1 B1 A2 B2 …, niclab.runner) are compared paired:
+alternated on one boot (A1 B1 B2 A2 …, niclab.runner) are compared paired:
 a paired t-test on the differences of same-numbered repeats. Whatever the
 host did meanwhile hit A's and B's repeat alike and cancels in the
 difference, so such a pair gets a verdict even under host contention (the
@@ -40,7 +40,7 @@ from niclab.bench import all_metrics
 from niclab.report.data import CellData, RunData, load_run
 
 METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
-PAIRED = "paired t-test on the differences of alternating repeats (A1 B1 A2 B2 … on one boot)"
+PAIRED = "paired t-test on the differences of alternating repeats (A1 B1 B2 A2 … on one boot)"
 CONTENDED = "host contention, no verdict"
 
 

@@ -16,9 +16,9 @@ Cells that need the same guests (equal topologies: they differ only in what
 netconf sets, such as MTU, netem, offloads or bond mode) share one boot
 (niclab.rigs): they run one after the other on the same rig, and each cell's
 record says which boot it ran on. When such cells repeat their benchmarks
-(`repeat: N`), the repeats go round-robin across them (A B A B …, not
-A A B B), so a host that gets busier or quieter during the run moves every
-cell alike rather than the last ones.
+(`repeat: N`), the repeats go round-robin across them (A B B A A B …, not
+A A B B; each round starts one cell later), so a host that gets busier or
+quieter during the run moves every cell alike rather than the last ones.
 
 A failed benchmark run is recorded and the next one runs; a cell that cannot
 boot, whose network is not what was asked, or that fails in any other way
@@ -106,8 +106,11 @@ def schedule(works: Sequence[CellWork]) -> list[tuple[CellWork, range]]:
     """The steps of a run: (cell, its rounds to run now).
 
     Cells sharing a boot run one after the other; when they repeat, round r of
-    each runs before round r + 1 of any (A1 B1 A2 B2 …). A cell alone on its
-    rig runs all its rounds in one step, benchmark by benchmark as ever.
+    each runs before round r + 1 of any, and each round starts one cell later
+    than the one before (A1 B1 B2 A2 A3 B3 …), so a cell's place in the round
+    (first after a boot, after another cell's network) favours none. A cell
+    alone on its rig runs all its rounds in one step, benchmark by benchmark as
+    ever.
     """
     steps: list[tuple[CellWork, range]] = []
     for group in shared_boots([work.cell.scenario.topology() for work in works]):
@@ -116,7 +119,9 @@ def schedule(works: Sequence[CellWork]) -> list[tuple[CellWork, range]]:
         if len(members) > 1 and rounds > 1:
             for work in members:
                 work.interleaved_with = [other.cell.id for other in members if other is not work]
-            steps += [(work, range(r, r + 1)) for r in range(1, rounds + 1) for work in members if r <= work.rounds]
+            for r in range(1, rounds + 1):
+                turn = (r - 1) % len(members)  # each round starts one cell later: no cell always goes first
+                steps += [(work, range(r, r + 1)) for work in members[turn:] + members[:turn] if r <= work.rounds]
         else:
             steps += [(work, range(1, work.rounds + 1)) for work in members]
     return steps

@@ -94,7 +94,7 @@ def test_mtu_sweep_jumbo_frames_on_one_boot_with_interleaved_repeats(image, repo
         assert jumbo["nodes"][node]["interfaces"]["link0"]["mtu"] == 9000
         assert plain["nodes"][node]["interfaces"]["link0"]["mtu"] == 1500
     runs = [(r["cell"].split("=")[-1], r["repeat"], r["nics"]["a"]["mtu"]) for r in records if r["type"] == "run"]
-    assert runs == [("9000", 1, 9000), ("1500", 1, 1500), ("9000", 2, 9000), ("1500", 2, 1500)]
+    assert runs == [("9000", 1, 9000), ("1500", 1, 1500), ("1500", 2, 1500), ("9000", 2, 9000)]  # each round turns
     ends = {r["cell"]: r for r in records if r["type"] == "cell_end"}
     assert ends["nic=e1000,mtu=9000"]["nodes"]["a"]["interfaces"]["link0"]["mtu"] == 9000  # read at its own end
     assert all(m["value"] > 10 for m in records if m["type"] == "measurement")
