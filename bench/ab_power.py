@@ -4,7 +4,7 @@
 Each trial runs, quiet and then beside one busy host process (`yes >
 /dev/null`, started and ended here by PID), one `niclab run` of three cells
 on one boot of the two-node e1000 pair, their TCP_STREAM repeats
-alternating (A1 A'1 B1 A2 A'2 B2 …):
+alternating, each round starting one cell later (A1 A'1 B1 A'2 B2 A2 …):
 
 - A and A': the same open link (an A/A comparison: any "worse" is false);
   all three carry a netem qdisc, A and A' at a rate that does not bind;

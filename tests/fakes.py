@@ -110,7 +110,7 @@ ERRORS: dict[str, type[Exception]] = {
 KILLED = "process qemu-{node} (pid 1) was killed by signal 9"
 
 #: What netconf runs between cells on a shared rig (reset_script), never captured: answered with success.
-RESET_COMMANDS = r"\A(?:tc qdisc del dev \S+ root |ip link del \S+ |set -e\nby_mac.*\necho '\[port )"
+RESET_COMMANDS = r"\Aset -e\n(?:tc qdisc del dev \S+ root |ip link del \S+ |by_mac.*\necho '\[port )"
 
 
 def captured(data_dir: Path, tool: str, name: str) -> CommandResult:
@@ -404,7 +404,10 @@ class FakeBackend:
                     for port in spec.ports
                 },
                 facts=facts,
-                gone=lambda: dict(realization.dead),
+                # a stopped rig's guests are all gone, as a real QEMU's are once the backend ended it
+                gone=lambda: (
+                    {n: "stopped by the backend" for n in names} if realization.closed else dict(realization.dead)
+                ),
             )
         finally:
             realization.closed = True

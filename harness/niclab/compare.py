@@ -58,7 +58,7 @@ class Change:
     base_n: int
     new_n: int
     verdict: str  # better, worse, no significant change, untested, host contention, no verdict
-    contention: list[str] = field(default_factory=list)  # why there is no verdict: "base: …", "new: …"
+    contention: list[str] = field(default_factory=list)  # contended runs, "base: …", "new: …" (unpaired: no verdict)
     paired: bool = False  # judged on repeat-by-repeat differences (the cells alternated on one boot)
     left_out: int = 0  # pairs not judged: the host was contended during one side's repeat only
 

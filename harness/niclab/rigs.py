@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +51,7 @@ class RigKeeper:
         self.backend = backend
         self.progress = progress
         self.current: Booted | None = None
-        self._context: AbstractContextManager[Rig] | None = None
+        self._stack: ExitStack | None = None
         self._boots = 0
 
     def get(self, topology: Topology, workdir: Path) -> Booted:
@@ -59,9 +59,9 @@ class RigKeeper:
             return self.current
         self.drop()
         started = time.monotonic()
-        context = self.backend.realize(topology, workdir, self.progress)
-        rig = context.__enter__()  # a failure here stopped whatever it had started
-        self._context = context
+        stack = ExitStack()
+        rig = stack.enter_context(self.backend.realize(topology, workdir, self.progress))  # a failure stops it all
+        self._stack = stack
         self._boots += 1
         self.current = Booted(
             rig, topology, self._boots, round(time.monotonic() - started, 2), time.monotonic(), workdir
@@ -70,9 +70,9 @@ class RigKeeper:
 
     def drop(self) -> None:
         """Stop the current rig's guests (after a failure, or when the next cell needs another topology)."""
-        context, self._context, self.current = self._context, None, None
-        if context is not None:
-            context.__exit__(None, None, None)
+        stack, self._stack, self.current = self._stack, None, None
+        if stack is not None:
+            stack.close()
 
     def __enter__(self) -> RigKeeper:
         return self

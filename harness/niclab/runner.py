@@ -92,6 +92,7 @@ class CellWork:
     outcome: CellOutcome = field(init=False)
     recorded: bool = False  # its `cell` record is written
     failed: bool = False
+    summarized: set[int] = field(default_factory=set)  # benchmark indices whose summaries are written
     interleaved_with: list[str] = field(default_factory=list)  # cells whose repeats alternate with its own
 
     def __post_init__(self) -> None:
@@ -174,9 +175,10 @@ class Runner:
         Anything else that ends the run early becomes a RunAborted with one line.
         """
         self.info.status = "running"
-        works = [self._work(n, cell, len(cells)) for n, cell in enumerate(cells, start=1)]
+        works: list[CellWork] = []
         try:
             self._write_info()
+            works = [self._work(n, cell, len(cells)) for n, cell in enumerate(cells, start=1)]
             with RigKeeper(self.backend, self.progress) as rigs:
                 for work, rounds in schedule(works):
                     self._run_step(rigs, work, rounds)
@@ -249,6 +251,7 @@ class Runner:
         cell, session = work.cell, work.session
         shown = f" (round {rounds.start}/{work.rounds})" if work.interleaved_with else ""
         self._progress(f"cell {work.number}/{work.of}: {cell.id}{shown}")
+        ended = False
         try:
             session.prepare(rigs)
             if not work.recorded:
@@ -257,20 +260,32 @@ class Runner:
                 for n in rounds:
                     if n <= work.repeats[index]:
                         self._run_benchmark(session, index, n, spec, work)
-                if work.repeats[index] in rounds and (runs := work.runs.get(index)):  # its last run is done
-                    self._summarize(session, index, spec, spec.describe(), runs, work.base, work.outcome)
+                if work.repeats[index] in rounds:  # its last run is done
+                    self._summarize_benchmark(work, index)
             if rounds.stop > work.rounds:
                 self.run_dir.append({"type": "cell_end", **work.base, "time": utc_now(), "nodes": session.facts_now()})
-                self._judge(cell, work.base, work.outcome)
+                ended = True
         except Exception as exc:  # the cell boundary: record it, go on with the next cell
             session.abandon(rigs)
             if session.gone and not isinstance(exc, NodeGone):  # a guest died under it: that is the cause
                 exc = NodeGone(f"{describe_gone(session.gone)} ({describe_exception(exc)})")
             self._cell_failed(exc, work.base, work.outcome, "cell")
-            work.failed = True
-            self._judge(cell, work.base, work.outcome)
+            work.failed = ended = True
+            for index in range(len(cell.scenario.benchmarks)):  # what its finished runs measured (an interleaved
+                self._summarize_benchmark(work, index)  # cell has runs of every benchmark by now)
         finally:
             self._cell_log = None
+        if ended:
+            self._judge(cell, work.base, work.outcome)
+
+    def _summarize_benchmark(self, work: CellWork, index: int) -> None:
+        """The summary of one benchmark's runs, once; fewer runs than asked (the cell failed) are marked partial."""
+        runs = work.runs.get(index)
+        if not runs or index in work.summarized:
+            return
+        work.summarized.add(index)
+        spec = work.cell.scenario.benchmarks[index]
+        self._summarize(work.session, index, spec, spec.describe(), runs, work.base, work.outcome, work.repeats[index])
 
     def _record_cell(self, work: CellWork) -> None:
         session = work.session
@@ -379,7 +394,7 @@ class Runner:
                 }
             )
 
-    def _summarize(self, session, index, spec, label, runs, base, outcome) -> None:
+    def _summarize(self, session, index, spec, label, runs, base, outcome, wanted: int) -> None:
         settings = session.scenario.statistics
         limits = stats.Limits(settings.max_cv, settings.max_ci_width)
         by_metric: dict[str, list] = {}
@@ -411,6 +426,7 @@ class Runner:
                 **summary.to_dict(),
                 "unstable": bool(reasons),
                 "reasons": reasons,
+                **({"partial": True} if len(runs) < wanted else {}),  # the cell failed before its other runs
                 # the guests did not get their CPU in some run: the figure says more about the host than the NIC
                 **({"contended": bool(contention), "contention": contention} if loads else {}),
             }

@@ -99,8 +99,9 @@ class Session:
         another cell changed it meanwhile.
         """
         started = time.monotonic()
+        was_on, self.rig, self.booted = self.booted, None, None  # a boot that fails leaves no stale rig here
         booted = rigs.get(self.scenario.topology(), self.workdir)
-        if self.booted is not booted:  # this cell's first time on this boot
+        if was_on is not booted:  # this cell's first time on this boot
             self._boot_place = len(booted.cells)
             booted.cells.append(self.cell.id)
         self.rig, self.booted = booted.rig, booted
@@ -108,8 +109,8 @@ class Session:
             return
         boot_s = time.monotonic() - started
         if booted.net is not None:  # another cell's network: undo it first
-            previous, booted.net = booted.net, None
-            netconf.reset(booted.rig, previous, booted.baseline)
+            undone, booted.net = booted.net, None
+            netconf.reset(booted.rig, undone, booted.baseline)
         if any(i.offloads for i in self.net.ifaces):
             for node, ports in netconf.offload_baseline(booted.rig, self.net).items():
                 for port, features in ports.items():

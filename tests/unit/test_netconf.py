@@ -164,6 +164,7 @@ def test_the_reset_undoes_bonds_netem_addresses_and_changed_offloads_back_to_the
     baseline = {"link0": {"tcp-segmentation-offload": True, "generic-receive-offload": False}}
     script = netconf.reset_script(net.on("a"), baseline)
     assert script.splitlines() == [
+        "set -e",  # a step that fails fails the reset, and the cell
         "tc qdisc del dev link0 root >/dev/null 2>&1 || true",
         "ip addr flush dev link0",
         "ethtool -K link0 tso on gro off >/dev/null 2>&1 || true",  # as the driver had them, not as asked

@@ -52,3 +52,9 @@ def test_what_is_not_a_bzimage_it_can_read_is_left_alone():
     assert pvh.pvh_kernel(b"not a kernel" * 100) is None
     assert pvh.pvh_kernel(bzimage(lzma.compress(PVH, format=lzma.FORMAT_XZ), version=0x0207)) is None  # too old
     assert pvh.pvh_kernel(bzimage(b"\x28\xb5\x2f\xfd" + b"zstd payload")) is None  # a format it does not read
+
+
+def test_a_truncated_or_corrupt_payload_leaves_the_bzimage():
+    packed = lzma.compress(PVH, format=lzma.FORMAT_XZ)
+    assert pvh.pvh_kernel(bzimage(packed[: len(packed) // 2])) is None  # truncated: no partial vmlinux
+    assert pvh.pvh_kernel(bzimage(packed[:12] + b"\xff" * 64)) is None  # corrupt: no exception either

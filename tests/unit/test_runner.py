@@ -551,7 +551,7 @@ def test_cells_that_differ_only_in_what_netconf_sets_share_one_boot(tmp_path, ba
     assert first["timings"]["boot_s"] >= 0 and second["timings"]["boot_s"] == 0.0
     # the second cell undid the first one's network before configuring its own, and checked it again
     calls = [text for node, op, text in backend.realizations[0].calls if node == "a"]
-    reset = next(i for i, text in enumerate(calls) if text.startswith("tc qdisc del dev link0 root"))
+    reset = next(i for i, text in enumerate(calls) if text.startswith("set -e\ntc qdisc del dev link0 root"))
     assert "ip addr flush dev link0" in calls[reset]
     assert any("by_mac" in text for text in calls[reset + 1 :])  # configured again after the reset
     assert backend.realizations[0].ran("a", r"-t TCP_STREAM -l 4 ")
@@ -623,3 +623,34 @@ def test_compare_pairs_the_alternated_repeats_of_two_cells_of_one_run(tmp_path, 
     assert line.startswith("secs=5 → secs=4") and "-10.0 %" in line and line.endswith("worse")
     assert main(["compare", str(h.run_dir.path)]) == 2
     assert "compare needs two runs, or one run and --cells BASE_CELL NEW_CELL" in capsys.readouterr().err
+
+
+def test_an_interleaved_cell_that_fails_keeps_the_summaries_of_its_finished_runs(tmp_path, backend):
+    streams: list[str] = []
+
+    def second_stream_breaks(node: str, command: str) -> None:
+        streams.append(command)
+        if len(streams) == 2:
+            raise RuntimeError("replayed bug")
+
+    backend.when(r"-t TCP_STREAM -l 5 ", node="a", call=second_stream_breaks)
+    h = harness(tmp_path, backend, TWO_CELLS, repeat=2)
+    outcome = h.run()
+    assert [c.ok for c in outcome.cells] == [False, True]
+    assert [e["stage"] for e in h.of("error", cell="secs=5")] == ["cell"]
+    for name in ("netperf.TCP_STREAM.throughput_mbps", "netperf.TCP_RR.transaction_rate"):
+        [summary] = h.of("summary", cell="secs=5", name=name)
+        assert summary["n"] == 1 and summary["partial"] is True  # round 1 ran, round 2 did not
+        [whole] = h.of("summary", cell="secs=4", name=name)
+        assert whole["n"] == 2 and "partial" not in whole
+    assert h.of("cell_end", cell="secs=5") == [] and len(h.of("cell_end", cell="secs=4")) == 1
+
+
+def test_a_boot_that_fails_after_another_cell_stopped_the_rig_is_not_blamed_on_the_old_guests(tmp_path, backend):
+    backend.when(r"-t TCP_STREAM -l 4 ", node="a", raises=RuntimeError("replayed bug"))  # secs=4 fails in round 1
+    backend.fail_realize(BootError("guest(s) did not come up: b: the guest agent did not answer in time"), at=2)
+    h = harness(tmp_path, backend, TWO_CELLS, repeat=2)
+    outcome = h.run()
+    assert [c.ok for c in outcome.cells] == [False, False]
+    [error] = h.of("error", cell="secs=5", stage="cell")  # its round 2 needed a new boot, which failed
+    assert error["message"].startswith("guest(s) did not come up")  # not "node a is gone" from the stopped rig

@@ -43,9 +43,13 @@ def payload(bzimage: bytes) -> bytes | None:
 def decompress(data: bytes) -> bytes | None:
     """xz and gzip payloads (what Debian's kernels use); None for a format this does not read."""
     if data.startswith(b"\xfd7zXZ\x00"):
-        return lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data)  # stops at the stream's end
+        xz = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+        out = xz.decompress(data)  # stops at the stream's end
+        return out if xz.eof else None  # a truncated stream is not a kernel
     if data.startswith(b"\x1f\x8b"):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)  # stops at the member's end
+        gz = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out = gz.decompress(data)  # stops at the member's end
+        return out if gz.eof else None
     return None
 
 
@@ -71,6 +75,9 @@ def has_pvh_entry(elf: bytes) -> bool:
 
 def pvh_kernel(bzimage: bytes) -> bytes | None:
     """The uncompressed kernel ELF if QEMU can boot it at a PVH entry; None if not (use the bzImage)."""
-    found = payload(bzimage)
-    elf = decompress(found) if found else None
-    return elf if elf is not None and has_pvh_entry(elf) else None
+    try:
+        found = payload(bzimage)
+        elf = decompress(found) if found else None
+        return elf if elf is not None and has_pvh_entry(elf) else None
+    except (lzma.LZMAError, zlib.error, struct.error, IndexError):  # a payload this cannot read: the bzImage boots
+        return None

@@ -99,7 +99,7 @@ def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> s
 
 def reset_script(ifaces: list[Iface], baseline: dict[str, dict[str, bool]]) -> str:
     """Undo an earlier plan. `baseline`: port ifname -> feature (long name) -> on, as the driver had it."""
-    lines = []
+    lines = ["set -e"]
     for iface in ifaces:
         name = shlex.quote(iface.name)
         if iface.bond is not None:
