@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-from compare_power import METRIC, busy_process
+from compare_power import METRIC, busy_process, run_scenario
 from niclab.compare import compare_pair
 from niclab.report.data import CellData, RunData, load_run
 
@@ -54,16 +52,8 @@ SIDES = {"A": "10gbit", "A2": "9gbit"}
 
 
 def run(work: Path, name: str, cap: float, repeat: int) -> RunData:
-    scenario = work / f"{name}.yaml"
-    scenario.write_text(SCENARIO.format(a=SIDES["A"], a2=SIDES["A2"], cap=cap, repeat=repeat))
-    out = work / name
-    result = subprocess.run(
-        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"], capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        sys.exit(f"niclab run {name} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
-    (run_dir,) = out.iterdir()
-    return load_run(run_dir)
+    text = SCENARIO.format(a=SIDES["A"], a2=SIDES["A2"], cap=cap, repeat=repeat)
+    return load_run(run_scenario(work, name, text))
 
 
 def cells(data: RunData) -> dict[str, CellData]:

@@ -58,10 +58,10 @@ def busy_process():
         proc.wait()
 
 
-def run(work: Path, name: str, cap_mbit: float | None) -> Path:
-    netem = f"    netem: {{rate: {cap_mbit:.0f}mbit}}\n" if cap_mbit else ""
+def run_scenario(work: Path, name: str, text: str) -> Path:
+    """`niclab run` of a scenario text (quietly, exiting on failure); its run directory."""
     scenario = work / f"{name}.yaml"
-    scenario.write_text(SCENARIO.format(netem=netem))
+    scenario.write_text(text)
     out = work / name
     result = subprocess.run(
         [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"], capture_output=True, text=True
@@ -70,6 +70,11 @@ def run(work: Path, name: str, cap_mbit: float | None) -> Path:
         sys.exit(f"niclab run {name} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
     (run_dir,) = out.iterdir()
     return run_dir
+
+
+def run(work: Path, name: str, cap_mbit: float | None) -> Path:
+    netem = f"    netem: {{rate: {cap_mbit:.0f}mbit}}\n" if cap_mbit else ""
+    return run_scenario(work, name, SCENARIO.format(netem=netem))
 
 
 def verdict(base: Path, new: Path, before_detection: bool) -> str:

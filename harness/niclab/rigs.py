@@ -37,7 +37,6 @@ class Booted:
     number: int  # the run's first boot is 1
     boot_s: float
     ready_at: float  # time.monotonic() when every guest answered
-    workdir: Path  # where the backend keeps this boot's logs (the directory of its first cell)
     cells: list[str] = field(default_factory=list)  # the cells that used it, in order
     net: NetPlan | None = None  # the network as the last cell configured it
     # node -> port -> offload feature -> on, as the driver had it before any cell changed it
@@ -63,9 +62,7 @@ class RigKeeper:
         rig = stack.enter_context(self.backend.realize(topology, workdir, self.progress))  # a failure stops it all
         self._stack = stack
         self._boots += 1
-        self.current = Booted(
-            rig, topology, self._boots, round(time.monotonic() - started, 2), time.monotonic(), workdir
-        )
+        self.current = Booted(rig, topology, self._boots, round(time.monotonic() - started, 2), time.monotonic())
         return self.current
 
     def drop(self) -> None:

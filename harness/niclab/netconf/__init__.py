@@ -123,14 +123,17 @@ def reachability(rig: Rig, net: NetPlan) -> dict[str, float]:
     return {key: value for rtts in found.values() for key, value in rtts.items()}
 
 
+def _run_script(node: Node, script: str, doing: str, timeout: float) -> None:
+    """Run a netconf script in one node's guest; a failure says what it was doing and what the guest printed."""
+    result = node.run(script, timeout=timeout, check=False)
+    if not result.ok:
+        raise NetconfError(f"{node.name}: {doing} failed: {(result.stderr or result.stdout).strip()}")
+
+
 def apply_node(node: Node, ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> None:
     """Run the configuration script in one node's guest."""
-    result = node.run(node_script(ifaces, macs), timeout=CARRIER_TIMEOUT_S + 60, check=False)
-    if not result.ok:
-        raise NetconfError(
-            f"{node.name}: configuring {', '.join(i.name for i in ifaces)} failed: "
-            f"{(result.stderr or result.stdout).strip()}"
-        )
+    doing = f"configuring {', '.join(i.name for i in ifaces)}"
+    _run_script(node, node_script(ifaces, macs), doing, CARRIER_TIMEOUT_S + 60)
 
 
 def check_node(node: Node, ifaces: list[Iface], drivers: Mapping[tuple[str, int, int], str] | None = None) -> dict:
@@ -160,12 +163,8 @@ def reset(rig: Rig, previous: NetPlan, baseline: Mapping[str, dict[str, dict[str
     """Undo what `previous` set in every guest (bonds, netem, addresses, changed offloads), for the next plan."""
 
     def reset_node(node: str) -> None:
-        ifaces = previous.on(node)
-        result = rig.node(node).run(reset_script(ifaces, baseline.get(node, {})), timeout=60, check=False)
-        if not result.ok:
-            raise NetconfError(
-                f"{node}: undoing the previous cell's network failed: {(result.stderr or result.stdout).strip()}"
-            )
+        script = reset_script(previous.on(node), baseline.get(node, {}))
+        _run_script(rig.node(node), script, "undoing the previous cell's network", 60)
 
     parallel({node: partial(reset_node, node) for node in rig.nodes if previous.on(node)})
 

@@ -22,6 +22,11 @@ from niclab.scenario import Bond
 CARRIER_TIMEOUT_S = 20
 
 
+def _offloads_line(ifname: str, settings: dict[str, bool]) -> str:
+    # A feature the driver cannot change is reported by the read-back, not here.
+    return f"ethtool -K {shlex.quote(ifname)} {' '.join(offloads.ethtool_args(settings))} >/dev/null 2>&1 || true"
+
+
 def _ports_script(iface: Iface, macs: dict[tuple[str, int, int], str]) -> list[str]:
     lines = []
     for port in iface.ports:
@@ -32,8 +37,7 @@ def _ports_script(iface: Iface, macs: dict[tuple[str, int, int], str]) -> list[s
             f"ip link set dev {name} mtu {iface.mtu}",
         ]
         if iface.offloads:
-            # A feature the driver cannot change is reported by the read-back, not here.
-            lines.append(f"ethtool -K {name} {' '.join(offloads.ethtool_args(iface.offloads))} >/dev/null 2>&1 || true")
+            lines.append(_offloads_line(port.ifname, iface.offloads))
     return lines
 
 
@@ -113,8 +117,7 @@ def reset_script(ifaces: list[Iface], baseline: dict[str, dict[str, bool]]) -> s
                 if offloads.long_name(feature) in baseline.get(port.ifname, {})
             }
             if restore:
-                args = " ".join(offloads.ethtool_args(restore))
-                lines.append(f"ethtool -K {shlex.quote(port.ifname)} {args} >/dev/null 2>&1 || true")
+                lines.append(_offloads_line(port.ifname, restore))
     return "\n".join(lines) + "\n"
 
 
