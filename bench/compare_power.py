@@ -4,7 +4,11 @@
 Each trial runs the two-node e1000 pair (TCP_STREAM, 3 repeats) four times:
 a quiet base, the same configuration beside one busy host process
 (`yes > /dev/null`, started and ended here by PID), and both again with the
-link capped by netem at 90 % of the quiet throughput (a real 10 % change).
+link capped by netem so that it carries 90 % of the quiet throughput (a
+real 10 % change). netem's rate counts every byte on the wire, so a cap
+carries less TCP payload than its rate: the cap is the target divided by
+what the last quiet capped run carried per unit of its cap (trial 0
+measures that first and is not counted).
 Each of the three comparisons against the base is then judged twice from
 the same runs: as `niclab compare` does now, and as it did before contention
 detection (the summaries' contention stripped), so the before/after ratio
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -102,14 +107,21 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     tallies: dict[tuple[str, str], Counter] = {}
     started = time.monotonic()
-    for trial in range(1, args.trials + 1):
+    carried = 1.0  # capped throughput per unit of netem rate, as the last quiet capped run measured it
+    realized = []
+    for trial in range(args.trials + 1):
         here = work / f"trial-{trial:02d}"
         here.mkdir()
         base = run(here, "quiet-open", None)
-        cap = 0.9 * mean(base)
+        cap = 0.9 * mean(base) / carried
+        quiet_capped = run(here, "quiet-capped", cap)
+        carried = mean(quiet_capped) / cap
+        if not trial:  # trial 0 only measures what a cap carries
+            print(f"trial 0 (calibration): a {cap:.0f} Mbit/s cap carried {carried:.0%} of it", flush=True)
+            continue
+        realized.append(mean(quiet_capped) / mean(base) - 1)
         with busy_process():
             loaded_open = run(here, "loaded-open", None)
-        quiet_capped = run(here, "quiet-capped", cap)
         with busy_process():
             loaded_capped = run(here, "loaded-capped", cap)
         row = []
@@ -122,8 +134,12 @@ def main() -> None:
                 found = verdict(base, new, before_detection=when == "before")
                 tallies.setdefault((label, when), Counter())[found] += 1
                 if when == "after":
-                    row.append(f"{label}: {mean(new):.0f} Mbit/s, {found}")
+                    row.append(f"{label}: {mean(new):.0f} Mbit/s ({mean(new) / mean(base) - 1:+.0%}), {found}")
         print(f"trial {trial}: base {mean(base):.0f} Mbit/s; " + "; ".join(row), flush=True)
+    print(
+        f"\nthe quiet cap's change, realized: median {statistics.median(realized):+.1%}, "
+        f"{min(realized):+.1%} to {max(realized):+.1%}"
+    )
     print(
         f"\n{args.trials} trials in {(time.monotonic() - started) / 60:.0f} min; verdicts (before → after detection):"
     )
