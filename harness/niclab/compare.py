@@ -104,10 +104,18 @@ def compare_cells(
     return compare_pair(a, b, threshold_pct, alpha, every_metric, paired=alternated(a, b))
 
 
-def _by_repeat(summary: dict) -> dict[str, tuple[str, float]]:
-    """A summary's samples keyed by repeat number (run ids are BENCHMARK.REPEAT): repeat -> (run id, value)."""
+def _by_repeat(cell: CellData, summary: dict) -> dict[int, tuple[str, float]]:
+    """A summary's samples keyed by repeat number: repeat -> (run id, value).
+
+    The number is the `run` record's; runs written before it said so are
+    numbered by their id (BENCHMARK.REPEAT).
+    """
     runs, samples = summary["runs"], summary["samples"]
-    return {run_id.rpartition(".")[2]: (run_id, value) for run_id, value in zip(runs, samples, strict=False)}
+    found = {}
+    for run_id, value in zip(runs, samples, strict=False):
+        repeat = cell.runs.get(run_id, {}).get("repeat") or int(run_id.rpartition(".")[2])
+        found[repeat] = (run_id, value)
+    return found
 
 
 def _contended(cell: CellData, run_id: str) -> bool:
@@ -122,9 +130,9 @@ def fair_pairs(base_cell: CellData, base: dict, new_cell: CellData, new: dict) -
     only is not. Returns the base and new samples of the fair pairs, and how
     many pairs were left out.
     """
-    base_by, new_by = _by_repeat(base), _by_repeat(new)
+    base_by, new_by = _by_repeat(base_cell, base), _by_repeat(new_cell, new)
     kept_base, kept_new, left_out = [], [], 0
-    for repeat in sorted(set(base_by) & set(new_by), key=int):
+    for repeat in sorted(set(base_by) & set(new_by)):
         (base_run, base_value), (new_run, new_value) = base_by[repeat], new_by[repeat]
         if _contended(base_cell, base_run) != _contended(new_cell, new_run):
             left_out += 1

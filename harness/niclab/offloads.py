@@ -24,6 +24,7 @@ SHORT_NAMES = {
     "ntuple": "ntuple-filters",
     "rxhash": "receive-hashing",
 }
+SHORT_OF = {long: short for short, long in SHORT_NAMES.items()}
 LONG_NAMES = set(SHORT_NAMES.values()) | {
     "tx-nocache-copy",
     "rx-gro-hw",
@@ -69,7 +70,26 @@ def parse_switch(feature: str, value: Any) -> bool:
 
 
 def ethtool_args(settings: dict[str, bool]) -> list[str]:
-    return [word for feature, on in settings.items() for word in (feature, "on" if on else "off")]
+    """`ethtool -K` words. It takes short names and the kernel's names, not the long names `-k` prints for
+    ethtool's own flags (generic-receive-offload): those go as their short names (gro)."""
+    return [
+        word for feature, on in settings.items() for word in (SHORT_OF.get(feature, feature), "on" if on else "off")
+    ]
+
+
+def _feature_lines(text: str) -> list[tuple[str, bool, bool, str | None]]:
+    """`ethtool -k` lines: (feature, on, fixed, the group it is indented under or None)."""
+    lines: list[tuple[str, bool, bool, str | None]] = []
+    group = None
+    for line in text.splitlines():
+        name, sep, rest = line.strip().partition(":")
+        if not sep or not rest.strip() or rest.split()[0] not in ("on", "off"):
+            continue
+        under = group if line[:1].isspace() else None
+        lines.append((name, rest.split()[0] == "on", "[fixed]" in rest, under))
+        if under is None:
+            group = name
+    return lines
 
 
 def parse_features(text: str) -> dict[str, tuple[bool, bool]]:
@@ -78,23 +98,28 @@ def parse_features(text: str) -> dict[str, tuple[bool, bool]]:
     A group (tcp-segmentation-offload) whose indented sub-features are all
     [fixed] is fixed too, though ethtool does not mark the group line.
     """
-    found: dict[str, tuple[bool, bool]] = {}
+    lines = _feature_lines(text)
+    found = {name: (on, fixed) for name, on, fixed, _ in lines}
     children: dict[str, list[bool]] = {}
-    group = None
-    for line in text.splitlines():
-        name, sep, rest = line.strip().partition(":")
-        if not sep or not rest.strip() or rest.split()[0] not in ("on", "off"):
-            continue
-        fixed = "[fixed]" in rest
-        found[name] = (rest.split()[0] == "on", fixed)
-        if line[:1].isspace() and group is not None:
+    for _, _, fixed, group in lines:
+        if group is not None:
             children.setdefault(group, []).append(fixed)
-        else:
-            group = name
     for name, parts in children.items():
-        if parts and all(parts):
-            found[name] = (found[name][0], True)
+        found[name] = (found[name][0], found[name][1] or all(parts))
     return found
+
+
+def changeable(text: str) -> dict[str, bool]:
+    """`ethtool -k` output -> each feature the driver lets change, by its kernel name -> on.
+
+    A group's line (tcp-segmentation-offload) is left out: its indented
+    sub-features say more (tso turns tx-tcp-mangleid-segmentation on too, which
+    a driver may have started with off). Setting all of these back gives a
+    port the offloads it started with, whatever short names changed them.
+    """
+    lines = _feature_lines(text)
+    groups = {group for *_, group in lines if group is not None}
+    return {name: on for name, on, fixed, _ in lines if not fixed and name not in groups}
 
 
 def mismatches(wanted: dict[str, bool], features: dict[str, tuple[bool, bool]]) -> list[str]:

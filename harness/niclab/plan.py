@@ -2,7 +2,8 @@
 
 A cell costs its boot, its network set-up and check, and its benchmarks
 (each benchmark estimates itself); cells that share a boot (niclab.rigs) pay
-for it once. Boot and set-up figures are what TCG
+for it once, and for their network each time one takes over from another
+(alternating repeats set it up once per round). Boot and set-up figures are what TCG
 takes on a 2-core host; KVM boots faster, which the estimate ignores.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from niclab.rigs import shared_boots
+from niclab.rigs import network_setups, shared_boots
 from niclab.scenario import Cell
 
 BOOT_S = 8.0  # QEMU start to every agent answering, under TCG
@@ -30,14 +31,30 @@ class CellEstimate:
         return self.boot_s + self.network_s + self.benchmarks_s
 
 
-def estimate(cell: Cell, boots: bool = True) -> CellEstimate:
+def rounds(cell: Cell) -> int:
+    """How many rounds the cell runs: its most repeated benchmark's repeats."""
+    return max((spec.options.repeat or cell.scenario.repeat for spec in cell.scenario.benchmarks), default=1)
+
+
+def estimate(cell: Cell, boots: bool = True, setups: int = 1) -> CellEstimate:
     scenario = cell.scenario
     wires = sum(link.count if not link.bond else 1 for link in scenario.links)
     benchmarks = sum(
         (spec.plugin.estimate_seconds(spec.options) + 1) * (spec.options.repeat or scenario.repeat)
         for spec in scenario.benchmarks
     )
-    return CellEstimate(cell, BOOT_S if boots else 0.0, NETWORK_S + PER_SEGMENT_PING_S * wires, benchmarks)
+    network = (NETWORK_S + PER_SEGMENT_PING_S * wires) * setups
+    return CellEstimate(cell, BOOT_S if boots else 0.0, network, benchmarks)
+
+
+def estimates(cells: list[Cell]) -> list[CellEstimate]:
+    """Each cell's estimate, in order: the first cell of a boot pays for it; each pays for every network set-up."""
+    found: dict[int, CellEstimate] = {}
+    for group in shared_boots([cell.scenario.topology() for cell in cells]):
+        setups = network_setups([rounds(cells[i]) for i in group])
+        for place, i in enumerate(group):
+            found[i] = estimate(cells[i], place == 0, setups[place])
+    return [found[i] for i in range(len(cells))]
 
 
 def duration(seconds: float) -> str:
@@ -52,18 +69,18 @@ def duration(seconds: float) -> str:
 
 
 def plan_table(name: str, cells: list[Cell]) -> str:
-    booting = {group[0] for group in shared_boots([cell.scenario.topology() for cell in cells])}
-    estimates = [estimate(cell, n in booting) for n, cell in enumerate(cells)]
-    width = max([len("cell"), *(len(e.cell.id) for e in estimates)]) + 2
+    found = estimates(cells)
+    boots = sum(1 for e in found if e.boot_s)
+    width = max([len("cell"), *(len(e.cell.id) for e in found)]) + 2
     lines = [f"{'cell':<{width}}{'nodes':>5}  {'links':>5}  {'benchmarks':>10}  estimate"]
-    for e in estimates:
+    for e in found:
         s = e.cell.scenario
         lines.append(
             f"{e.cell.id:<{width}}{len(s.nodes):>5}  {len(s.links):>5}  {len(s.benchmarks):>10}  {duration(e.total_s)}"
         )
-    total = sum(e.total_s for e in estimates)
+    total = sum(e.total_s for e in found)
     lines.append(
         f"scenario {name}: {len(cells)} cell{'s' if len(cells) != 1 else ''}, about {duration(total)} "
-        f"(TCG on 2 cores; {len(booting)} boot{'s' if len(booting) != 1 else ''} and network set-ups included)"
+        f"(TCG on 2 cores; {boots} boot{'s' if boots != 1 else ''} and network set-ups included)"
     )
     return "\n".join(lines)

@@ -84,3 +84,31 @@ def shared_boots(topologies: Sequence[Topology]) -> list[list[int]]:
     for index, topology in enumerate(topologies):
         groups.setdefault(topology, []).append(index)
     return list(groups.values())
+
+
+def turns(rounds: Sequence[int]) -> list[tuple[int, range]]:
+    """The order in which the cells of one boot run: (cell's place in the group, the rounds it runs now).
+
+    When they repeat, round r of each runs before round r + 1 of any, and
+    each round starts one cell later than the one before (A1 B1 B2 A2 A3 B3
+    …), so a cell's place in the round (first after a boot, after another
+    cell's network) favours none. A cell alone, or cells that run once, run
+    all their rounds in one go.
+    """
+    if len(rounds) < 2 or max(rounds) < 2:
+        return [(place, range(1, count + 1)) for place, count in enumerate(rounds)]
+    steps: list[tuple[int, range]] = []
+    for r in range(1, max(rounds) + 1):
+        first = (r - 1) % len(rounds)
+        order = [*range(first, len(rounds)), *range(first)]
+        steps += [(place, range(r, r + 1)) for place in order if r <= rounds[place]]
+    return steps
+
+
+def network_setups(rounds: Sequence[int]) -> list[int]:
+    """How often each cell of one boot configures its network: once, and again each time it follows another cell."""
+    setups, last = [0] * len(rounds), None
+    for place, _ in turns(rounds):
+        setups[place] += place != last
+        last = place
+    return setups

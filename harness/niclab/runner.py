@@ -43,7 +43,7 @@ from niclab.backends.base import Backend, NodeGone
 from niclab.contention import contention_of
 from niclab.errors import NiclabError, describe_exception
 from niclab.results import RunDir, RunInfo, utc_now
-from niclab.rigs import RigKeeper, shared_boots
+from niclab.rigs import RigKeeper, shared_boots, turns
 from niclab.scenario import BenchmarkSpec, Cell
 from niclab.session import BenchRun, Session, describe_gone
 
@@ -106,25 +106,17 @@ class CellWork:
 def schedule(works: Sequence[CellWork]) -> list[tuple[CellWork, range]]:
     """The steps of a run: (cell, its rounds to run now).
 
-    Cells sharing a boot run one after the other; when they repeat, round r of
-    each runs before round r + 1 of any, and each round starts one cell later
-    than the one before (A1 B1 B2 A2 A3 B3 …), so a cell's place in the round
-    (first after a boot, after another cell's network) favours none. A cell
-    alone on its rig runs all its rounds in one step, benchmark by benchmark as
-    ever.
+    Cells sharing a boot run one after the other; when they repeat, their
+    rounds alternate (niclab.rigs.turns). A cell alone on its rig runs all its
+    rounds in one step, benchmark by benchmark as ever.
     """
     steps: list[tuple[CellWork, range]] = []
     for group in shared_boots([work.cell.scenario.topology() for work in works]):
         members = [works[i] for i in group]
-        rounds = max(work.rounds for work in members)
-        if len(members) > 1 and rounds > 1:
+        if len(members) > 1 and max(work.rounds for work in members) > 1:
             for work in members:
                 work.interleaved_with = [other.cell.id for other in members if other is not work]
-            for r in range(1, rounds + 1):
-                turn = (r - 1) % len(members)  # each round starts one cell later: no cell always goes first
-                steps += [(work, range(r, r + 1)) for work in members[turn:] + members[:turn] if r <= work.rounds]
-        else:
-            steps += [(work, range(1, work.rounds + 1)) for work in members]
+        steps += [(members[place], now) for place, now in turns([work.rounds for work in members])]
     return steps
 
 
@@ -364,6 +356,7 @@ class Runner:
                 "tool": spec.tool,
                 "repeat": n,
                 "repeats": repeats,
+                "boot": session.booted.number if session.booted else None,
                 **where,
                 "options": spec.options.model_dump(by_alias=True, exclude_none=True),
                 "started_at": started_at,

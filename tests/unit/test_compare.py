@@ -147,6 +147,8 @@ def test_pairs_are_the_repeats_both_cells_have():
 def test_an_unknown_cell_names_the_cells_there_are():
     with pytest.raises(UsageError, match=r"run has no cell 'C'; its cells: A, B"):
         compare_cells(ab_run([1.0, 2.0], [1.0, 2.0]), "A", "C")
+    with pytest.raises(UsageError, match=r"run has no cell 'AA'; did you mean 'A'\? its cells: A, B"):
+        compare_cells(ab_run([1.0, 2.0], [1.0, 2.0]), "AA", "B")
 
 
 def test_a_round_the_host_hit_on_one_side_only_is_left_out_of_the_pairs():

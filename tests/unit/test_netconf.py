@@ -161,13 +161,16 @@ def test_the_script_can_run_again_a_stale_bond_goes_before_ports_are_found_by_ma
 
 def test_the_reset_undoes_bonds_netem_addresses_and_changed_offloads_back_to_the_drivers():
     net = plan()
-    baseline = {"link0": {"tcp-segmentation-offload": True, "generic-receive-offload": False}}
+    baseline = {
+        "link0": {"tx-tcp-segmentation": True, "tx-tcp-mangleid-segmentation": False, "generic-receive-offload": False}
+    }
     script = netconf.reset_script(net.on("a"), baseline)
     assert script.splitlines() == [
         "set -e",  # a step that fails fails the reset, and the cell
         "tc qdisc del dev link0 root >/dev/null 2>&1 || true",
         "ip addr flush dev link0",
-        "ethtool -K link0 tso on gro off >/dev/null 2>&1 || true",  # as the driver had them, not as asked
+        # as the driver had them, not as asked; every part, also those a short name changed without naming them
+        "ethtool -K link0 tx-tcp-segmentation on tx-tcp-mangleid-segmentation off gro off >/dev/null 2>&1 || true",
         "ip link del bond2 >/dev/null 2>&1 || true",  # its ports get their own MACs back
         "tc qdisc del dev link3 root >/dev/null 2>&1 || true",
         "ip addr flush dev link3",

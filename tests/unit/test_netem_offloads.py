@@ -91,6 +91,13 @@ def test_offload_names_and_switches():
     with pytest.raises(ValueError, match="is neither on nor off"):
         offloads.parse_switch("gro", "maybe")
     assert offloads.ethtool_args({"tso": False, "gro": True}) == ["tso", "off", "gro", "on"]
+    # ethtool -K refuses the long names -k prints for its own flags, and the kernel's names are not those
+    assert offloads.ethtool_args({"generic-receive-offload": False, "rx-gro-hw": True}) == [
+        "gro",
+        "off",
+        "rx-gro-hw",
+        "on",
+    ]
 
 
 def test_offload_read_back():
@@ -113,6 +120,24 @@ def test_a_group_whose_parts_are_all_fixed_is_fixed():
     assert features["tcp-segmentation-offload"] == (False, True)
     assert features["scatter-gather"] == (False, False)
     assert offloads.mismatches({"tso": True}, features) == ["tso: asked on, is off (fixed by the driver)"]
+
+
+def test_what_a_driver_started_with_is_read_by_kernel_name_without_groups_or_fixed_features():
+    # e1000 in the micro image: tso turns tx-tcp-mangleid-segmentation on too, which the driver starts with off
+    started = offloads.changeable(
+        "Features for link0:\nrx-checksumming: on\ntx-checksumming: on\n\ttx-checksum-ipv4: off [fixed]\n"
+        "\ttx-checksum-ip-generic: on\ntcp-segmentation-offload: on\n\ttx-tcp-segmentation: on\n"
+        "\ttx-tcp-mangleid-segmentation: off\n\ttx-tcp6-segmentation: on\nhighdma: on [fixed]\n"
+        "generic-receive-offload: on\n"
+    )
+    assert started == {
+        "rx-checksumming": True,
+        "tx-checksum-ip-generic": True,
+        "tx-tcp-segmentation": True,
+        "tx-tcp-mangleid-segmentation": False,
+        "tx-tcp6-segmentation": True,
+        "generic-receive-offload": True,
+    }
 
 
 def test_zero_percent_is_no_impairment():

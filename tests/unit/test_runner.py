@@ -577,6 +577,30 @@ def test_repeats_of_cells_on_one_boot_go_round_robin(tmp_path, backend):
         assert [s["runs"] for s in summary] == [["0.1", "0.2"]]
         assert len(h.of("cell", cell=cell)) == 1 and len(h.of("cell_end", cell=cell)) == 1
     assert "cell 1/2: secs=5 (round 2/2)" in h.lines
+    assert {r["boot"] for r in h.of("run")} == {1}  # each run says which boot it ran on
+
+
+def test_the_turns_of_cells_on_one_boot_and_how_often_each_sets_its_network_up():
+    from niclab.rigs import network_setups, turns
+
+    assert turns([2, 2]) == [(0, range(1, 2)), (1, range(1, 2)), (1, range(2, 3)), (0, range(2, 3))]
+    assert turns([3, 1]) == [(0, range(1, 2)), (1, range(1, 2)), (0, range(2, 3)), (0, range(3, 4))]
+    assert turns([3]) == [(0, range(1, 4))] and turns([1, 1]) == [(0, range(1, 2)), (1, range(1, 2))]
+    assert network_setups([2, 2]) == [2, 1]  # A1 B1 B2 A2
+    assert network_setups([3, 3, 3]) == [3, 3, 3]  # A1 B1 C1 B2 C2 A2 C3 A3 B3: every turn a new network
+    assert network_setups([1, 1]) == [1, 1] and network_setups([4]) == [1]
+
+
+def test_plan_counts_one_boot_per_group_and_a_network_set_up_per_turn(tmp_path):
+    from niclab import plan
+
+    path = tmp_path / "scenario.yaml"
+    path.write_text(TWO_CELLS + "repeat: 2\n")
+    first, second = plan.estimates(load_scenario(path).cells)
+    assert (first.boot_s, second.boot_s) == (plan.BOOT_S, 0.0)
+    one_setup = plan.NETWORK_S + plan.PER_SEGMENT_PING_S
+    assert (first.network_s, second.network_s) == (2 * one_setup, one_setup)  # A1 B1 B2 A2
+    assert "1 boot and network set-ups included" in plan.plan_table("fake-two-cells", load_scenario(path).cells)
 
 
 def test_cells_on_other_topologies_boot_their_own_rigs_grouped_by_topology(tmp_path, backend):
@@ -603,6 +627,7 @@ def test_a_cell_that_fails_on_a_shared_boot_leaves_the_next_cell_a_fresh_one(tmp
     assert [c.ok for c in outcome.cells] == [False, True]
     assert len(backend.realizations) == 2 and all(r.closed for r in backend.realizations)
     assert h.of("cell", cell="secs=4")[0]["boot"] == {"number": 2, "reused": False, "first_cell": "secs=4"}
+    assert {r["boot"] for r in h.of("run", cell="secs=4")} == {2}
 
 
 def test_compare_pairs_the_alternated_repeats_of_two_cells_of_one_run(tmp_path, backend, replay, capsys):

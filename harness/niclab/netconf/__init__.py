@@ -146,13 +146,14 @@ def check_node(node: Node, ifaces: list[Iface], drivers: Mapping[tuple[str, int,
 
 
 def offload_baseline(rig: Rig, net: NetPlan) -> dict[str, dict[str, dict[str, bool]]]:
-    """node -> port -> feature -> on, for the ports the plan changes offloads on, read before it does."""
+    """node -> port -> feature -> on (each the driver lets change), for the ports the plan changes offloads on,
+    read before it does."""
     wanted = {node: {p.ifname: rig.mac(p) for i in net.on(node) if i.offloads for p in i.ports} for node in rig.nodes}
 
     def read(node: str) -> dict[str, dict[str, bool]]:
         text = rig.node(node).run(features_script(wanted[node]), timeout=30).stdout
         return {
-            name.removeprefix("port "): {f: on for f, (on, _) in offloads.parse_features("\n".join(lines)).items()}
+            name.removeprefix("port "): offloads.changeable("\n".join(lines))
             for name, lines in sections(text)[1].items()
         }
 

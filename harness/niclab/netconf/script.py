@@ -102,7 +102,7 @@ def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> s
 
 
 def reset_script(ifaces: list[Iface], baseline: dict[str, dict[str, bool]]) -> str:
-    """Undo an earlier plan. `baseline`: port ifname -> feature (long name) -> on, as the driver had it."""
+    """Undo an earlier plan. `baseline`: port ifname -> feature (kernel name) -> on, as the driver had it."""
     lines = ["set -e"]
     for iface in ifaces:
         name = shlex.quote(iface.name)
@@ -111,13 +111,8 @@ def reset_script(ifaces: list[Iface], baseline: dict[str, dict[str, bool]]) -> s
         else:
             lines += [f"tc qdisc del dev {name} root >/dev/null 2>&1 || true", f"ip addr flush dev {name}"]
         for port in iface.ports:
-            restore = {
-                feature: baseline[port.ifname][offloads.long_name(feature)]
-                for feature in iface.offloads
-                if offloads.long_name(feature) in baseline.get(port.ifname, {})
-            }
-            if restore:
-                lines.append(_offloads_line(port.ifname, restore))
+            if iface.offloads and baseline.get(port.ifname):  # every feature, not just those named: tso has parts
+                lines.append(_offloads_line(port.ifname, baseline[port.ifname]))
     return "\n".join(lines) + "\n"
 
 

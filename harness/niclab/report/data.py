@@ -6,6 +6,7 @@ its records are grouped per cell: provenance, summaries, measurements, runs.
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,8 +56,10 @@ class RunData:
         for cell in self.cells:
             if cell.id == cell_id:
                 return cell
-        known = ", ".join(c.id for c in self.cells) or "none"
-        raise UsageError(f"{self.path} has no cell {cell_id!r}; its cells: {known}")
+        ids = [c.id for c in self.cells]
+        close = difflib.get_close_matches(cell_id, ids, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise UsageError(f"{self.path} has no cell {cell_id!r}; {hint}its cells: {', '.join(ids) or 'none'}")
 
     @property
     def axes(self) -> list[str]:
