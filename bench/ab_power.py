@@ -157,6 +157,8 @@ def main() -> None:
         label = f"trial {trial - CALIBRATION + 1}" if counted else f"calibration {trial + 1}"
         print(f"{label}: " + ("; ".join(row) or f"open {open_mean}, cap carried {carried}"), flush=True)
     for condition, changes in realized.items():
+        if not changes:
+            continue
         print(
             f"the cap's change, {condition}: median {statistics.median(changes):+.1%}, "
             f"{min(changes):+.1%} to {max(changes):+.1%}"

@@ -136,10 +136,11 @@ def main() -> None:
                 if when == "after":
                     row.append(f"{label}: {mean(new):.0f} Mbit/s ({mean(new) / mean(base) - 1:+.0%}), {found}")
         print(f"trial {trial}: base {mean(base):.0f} Mbit/s; " + "; ".join(row), flush=True)
-    print(
-        f"\nthe quiet cap's change, realized: median {statistics.median(realized):+.1%}, "
-        f"{min(realized):+.1%} to {max(realized):+.1%}"
-    )
+    if realized:
+        print(
+            f"\nthe quiet cap's change, realized: median {statistics.median(realized):+.1%}, "
+            f"{min(realized):+.1%} to {max(realized):+.1%}"
+        )
     print(
         f"\n{args.trials} trials in {(time.monotonic() - started) / 60:.0f} min; verdicts (before → after detection):"
     )
@@ -147,7 +148,7 @@ def main() -> None:
              "10 % cap, quiet": ("worse", lambda c: c["worse"]),
              "10 % cap, loaded": ("worse", lambda c: c["worse"])}  # fmt: skip
     for label, (wanted, count) in goals.items():
-        before, after = tallies[(label, "before")], tallies[(label, "after")]
+        before, after = tallies.get((label, "before"), Counter()), tallies.get((label, "after"), Counter())
         print(
             f"  {label:<18} {wanted:>9}: {count(before)}/{args.trials} → {count(after)}/{args.trials}   "
             f"(after: {dict(after)})"

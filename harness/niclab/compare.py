@@ -21,7 +21,8 @@ a paired t-test on the differences of same-numbered repeats. Whatever the
 host did meanwhile hit A's and B's repeat alike and cancels in the
 difference, so such a pair gets a verdict even under host contention (the
 contention is still listed). A round in which the host was contended during
-one side's repeat only (a burst, the hypervisor's steal) is not a fair pair
+one side's repeat only (a burst, the hypervisor's steal), or whose two
+repeats ran on different boots (another cell's failure stopped the rig), is not a fair pair
 and is left out, and the comparison says how many were. Cells that did not
 alternate are compared with Welch's test, as two runs are.
 """
@@ -60,7 +61,7 @@ class Change:
     verdict: str  # better, worse, no significant change, untested, host contention, no verdict
     contention: list[str] = field(default_factory=list)  # contended runs, "base: …", "new: …" (unpaired: no verdict)
     paired: bool = False  # judged on repeat-by-repeat differences (the cells alternated on one boot)
-    left_out: int = 0  # pairs not judged: the host was contended during one side's repeat only
+    left_out: int = 0  # pairs not judged: the host was contended during one side's repeat only, or a reboot between
 
 
 def _direction() -> dict[str, str | None]:
@@ -118,6 +119,10 @@ def _by_repeat(cell: CellData, summary: dict) -> dict[int, tuple[str, float]]:
     return found
 
 
+def _boot(cell: CellData, run_id: str) -> int | None:
+    return cell.runs.get(run_id, {}).get("boot")
+
+
 def _contended(cell: CellData, run_id: str) -> bool:
     return bool(cell.runs.get(run_id, {}).get("host_load", {}).get("contended"))
 
@@ -127,14 +132,17 @@ def fair_pairs(base_cell: CellData, base: dict, new_cell: CellData, new: dict) -
 
     A host that stayed busy hits both repeats of a round alike (the pair is
     fair); a burst (another tenant, the hypervisor's steal) during one repeat
-    only is not. Returns the base and new samples of the fair pairs, and how
+    only is not, nor are two repeats on different boots (another cell's
+    failure stopped the rig between them). Returns the base and new samples of the fair pairs, and how
     many pairs were left out.
     """
     base_by, new_by = _by_repeat(base_cell, base), _by_repeat(new_cell, new)
     kept_base, kept_new, left_out = [], [], 0
     for repeat in sorted(set(base_by) & set(new_by)):
         (base_run, base_value), (new_run, new_value) = base_by[repeat], new_by[repeat]
-        if _contended(base_cell, base_run) != _contended(new_cell, new_run):
+        if _contended(base_cell, base_run) != _contended(new_cell, new_run) or _boot(base_cell, base_run) != _boot(
+            new_cell, new_run
+        ):
             left_out += 1
             continue
         kept_base.append(base_value)
@@ -238,7 +246,10 @@ def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, 
     ]
     for c in changes:
         if c.left_out:
-            lines.append(f"{c.cell} {c.name}: {c.left_out} round(s) left out: the host was contended in one side only")
+            lines.append(
+                f"{c.cell} {c.name}: {c.left_out} round(s) left out: the host was contended in one side only, "
+                "or the sides ran on different boots"
+            )
         if c.contention:
             why = "host contention (paired: rounds it hit on both sides alike)" if c.paired else "no verdict"
             lines.append(f"{c.cell} {c.name}: {why}: {'; '.join(c.contention)}")

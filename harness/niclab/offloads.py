@@ -8,6 +8,8 @@ reports it rather than measuring something other than what was asked.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 SHORT_NAMES = {
@@ -70,23 +72,34 @@ def parse_switch(feature: str, value: Any) -> bool:
 
 
 def ethtool_args(settings: dict[str, bool]) -> list[str]:
-    """`ethtool -K` words. It takes short names and the kernel's names, not the long names `-k` prints for
-    ethtool's own flags (generic-receive-offload): those go as their short names (gro)."""
+    """`ethtool -K` words: ethtool's own flags by their short names (gro for generic-receive-offload, the
+    name `-k` prints), the kernel's features by theirs."""
     return [
         word for feature, on in settings.items() for word in (SHORT_OF.get(feature, feature), "on" if on else "off")
     ]
 
 
-def _feature_lines(text: str) -> list[tuple[str, bool, bool, str | None]]:
-    """`ethtool -k` lines: (feature, on, fixed, the group it is indented under or None)."""
-    lines: list[tuple[str, bool, bool, str | None]] = []
+@dataclass(frozen=True)
+class _Line:
+    name: str
+    on: bool
+    fixed: bool
+    wanted: bool  # what was asked of the driver: "off [requested on]" is off only while something holds it off
+    group: str | None  # the group it is indented under
+
+
+def _feature_lines(text: str) -> list[_Line]:
+    """The feature lines of `ethtool -k` output."""
+    lines: list[_Line] = []
     group = None
     for line in text.splitlines():
         name, sep, rest = line.strip().partition(":")
         if not sep or not rest.strip() or rest.split()[0] not in ("on", "off"):
             continue
+        on = rest.split()[0] == "on"
+        requested = re.search(r"\[requested (on|off)\]", rest)
         under = group if line[:1].isspace() else None
-        lines.append((name, rest.split()[0] == "on", "[fixed]" in rest, under))
+        lines.append(_Line(name, on, "[fixed]" in rest, requested[1] == "on" if requested else on, under))
         if under is None:
             group = name
     return lines
@@ -99,27 +112,53 @@ def parse_features(text: str) -> dict[str, tuple[bool, bool]]:
     [fixed] is fixed too, though ethtool does not mark the group line.
     """
     lines = _feature_lines(text)
-    found = {name: (on, fixed) for name, on, fixed, _ in lines}
+    found = {line.name: (line.on, line.fixed) for line in lines}
     children: dict[str, list[bool]] = {}
-    for _, _, fixed, group in lines:
-        if group is not None:
-            children.setdefault(group, []).append(fixed)
+    for line in lines:
+        if line.group is not None:
+            children.setdefault(line.group, []).append(line.fixed)
     for name, parts in children.items():
         found[name] = (found[name][0], found[name][1] or all(parts))
     return found
 
 
 def changeable(text: str) -> dict[str, bool]:
-    """`ethtool -k` output -> each feature the driver lets change, by its kernel name -> on.
+    """`ethtool -k` output -> each feature the driver lets change -> on, as asked of the driver.
 
-    A group's line (tcp-segmentation-offload) is left out: its indented
-    sub-features say more (tso turns tx-tcp-mangleid-segmentation on too, which
-    a driver may have started with off). Setting all of these back gives a
-    port the offloads it started with, whatever short names changed them.
+    Features by the names `ethtool -k` prints, without a group's line
+    (tcp-segmentation-offload): its indented parts say more (tso turns
+    tx-tcp-mangleid-segmentation on too, which a driver may have started with
+    off). The state is the one asked of the driver ("off [requested on]" is
+    on), which does not move when another setting holds a feature off.
+    Setting all of these back gives a port the offloads it started with,
+    whatever names changed them.
     """
     lines = _feature_lines(text)
-    groups = {group for *_, group in lines if group is not None}
-    return {name: on for name, on, fixed, _ in lines if not fixed and name not in groups}
+    groups = {line.group for line in lines if line.group is not None}
+    return {line.name: line.wanted for line in lines if not line.fixed and line.name not in groups}
+
+
+#: Features the kernel itself turns off on a port (a bond's port, a forwarding host): not left by a cell.
+KERNEL_MANAGED = frozenset({"large-receive-offload", "rx-gro-hw"})
+
+
+def leftovers(named: dict[str, bool], text: str, started: dict[str, bool]) -> list[str]:
+    """Features of a port that differ from what the driver started with, other than those a cell names.
+
+    `named`: the cell's offload settings; `text`: the port's `ethtool -k`
+    now; `started`: `changeable` before any cell changed it. A difference is
+    a leftover of an earlier cell on the same boot, and would be measured.
+    """
+    lines = _feature_lines(text)
+    mine = {long_name(feature) for feature in named}
+    mine |= {line.name for line in lines if line.group in mine}
+    now = changeable(text)
+    return [
+        f"{feature} is {'on' if now[feature] else 'off'}, the driver started with {'on' if on else 'off'} "
+        "(left by an earlier cell on this boot)"
+        for feature, on in started.items()
+        if feature in now and now[feature] != on and feature not in mine and feature not in KERNEL_MANAGED
+    ]
 
 
 def mismatches(wanted: dict[str, bool], features: dict[str, tuple[bool, bool]]) -> list[str]:

@@ -2,8 +2,8 @@
 
 A cell costs its boot, its network set-up and check, and its benchmarks
 (each benchmark estimates itself); cells that share a boot (niclab.rigs) pay
-for it once, and for their network each time one takes over from another
-(alternating repeats set it up once per round). Boot and set-up figures are what TCG
+for it once, and for their network each time one follows another on the
+boot (alternating repeats: about once per round). Boot and set-up figures are what TCG
 takes on a 2-core host; KVM boots faster, which the estimate ignores.
 """
 

@@ -115,7 +115,7 @@ class Session:
             for node, ports in netconf.offload_baseline(booted.rig, self.net).items():
                 for port, features in ports.items():
                     booted.baseline.setdefault(node, {}).setdefault(port, features)
-        network = netconf.configure(booted.rig, self.net, self.progress)
+        network = netconf.configure(booted.rig, self.net, self.progress, booted.baseline)
         booted.net = self.net
         if self.facts:
             return

@@ -89,10 +89,12 @@ def ab_run(
     alternated: bool = True,
     contended: bool = False,
     hit: dict[str, set[int]] | None = None,
+    boots: dict[str, list[int]] | None = None,
 ) -> RunData:
     """One run with cells A and B of one metric; their repeats alternated on one boot, or not.
 
-    `hit`: cell -> the repeats the host was contended in (their run records say so)."""
+    `hit`: cell -> the repeats the host was contended in (their run records say so); `boots`: cell -> each
+    repeat's boot number (all 1 if not given)."""
     name = "netperf.TCP_STREAM.throughput_mbps"
 
     def cell(cid: str, other: str, samples: list[float]) -> CellData:
@@ -111,7 +113,12 @@ def ab_run(
         }
         facts = {"boot": {"number": 1}, **({"interleaved_with": [other]} if alternated else {})}
         runs = {
-            f"0.{n}": {"host_load": {"contended": n in (hit or {}).get(cid, set())}} for n in range(1, len(samples) + 1)
+            f"0.{n}": {
+                "repeat": n,
+                "boot": (boots or {}).get(cid, [1] * len(samples))[n - 1],
+                "host_load": {"contended": n in (hit or {}).get(cid, set())},
+            }
+            for n in range(1, len(samples) + 1)
         }
         return CellData(cid, {}, facts=facts, summaries=[summary], runs=runs)
 
@@ -149,6 +156,14 @@ def test_an_unknown_cell_names_the_cells_there_are():
         compare_cells(ab_run([1.0, 2.0], [1.0, 2.0]), "A", "C")
     with pytest.raises(UsageError, match=r"run has no cell 'AA'; did you mean 'A'\? its cells: A, B"):
         compare_cells(ab_run([1.0, 2.0], [1.0, 2.0]), "AA", "B")
+
+
+def test_a_round_whose_repeats_ran_on_different_boots_is_left_out_of_the_pairs():
+    # another cell's failure stopped the rig between A's and B's third repeat: B's ran on a new boot
+    base, new = [400.0, 410.0, 405.0, 395.0], [360.0, 369.0, 500.0, 355.5]
+    [change] = compare_cells(ab_run(base, new, boots={"A": [1, 1, 1, 2], "B": [1, 1, 2, 2]}), "A", "B")
+    assert (change.base_n, change.new_n, change.left_out) == (3, 3, 1)
+    assert change.verdict == "worse"
 
 
 def test_a_round_the_host_hit_on_one_side_only_is_left_out_of_the_pairs():

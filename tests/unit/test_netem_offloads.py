@@ -91,7 +91,7 @@ def test_offload_names_and_switches():
     with pytest.raises(ValueError, match="is neither on nor off"):
         offloads.parse_switch("gro", "maybe")
     assert offloads.ethtool_args({"tso": False, "gro": True}) == ["tso", "off", "gro", "on"]
-    # ethtool -K refuses the long names -k prints for its own flags, and the kernel's names are not those
+    # ethtool's own flags go by their short names, the kernel's features by theirs
     assert offloads.ethtool_args({"generic-receive-offload": False, "rx-gro-hw": True}) == [
         "gro",
         "off",
@@ -138,6 +138,33 @@ def test_what_a_driver_started_with_is_read_by_kernel_name_without_groups_or_fix
         "tx-tcp6-segmentation": True,
         "generic-receive-offload": True,
     }
+
+
+E1000 = (
+    "tcp-segmentation-offload: {tso}\n\ttx-tcp-segmentation: {tso}\n\ttx-tcp-mangleid-segmentation: {mangleid}\n"
+    "generic-receive-offload: {gro}\nlarge-receive-offload: off [fixed]\n"
+)
+
+
+def test_a_feature_held_off_is_what_was_asked_of_the_driver():
+    held = offloads.changeable("scatter-gather: off\n\ttx-scatter-gather: off\ntcp-segmentation-offload: off\n"
+                               "\ttx-tcp-segmentation: off [requested on]\n")  # fmt: skip
+    assert held == {"tx-scatter-gather": False, "tx-tcp-segmentation": True}  # on again once sg is
+
+
+def test_a_feature_an_earlier_cell_left_changed_is_found_but_not_what_this_cell_names():
+    started = offloads.changeable(E1000.format(tso="on", mangleid="off", gro="on"))
+    assert offloads.leftovers({}, E1000.format(tso="on", mangleid="off", gro="on"), started) == []
+    left = offloads.leftovers({}, E1000.format(tso="on", mangleid="on", gro="on"), started)
+    assert left == [
+        "tx-tcp-mangleid-segmentation is on, the driver started with off (left by an earlier cell on this boot)"
+    ]
+    # what the cell names (and the parts of a group it names) is its own business, checked against what it asked
+    assert (
+        offloads.leftovers({"tso": True, "gro": False}, E1000.format(tso="on", mangleid="on", gro="off"), started) == []
+    )
+    assert offloads.leftovers({"generic-receive-offload": False}, E1000.format(tso="on", mangleid="off", gro="off"),
+                              started) == []  # fmt: skip
 
 
 def test_zero_percent_is_no_impairment():

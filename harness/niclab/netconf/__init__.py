@@ -136,10 +136,16 @@ def apply_node(node: Node, ifaces: list[Iface], macs: dict[tuple[str, int, int],
     _run_script(node, node_script(ifaces, macs), doing, CARRIER_TIMEOUT_S + 60)
 
 
-def check_node(node: Node, ifaces: list[Iface], drivers: Mapping[tuple[str, int, int], str] | None = None) -> dict:
-    """Read one node's network back and compare it with the plan; returns the observed state."""
+def check_node(
+    node: Node,
+    ifaces: list[Iface],
+    drivers: Mapping[tuple[str, int, int], str] | None = None,
+    started: Mapping[str, dict[str, bool]] | None = None,
+) -> dict:
+    """Read one node's network back and compare it with the plan; returns the observed state.
+    `started`: the offloads its ports started with, where an earlier cell on this boot may have changed them."""
     state = verify.parse_state(node.run(verify.state_script(ifaces), timeout=60).stdout)
-    problems = verify.mismatches(node.name, ifaces, state, drivers)
+    problems = verify.mismatches(node.name, ifaces, state, drivers, started)
     if problems:
         raise NetconfError(f"{node.name}: the network is not what the scenario asks:\n  " + "\n  ".join(problems))
     return verify.summary(state)
@@ -170,8 +176,13 @@ def reset(rig: Rig, previous: NetPlan, baseline: Mapping[str, dict[str, dict[str
     parallel({node: partial(reset_node, node) for node in rig.nodes if previous.on(node)})
 
 
-def configure(rig: Rig, net: NetPlan, progress) -> dict:
-    """Configure every node (in parallel), check the result, ping across every wire. Returns facts."""
+def configure(
+    rig: Rig, net: NetPlan, progress, baseline: Mapping[str, dict[str, dict[str, bool]]] | None = None
+) -> dict:
+    """Configure every node (in parallel), check the result, ping across every wire. Returns facts.
+
+    `baseline` (node -> port -> feature -> on): the offloads the driver started with, on a rig earlier
+    cells used; a port that differs in a feature this plan does not name fails the check."""
     started = time.monotonic()
 
     def configure_node(node: str) -> dict:
@@ -179,7 +190,7 @@ def configure(rig: Rig, net: NetPlan, progress) -> dict:
         if not ifaces:
             return {}
         apply_node(rig.node(node), ifaces, {port.key: rig.mac(port) for iface in ifaces for port in iface.ports})
-        return check_node(rig.node(node), ifaces, rig.drivers)
+        return check_node(rig.node(node), ifaces, rig.drivers, (baseline or {}).get(node))
 
     states = parallel({node: partial(configure_node, node) for node in rig.nodes})
     configured = time.monotonic() - started

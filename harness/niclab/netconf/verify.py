@@ -77,10 +77,16 @@ def _int(value: str | None) -> int | None:
 
 
 def mismatches(
-    node: str, ifaces: list[Iface], state: dict[str, dict], drivers: Mapping[tuple[str, int, int], str] | None = None
+    node: str,
+    ifaces: list[Iface],
+    state: dict[str, dict],
+    drivers: Mapping[tuple[str, int, int], str] | None = None,
+    started: Mapping[str, dict[str, bool]] | None = None,
 ) -> list[str]:
     """What differs from the plan. `drivers`: the driver each port must bind, where the backend says
-    (a lab class emulated by a catalog one binds the stand-in's driver); else its card class's."""
+    (a lab class emulated by a catalog one binds the stand-in's driver); else its card class's.
+    `started`: port -> offload feature -> on, as the driver started, for ports an earlier cell on the
+    same boot may have changed (niclab.rigs.Booted.baseline)."""
     problems = []
     for iface in ifaces:
         seen = state.get(f"iface {iface.name}", {})
@@ -114,11 +120,16 @@ def mismatches(
                     f"{node}/{port.ifname}: driver {port_state.get('driver') or 'none'} is bound, "
                     f"the {port.model} {'model' if nics.is_emulated(port.model) else 'card'} needs {wanted}"
                 )
+            features = _ethtool_text(port_state)
             if iface.offloads:
-                parsed = offloads.parse_features(_ethtool_text(port_state))
                 problems += [
                     f"{node}/{port.ifname} ({port.model}): offload {p}"
-                    for p in offloads.mismatches(iface.offloads, parsed)
+                    for p in offloads.mismatches(iface.offloads, offloads.parse_features(features))
+                ]
+            if started and started.get(port.ifname):
+                problems += [
+                    f"{node}/{port.ifname} ({port.model}): offload {p}"
+                    for p in offloads.leftovers(iface.offloads, features, started[port.ifname])
                 ]
     return problems
 
