@@ -119,12 +119,10 @@ def _by_repeat(cell: CellData, summary: dict) -> dict[int, tuple[str, float]]:
     return found
 
 
-def _boot(cell: CellData, run_id: str) -> int | None:
-    return cell.runs.get(run_id, {}).get("boot")
-
-
-def _contended(cell: CellData, run_id: str) -> bool:
-    return bool(cell.runs.get(run_id, {}).get("host_load", {}).get("contended"))
+def _conditions(cell: CellData, run_id: str) -> tuple[bool, int | None]:
+    """What a repeat ran under that its pair must share: whether the host was contended, and the boot."""
+    run = cell.runs.get(run_id, {})
+    return bool(run.get("host_load", {}).get("contended")), run.get("boot")
 
 
 def fair_pairs(base_cell: CellData, base: dict, new_cell: CellData, new: dict) -> tuple[list[float], list[float], int]:
@@ -140,9 +138,7 @@ def fair_pairs(base_cell: CellData, base: dict, new_cell: CellData, new: dict) -
     kept_base, kept_new, left_out = [], [], 0
     for repeat in sorted(set(base_by) & set(new_by)):
         (base_run, base_value), (new_run, new_value) = base_by[repeat], new_by[repeat]
-        if _contended(base_cell, base_run) != _contended(new_cell, new_run) or _boot(base_cell, base_run) != _boot(
-            new_cell, new_run
-        ):
+        if _conditions(base_cell, base_run) != _conditions(new_cell, new_run):
             left_out += 1
             continue
         kept_base.append(base_value)

@@ -133,7 +133,10 @@ def changeable(text: str) -> dict[str, bool]:
     Setting all of these back gives a port the offloads it started with,
     whatever names changed them.
     """
-    lines = _feature_lines(text)
+    return _changeable(_feature_lines(text))
+
+
+def _changeable(lines: list[_Line]) -> dict[str, bool]:
     groups = {line.group for line in lines if line.group is not None}
     return {line.name: line.wanted for line in lines if not line.fixed and line.name not in groups}
 
@@ -152,7 +155,7 @@ def leftovers(named: dict[str, bool], text: str, started: dict[str, bool]) -> li
     lines = _feature_lines(text)
     mine = {long_name(feature) for feature in named}
     mine |= {line.name for line in lines if line.group in mine}
-    now = changeable(text)
+    now = _changeable(lines)
     return [
         f"{feature} is {'on' if now[feature] else 'off'}, the driver started with {'on' if on else 'off'} "
         "(left by an earlier cell on this boot)"
