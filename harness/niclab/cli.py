@@ -61,6 +61,14 @@ def _run(args, backend) -> int:
         if not cells:
             print(f"niclab: shard {shard} of {scenario_file.name} holds no cell; nothing to run", file=sys.stderr)
             return EXIT_OK
+    if args.kernel_build:
+        from niclab.kernel_check import with_kernel
+        from niclab.kernel_choice import parse_kernel
+
+        try:
+            cells = with_kernel(cells, parse_kernel({"build": args.kernel_build}))
+        except ValueError as exc:
+            raise UsageError(f"--kernel-build: {exc}") from None
     out = Path(args.out)
     where = out / f"dry-run-{scenario_file.name}"
     checked = verdicts(backend, cells)
@@ -78,6 +86,9 @@ def _run(args, backend) -> int:
             f"the {backend.name} backend cannot realize any cell of {scenario_file.name}: {skipped[0].reason}"
         )
     cells = [cell for cell in cells if cell.id not in {v.cell.id for v in skipped}]
+    from niclab.kernel_check import check_kernels
+
+    check_kernels(cells, progress)  # builds each kernel's image first; refuses one that lacks a driver
     try:
         run_dir = RunDir(new_run_dir(out, scenario_file.name))
     except OSError as exc:
@@ -449,6 +460,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeat", type=positive_int, metavar="N", help="run every benchmark N times (overrides the scenario)"
     )
     run.add_argument("--shard", metavar="I/N", help="run only the cells of shard I of N (stable across machines)")
+    run.add_argument(
+        "--kernel-build",
+        metavar="DIR",
+        help="boot every node on the kernel built in DIR (its bzImage and modules), whatever the scenario names",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.set_defaults(func=cmd_run)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from niclab.kernel_choice import KernelChoice
+
 
 @dataclass(frozen=True)
 class Port:
@@ -18,6 +20,7 @@ class Port:
     lane: int
     model: str
     ifname: str  # the name netconf gives the interface in the guest
+    knobs: tuple[tuple[str, str, str], ...] = ()  # (coalesce, rx-usecs, 100): set by netconf, undone only by a boot
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -40,6 +43,8 @@ class NodeSpec:
     cpus: int
     memory_mib: int
     ports: tuple[Port, ...]
+    kernel: KernelChoice | None = None  # None: the image's own
+    cmdline: tuple[str, ...] = ()  # added to the kernel's command line: driver module parameters (e1000.X=1)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from niclab.backends.qemu_nics import qemu_nic
 from niclab.errors import NiclabError, UsageError
 from niclab.guest import AgentNode, GuestAgent, connect_all
 from niclab.image import Image, ensure_image
+from niclab.image.kernels import image_facts, node_images
 from niclab.lab.inventory import LOCAL_URI, Inventory
 from niclab.lab.match import Placement, Unrealizable, place
 from niclab.procs import pid_namespace, process_start_time
@@ -170,7 +171,7 @@ class LibvirtBackend:
                     vcpus=spec.cpus,
                     kernel=boot[0],
                     initrd=boot[1],
-                    cmdline=f"{cmdline} niclab.node={spec.name}",
+                    cmdline=" ".join([cmdline, *spec.cmdline, f"niclab.node={spec.name}"]),
                     ports=tuple(ports),
                     metadata=metadata or {},
                 ),
@@ -186,7 +187,8 @@ class LibvirtBackend:
             placement = self.placement(topology)
         except Unrealizable as exc:
             raise NiclabError(str(exc)) from None
-        image = self._image or ensure_image(progress=progress)
+        images = node_images(topology.nodes, self._image, progress)
+        image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
         workdir.mkdir(parents=True, exist_ok=True)
         token = hashlib.sha256(f"{workdir.resolve()}:{os.getpid()}:{time.time()}".encode()).hexdigest()[:8]
         with ExitStack() as stack:
@@ -201,12 +203,13 @@ class LibvirtBackend:
             for conn in conns.values():
                 stack.callback(conn.close)
             domain_type = self._domain_type(image, progress)
-            boot = {uri: _volumes(conn, image, progress) for uri, conn in conns.items()}
+            distinct = {i.id: i for i in images.values()}
+            boot = {(uri, i): _volumes(conn, distinct[i], progress) for uri, conn in conns.items() for i in distinct}
             fallback = None
             domains = stack.enter_context(ExitStack())
             try:
                 booted = self._boot(
-                    domains, conns, boot, topology, placement, token, domain_type, image, workdir, progress
+                    domains, conns, boot, topology, placement, token, domain_type, images, workdir, progress
                 )
             except BootError as exc:
                 if domain_type != "kvm" or self._accel:
@@ -221,7 +224,7 @@ class LibvirtBackend:
                 progress(f"warning: {fallback}")
                 domain_type = "qemu"
                 booted = self._boot(
-                    domains, conns, boot, topology, placement, token, domain_type, image, workdir, progress
+                    domains, conns, boot, topology, placement, token, domain_type, images, workdir, progress
                 )
             plans, running, nodes, ready = booted
             macs, seen = port_macs(topology), dict[str, dict]()
@@ -243,8 +246,7 @@ class LibvirtBackend:
                     "accel_fallback": fallback,
                     "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in plans.items()},
                     "libvirt_version": version(next(iter(conns.values()))),
-                    "image": image.id,
-                    "kernel": image.manifest.get("kernel_version"),
+                    **image_facts(images),
                     "agent_ready_s": ready,
                     **({"cards": cards_facts(topology, placement, seen)} if placement is not None else {}),
                 },
@@ -255,12 +257,12 @@ class LibvirtBackend:
         self,
         stack: ExitStack,
         conns: dict[str, Any],
-        boot: dict[str, tuple[str, str]],
+        boot: dict[tuple[str, str], tuple[str, str]],  # (uri, image id) -> the kernel and initrd volumes there
         topology: Topology,
         placement: Placement | None,
         token: str,
         domain_type: str,
-        image: Image,
+        images: dict[str, Image],
         workdir: Path,
         progress: Progress,
     ) -> tuple[dict[str, tuple[str, DomainPlan]], dict[str, Any], dict[str, AgentNode], dict[str, float]]:
@@ -272,12 +274,13 @@ class LibvirtBackend:
             "harness-at": pid_namespace(),
             "run": str(workdir),
         }
-        plans = self._plans(topology, placement, token, domain_type, ("", ""), image.cmdline, metadata)
+        cmdline = next(iter(images.values())).cmdline  # every kernel boots with the recipe's command line
+        plans = self._plans(topology, placement, token, domain_type, ("", ""), cmdline, metadata)
         domains: dict[str, Any] = {}
         started = time.monotonic()
-        progress(f"starting {len(plans)} libvirt domains ({domain_type}; image {image.id})")
+        progress(f"starting {len(plans)} libvirt domains ({domain_type}; image {image_facts(images)['image']})")
         for node, (uri, plan) in plans.items():
-            kernel, initrd = boot[uri]
+            kernel, initrd = boot[(uri, images[node].id)]
             plan = DomainPlan(**{**plan.__dict__, "kernel": kernel, "initrd": initrd})
             xml = domain_xml(plan)
             (workdir / f"{node}.xml").write_text(xml)

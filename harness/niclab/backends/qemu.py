@@ -38,6 +38,7 @@ from niclab.backends.qemu_cmd import MAX_NICS, NicPlan, VmPlan, mac_address, qem
 from niclab.errors import NiclabError, UsageError
 from niclab.guest import AgentNode, GuestAgent, connect_all
 from niclab.image import Image, ensure_image
+from niclab.image.kernels import image_facts, node_images
 from niclab.procs import Child, Supervisor
 from niclab.topology import NodeSpec, Topology
 
@@ -246,7 +247,8 @@ class QemuBackend:
 
     @contextmanager
     def realize(self, topology: Topology, workdir: Path, progress: Progress) -> Iterator[Rig]:
-        image = self._image or ensure_image(progress=progress)
+        images = node_images(topology.nodes, self._image, progress)
+        image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
         binary = qemu_binary()
         if self._accel:
             choice = AccelChoice(self._accel, "chosen by the caller", now(), forced=True)
@@ -257,7 +259,7 @@ class QemuBackend:
         fallback = None
         with ExitStack() as stack:
             try:
-                rig = self._boot(stack, topology, workdir, image, binary, choice, progress)
+                rig = self._boot(stack, topology, workdir, images, binary, choice, progress)
             except BootError as exc:
                 if choice.accel != "kvm":
                     raise
@@ -271,7 +273,7 @@ class QemuBackend:
                 progress(f"warning: {fallback}")
                 set_aside(workdir, topology, "kvm")
                 choice = AccelChoice("tcg", "KVM fell back, see the warning", now())
-                rig = self._boot(stack, topology, workdir, image, binary, choice, progress)
+                rig = self._boot(stack, topology, workdir, images, binary, choice, progress)
             rig.facts["accel_fallback"] = fallback
             yield rig
 
@@ -280,7 +282,7 @@ class QemuBackend:
         stack: ExitStack,
         topology: Topology,
         workdir: Path,
-        image: Image,
+        images: dict[str, Image],
         binary: str,
         choice: AccelChoice,
         progress: Progress,
@@ -295,7 +297,7 @@ class QemuBackend:
         supervisor = stack.enter_context(Supervisor(workdir))
         with ExitStack() as fds:
             attachments = self._wire(topology, fds, cleanup, supervisor, workdir)
-            plans = {spec.name: self._plan(spec, image, accel, attachments) for spec in topology.nodes}
+            plans = {spec.name: self._plan(spec, images[spec.name], accel, attachments) for spec in topology.nodes}
             started = time.monotonic()
             children: dict[str, Child] = {}
             for name, plan in plans.items():
@@ -312,7 +314,8 @@ class QemuBackend:
                     pass_fds=passed,
                 )
         # the QEMUs hold the cable sockets now
-        progress(f"booting {len(plans)} guests ({accel}: {choice.reason}; image {image.id})")
+        shown = image_facts(images)
+        progress(f"booting {len(plans)} guests ({accel}: {choice.reason}; image {shown['image']})")
         timeout = min(self.boot_timeout, self.kvm_deadline) if accel == "kvm" else self.boot_timeout
         agents = self._connect_agents(children, workdir, started, timeout, accel)
         for agent, _ in agents.values():
@@ -329,9 +332,10 @@ class QemuBackend:
                 "accel": accel,
                 "accel_reason": choice.reason,
                 "qemu": qemu_version(binary),
-                "image": image.id,
-                "kernel": image.manifest.get("kernel_version"),
-                "kernel_boot": "pvh" if image.boot_kernel != image.kernel else "bzimage",  # image.pvh
+                **shown,
+                "kernel_boot": (  # image.pvh
+                    "pvh" if all(i.boot_kernel != i.kernel for i in images.values()) else "bzimage"
+                ),
                 "agent_ready_s": ready,
             },
             gone=lambda: {name: why for name, child in children.items() if (why := child.exit_reason())},

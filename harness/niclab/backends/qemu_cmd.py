@@ -87,7 +87,7 @@ def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
         "-initrd",
         plan.initrd,
         "-append",
-        f"{plan.cmdline} niclab.node={node.name}",
+        " ".join([plan.cmdline, *node.cmdline, f"niclab.node={node.name}"]),
         "-chardev",
         f"file,id=serial0,path={plan.serial_log}",
         "-serial",

@@ -2,9 +2,10 @@
 
 The result is an ordered list of cpio entries: a merged-/usr tree with the
 recipe's programs and the libraries they need, busybox applets for everything
-else, the chosen kernel modules with their own modules.dep and modules.alias,
-and the recipe's overlay (init scripts, /etc files). For a disk recipe the
-same code makes the slim initramfs that mounts the disk.
+else, and the recipe's overlay (init scripts, /etc files). The kernel's
+modules go into a second archive (kernelfiles.module_set), so that another
+kernel can reuse this one. For a disk recipe the same code makes the slim
+initramfs that mounts the disk.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from niclab.errors import NiclabError
-from niclab.image import modules as kmod
 from niclab.image.cpio import Entry
 from niclab.image.elf import is_elf, read_dynamic
 from niclab.image.recipe import Recipe
@@ -115,34 +115,6 @@ def _busybox_applets(busybox: bytes) -> list[str]:
     return sorted(set(listing.stdout.split()))
 
 
-def kernel_version(root: TarTree) -> str:
-    versions = root.listdir("/usr/lib/modules")
-    if len(versions) != 1:
-        raise NiclabError(f"image build: expected one kernel in the guest root, found {versions}")
-    return versions[0]
-
-
-def _add_modules(tree: Tree, root: TarTree, recipe: Recipe, version: str) -> list[str]:
-    base = f"/usr/lib/modules/{version}"
-    deps = kmod.parse_modules_dep(root.read(f"{base}/modules.dep").decode())
-    try:
-        chosen = kmod.closure(deps, list(recipe.modules))
-    except KeyError as exc:
-        raise NiclabError(
-            f"image build: kernel {version} has no module(s) {exc.args[0]} (listed in {recipe.directory}/recipe.toml)"
-        ) from None
-    for path in chosen:
-        _copy_file(tree, root, f"{base}/{path}")
-    aliases = kmod.filter_aliases(root.read(f"{base}/modules.alias").decode(), chosen)
-    mod_dir = _usr_path(base)
-    tree.add(Entry(f"{mod_dir}/modules.dep", stat.S_IFREG | 0o644, kmod.filter_modules_dep(deps, chosen).encode()))
-    tree.add(Entry(f"{mod_dir}/modules.alias", stat.S_IFREG | 0o644, aliases.encode()))
-    for name in ("modules.builtin", "modules.builtin.modinfo", "modules.order"):
-        if root.exists(f"{base}/{name}"):
-            _copy_file(tree, root, f"{base}/{name}")
-    return [kmod.module_name(p) for p in chosen]
-
-
 def _add_overlay(tree: Tree, overlay: Path) -> None:
     for path in sorted(overlay.rglob("*")):
         name = path.relative_to(overlay).as_posix()
@@ -153,8 +125,8 @@ def _add_overlay(tree: Tree, overlay: Path) -> None:
             tree.add(Entry(name, stat.S_IFREG | mode, path.read_bytes()))
 
 
-def assemble(root: TarTree, recipe: Recipe) -> tuple[list[Entry], dict]:
-    """The initramfs entries and facts about them (kernel version, modules, programs)."""
+def assemble(root: TarTree, recipe: Recipe) -> list[Entry]:
+    """The initramfs entries of everything but the kernel's modules (kernelfiles.module_set adds those)."""
     tree = Tree()
     for name in BASE_DIRS:
         tree.add(Entry(name, stat.S_IFDIR | 0o755))
@@ -188,8 +160,5 @@ def assemble(root: TarTree, recipe: Recipe) -> tuple[list[Entry], dict]:
             )
         )
 
-    version = kernel_version(root)
-    loaded = _add_modules(tree, root, recipe, version)
     _add_overlay(tree, recipe.initrd_overlay)
-    facts = {"kernel_version": version, "modules": loaded, "binaries": list(recipe.binaries)}
-    return tree.sorted_entries(), facts
+    return tree.sorted_entries()

@@ -60,16 +60,37 @@ def mmdebstrap_command(recipe: Recipe, mirror: str, out: Path) -> list[str]:
     return command
 
 
+def kernel_command(suite: str, mirror: str, out: Path) -> list[str]:
+    """Fetch only Debian's kernel package for `suite` (and what it depends on), unpacked, never installed."""
+    base, _, pocket = suite.partition("-")  # bookworm-backports: its kernel, with bookworm beside it
+    sources = [f"deb {mirror} {base} main"] + ([f"deb {mirror} {suite} main"] if pocket else [])
+    return [
+        "mmdebstrap",
+        "--variant=extract",
+        f"--include=linux-image-amd64{'/' + suite if pocket else ''}",
+        # sid's Release files expire within days; a mirror that lags a little is still the kernel asked for
+        *(['--aptopt=Acquire::Check-Valid-Until "false"'] if suite in ("sid", "unstable") else []),
+        "--dpkgopt=path-exclude=/usr/share/*",
+        base,
+        str(out),
+        *sources,
+    ]
+
+
 def fetch_root(recipe: Recipe, out: Path, log: Path, progress: Callable[[str], None]) -> None:
     """Write the guest root as a tar at `out`; mmdebstrap's output goes to `log`."""
-    if shutil.which("mmdebstrap") is None:
-        raise NiclabError("mmdebstrap is not installed: run `make setup` (or apt-get install mmdebstrap)")
     mirror = debian_mirror(recipe.suite)
-    command = mmdebstrap_command(recipe, mirror, out)
     progress(
         f"fetching {len(recipe.packages)} Debian packages and their dependencies ({recipe.suite}) "
         f"with mmdebstrap; log: {log}"
     )
+    run_mmdebstrap(mmdebstrap_command(recipe, mirror, out), log, progress)
+
+
+def run_mmdebstrap(command: list[str], log: Path, progress: Callable[[str], None]) -> None:
+    """Run mmdebstrap with its output in `log`, saying every 15 s that it still runs."""
+    if shutil.which("mmdebstrap") is None:
+        raise NiclabError("mmdebstrap is not installed: run `make setup` (or apt-get install mmdebstrap)")
     started = time.monotonic()
     with log.open("w") as sink:
         sink.write("$ " + " ".join(command) + "\n")

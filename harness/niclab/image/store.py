@@ -3,6 +3,11 @@
 Layout: <cache>/images/<recipe>-<hash>/{vmlinuz, initrd.img, manifest.json},
 vmlinux (the same kernel uncompressed, booted at its PVH entry: image.pvh) when
 the kernel has one, and disk.qcow2 for a recipe with a [disk] table.
+initrd.img is two gzipped cpio archives, one after the other, as the kernel
+takes them: userspace.cpio.gz (the programs, kept beside it) and
+modules.cpio.gz (the kernel's modules). An image for another kernel
+(image.kernels) is <recipe>-<hash>+<kernel>/, the same userspace with that
+kernel's modules.
 A build happens in a temporary directory next to it and is renamed into place,
 so a half-built image is never found; a lock keeps two builds from racing.
 """
@@ -22,8 +27,9 @@ from pathlib import Path
 from niclab.errors import NiclabError
 from niclab.filelock import locked
 from niclab.image.assemble import assemble
-from niclab.image.cpio import CpioWriter
+from niclab.image.cpio import CpioWriter, Entry
 from niclab.image.disk import make_disk
+from niclab.image.kernelfiles import from_root, module_set
 from niclab.image.manifest import installed_packages
 from niclab.image.pvh import pvh_kernel
 from niclab.image.recipe import Recipe, load_recipe
@@ -42,6 +48,7 @@ class Image:
     directory: Path
     cmdline: str
     manifest: dict
+    variant: str = ""  # the kernel, for an image of another kernel than the recipe's (image.kernels)
 
     @property
     def kernel(self) -> Path:
@@ -63,15 +70,21 @@ class Image:
         return self.directory / "disk.qcow2" if "disk" in self.manifest else None
 
     @property
+    def userspace(self) -> Path:
+        """The initramfs without the kernel's modules (its first archive)."""
+        return self.directory / "userspace.cpio.gz"
+
+    @property
     def id(self) -> str:
-        return f"{self.name}-{self.input_hash}"
+        return f"{self.name}-{self.input_hash}" + (f"+{self.variant}" if self.variant else "")
 
 
 def _store() -> Path:
     return cache_dir() / "images"
 
 
-def _load(directory: Path) -> Image | None:
+def load_image(directory: Path) -> Image | None:
+    """The image in `directory`, or None if it is not a whole one."""
     try:
         manifest = json.loads((directory / "manifest.json").read_text())
     except (OSError, ValueError):
@@ -79,7 +92,31 @@ def _load(directory: Path) -> Image | None:
     needed = ["vmlinuz", "initrd.img"] + (["disk.qcow2"] if "disk" in manifest else [])
     if not all((directory / name).is_file() for name in needed):
         return None
-    return Image(manifest["recipe"], manifest["input_hash"], directory, manifest["cmdline"], manifest)
+    return Image(
+        manifest["recipe"],
+        manifest["input_hash"],
+        directory,
+        manifest["cmdline"],
+        manifest,
+        manifest.get("variant", ""),
+    )
+
+
+def write_initrd(directory: Path, userspace: Path, modules: list[Entry]) -> None:
+    """modules.cpio.gz from the entries, and initrd.img: the userspace archive, then the modules one."""
+    write_cpio(directory / "modules.cpio.gz", modules)
+    with open(directory / "initrd.img", "wb") as out:
+        for part in (userspace, directory / "modules.cpio.gz"):
+            with open(part, "rb") as data:
+                shutil.copyfileobj(data, out)
+
+
+def write_cpio(path: Path, entries: list[Entry]) -> None:
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as packed:
+        writer = CpioWriter(packed)
+        for entry in entries:
+            writer.add(entry)
+        writer.close()
 
 
 def recipe(name: str = DEFAULT_RECIPE) -> Recipe:
@@ -89,21 +126,21 @@ def recipe(name: str = DEFAULT_RECIPE) -> Recipe:
 def find_image(name: str = DEFAULT_RECIPE) -> Image | None:
     """The built image for the current recipe, or the one $NICLAB_IMAGE points at (for the micro image)."""
     if name == DEFAULT_RECIPE and (override := os.environ.get("NICLAB_IMAGE")):
-        image = _load(Path(override))
+        image = load_image(Path(override))
         if image is None:
             raise NiclabError(
                 f"NICLAB_IMAGE={override} is not a built niclab image (it needs vmlinuz, initrd.img and manifest.json)"
             )
         return image
     wanted = recipe(name)
-    return _load(_store() / f"{name}-{wanted.input_hash()}")
+    return load_image(_store() / f"{name}-{wanted.input_hash()}")
 
 
 def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: bool = False) -> Image:
     wanted = recipe(name)
     target = _store() / f"{name}-{wanted.input_hash()}"
     if _store().is_dir() and not os.access(_store(), os.W_OK):
-        if not force and (existing := _load(target)) is not None:
+        if not force and (existing := load_image(target)) is not None:
             return existing
         raise NiclabError(
             f"{_store()} has no image for the current {name} recipe ({target.name}), and this user cannot build one "
@@ -111,7 +148,7 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
             "as the cache's owner; for the lab container, `make docker` rebuilds its image"
         )
     with locked(_store() / ".lock"):
-        if not force and (existing := _load(target)) is not None:
+        if not force and (existing := load_image(target)) is not None:
             return existing
         started = time.monotonic()
         progress(f"building image {target.name} (recipe {wanted.directory})")
@@ -123,8 +160,15 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                 make_disk(wanted.disk, root_tar, work / "disk.qcow2", progress)
             progress("assembling the initramfs")
             with TarTree(root_tar) as root:
-                entries, facts = assemble(root, wanted)
-                kernel = root.read(f"/boot/vmlinuz-{facts['kernel_version']}")
+                write_cpio(work / "userspace.cpio.gz", assemble(root, wanted))
+                kernel_files = from_root(root)
+                modules = module_set(kernel_files, list(wanted.modules))
+                if modules.missing:
+                    raise NiclabError(
+                        f"image build: kernel {kernel_files.version} has no module(s) {', '.join(modules.missing)} "
+                        f"(listed in {wanted.directory}/recipe.toml)"
+                    )
+                kernel = kernel_files.read_kernel()
                 packages = installed_packages(root.read("/var/lib/dpkg/status").decode())
                 built = {
                     b.source: next((d for d in root.listdir("/usr/src") if d.startswith(f"{b.source}-")), "?")
@@ -133,25 +177,22 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
             (work / "vmlinuz").write_bytes(kernel)
             if (unpacked := pvh_kernel(kernel)) is not None:
                 (work / "vmlinux").write_bytes(unpacked)
-            with (
-                open(work / "initrd.img", "wb") as raw,
-                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as packed,
-            ):
-                writer = CpioWriter(packed)
-                for entry in entries:
-                    writer.add(entry)
-                writer.close()
-            manifest = {
+            write_initrd(work, work / "userspace.cpio.gz", modules.entries)
+            if kernel_files.config is not None:
+                (work / "config").write_text(kernel_files.config)
+            manifest: dict = {
                 "recipe": name,
                 "input_hash": wanted.input_hash(),
                 "suite": wanted.suite,
                 "cmdline": wanted.cmdline,
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "build_seconds": round(time.monotonic() - started, 1),
-                "kernel_version": facts["kernel_version"],
+                "kernel_version": kernel_files.version,
+                "kernel_origin": f"Debian {wanted.suite} ({packages.get(f'linux-image-{kernel_files.version}', '?')})",
                 "pvh_kernel": unpacked is not None,
-                "modules": facts["modules"],
-                "binaries": facts["binaries"],
+                "modules": modules.loaded,
+                "builtin_modules": modules.builtin,
+                "binaries": list(wanted.binaries),
                 "initrd_bytes": (work / "initrd.img").stat().st_size,
                 "packages": packages,
                 "built_from_source": built,  # source package -> the unpacked directory (its version)
@@ -169,7 +210,7 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
-        image = _load(target)
+        image = load_image(target)
         assert image is not None
         disk = f", disk {manifest['disk']['qcow2_bytes'] / 2**20:.0f} MiB" if "disk" in manifest else ""
         progress(

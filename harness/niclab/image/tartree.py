@@ -80,9 +80,13 @@ class TarTree:
         return member.mode
 
     def listdir(self, path: str) -> list[str]:
+        """The names in a directory, also those a tar without directory entries only implies."""
         base = self.resolve(path).rstrip("/") + "/"
         return sorted(
-            name[len(base) :]
-            for name in self._members
-            if name.startswith(base) and "/" not in name[len(base) :] and name != base
+            {name[len(base) :].split("/")[0] for name in self._members if name.startswith(base) and name != base}
         )
+
+    def files_under(self, path: str) -> list[str]:
+        """Every regular file below `path` (after its symlinks), as paths relative to it, sorted."""
+        base = self.resolve(path).rstrip("/") + "/"
+        return sorted(name[len(base) :] for name, m in self._members.items() if name.startswith(base) and m.isfile())

@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from niclab import bench, nics, offloads
+from niclab import bench, knobs, nics, offloads
+from niclab.kernel_choice import KernelChoice, parse_kernel
 from niclab.netem import Netem
 from niclab.scenario.errors import NAME_PATTERN as NAME_RE
 from niclab.scenario.errors import Problem, Problems, did_you_mean, listing, pydantic_problems, shown
@@ -32,9 +33,22 @@ def _memory_mib(value: Any) -> int:
     return int(match[1]) * (1024 if match[2].upper() == "G" else 1)
 
 
+def _kernel(value: Any, info: ValidationInfo) -> KernelChoice | None:
+    """A kernel choice; a relative build directory is relative to the scenario file (context `base`)."""
+    if value is None:
+        return None
+    try:
+        return parse_kernel(value, (info.context or {}).get("base"))
+    except ValueError as exc:
+        raise Problems([Problem((), str(exc))]) from None
+
+
 class NodeOptions(_Strict):
     cpus: int = Field(1, ge=1, le=16)
     memory: int = Field(256, description="MiB; YAML may say 256M or 1G")
+    kernel: KernelChoice | None = Field(None, description="this node's kernel, if not the scenario's")
+
+    _kernel = field_validator("kernel", mode="before")(_kernel)
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -77,6 +91,12 @@ class Link(_Strict):
     mtu: int = Field(1500, ge=68, le=65535)
     offloads: dict[str, dict[str, bool]] = Field(default_factory=dict, description="per end, after loading")
     netem: dict[str, Netem] = Field(default_factory=dict, description="per end, after loading")
+    coalesce: dict[str, dict[str, int | bool]] = Field(default_factory=dict, description="per end: ethtool -C")
+    rings: dict[str, dict[str, int | bool]] = Field(default_factory=dict, description="per end: ethtool -G")
+    queues: dict[str, dict[str, int | bool]] = Field(default_factory=dict, description="per end: ethtool -L")
+    module_params: dict[str, dict[str, int | str]] = Field(
+        default_factory=dict, description="per end: the NIC driver's module parameters, set at boot"
+    )
 
     @field_validator("bond", mode="before")
     @classmethod
@@ -122,6 +142,63 @@ class Link(_Strict):
             raise Problems(_unique(problems))
         return result
 
+    @field_validator("coalesce", "rings", "queues", mode="before")
+    @classmethod
+    def _knobs(cls, value: Any, info: ValidationInfo) -> Any:
+        kind = knobs.KINDS[str(info.field_name)]
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise Problems([Problem((), f"{kind.key} maps {kind.shown()} names to values, e.g. {kind.example}")])
+        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
+        result: dict[str, dict[str, int | bool]] = {}
+        for end, named in settings.items():
+            base = (end,) if per_end else ()
+            result[end] = {}
+            for name, setting in (named or {}).items():
+                checked, message, hint = knobs.check_setting(kind, name, setting)
+                if message is not None:
+                    problems.append(Problem(base + (name,), message, hint, at_key=message.startswith("unknown")))
+                else:
+                    assert checked is not None
+                    result[end][name] = checked
+        if problems:
+            raise Problems(_unique(problems))
+        return {end: named for end, named in result.items() if named}
+
+    @field_validator("module_params", mode="before")
+    @classmethod
+    def _module_params(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise Problems(
+                [Problem((), "module_params maps parameter names to values, e.g. {InterruptThrottleRate: 8000}")]
+            )
+        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
+        result: dict[str, dict[str, int | str]] = {}
+        for end, named in settings.items():
+            base = (end,) if per_end else ()
+            result[end] = {}
+            for name, setting in (named or {}).items():
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+                    problems.append(
+                        Problem(base + (name,), f"{shown(name)} is not a module parameter name", at_key=True)
+                    )
+                elif (
+                    isinstance(setting, bool)
+                    or not isinstance(setting, (int, str))
+                    or not re.fullmatch(r"[A-Za-z0-9_.,:+-]+", str(setting))
+                ):
+                    problems.append(
+                        Problem(base + (name,), f"a module parameter is a number or a word, not {shown(setting)}")
+                    )
+                else:
+                    result[end][str(name)] = setting
+        if problems:
+            raise Problems(_unique(problems))
+        return {end: named for end, named in result.items() if named}
+
     @field_validator("netem", mode="before")
     @classmethod
     def _netem(cls, value: Any, info: ValidationInfo) -> Any:
@@ -153,6 +230,14 @@ class Link(_Strict):
 
     def model_for(self, node: str) -> str:
         return self.nic if isinstance(self.nic, str) else self.nic[node]
+
+    def knobs_of(self, node: str) -> tuple[tuple[str, str, str], ...]:
+        """The ethtool knobs on this end, as (kind, name, value) (niclab.knobs)."""
+        return tuple(
+            (kind, name, str(value).lower())
+            for kind in knobs.KINDS
+            for name, value in getattr(self, kind).get(node, {}).items()
+        )
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:
@@ -244,6 +329,7 @@ class Scenario(_Strict):
     name: str = Field(pattern=NAME_RE)
     description: str = ""
     nodes: dict[str, NodeOptions]
+    kernel: KernelChoice | None = Field(None, description="every node's kernel: a Debian suite or {build: DIR}")
     links: list[Link] = Field(min_length=1)
     benchmarks: list[BenchmarkSpec] = Field(default_factory=list)
     repeat: int = Field(1, ge=1, le=100, description="runs of each benchmark per cell")
@@ -253,6 +339,8 @@ class Scenario(_Strict):
         default_factory=dict, description="price per card, by NIC model, for cost per Mbit/s"
     )
     currency: str = Field("", max_length=8, description="the prices' currency, e.g. USD")
+
+    _kernel = field_validator("kernel", mode="before")(_kernel)
 
     @field_validator("prices", mode="before")
     @classmethod
@@ -327,6 +415,7 @@ class Scenario(_Strict):
             problems += [
                 Problem(("links", i, *p.path), p.message, p.hint, p.at_key) for p in link_problems(link, self.nodes)
             ]
+        problems += self._module_param_conflicts()
         for i, spec in enumerate(self.benchmarks):
             problems += [
                 Problem(("benchmarks", i, spec.tool, *p.path), p.message, p.hint, p.at_key)
@@ -338,23 +427,76 @@ class Scenario(_Strict):
             raise Problems(problems)
         return self
 
+    def _module_param_conflicts(self) -> list[Problem]:
+        """A driver has one value of a parameter per node: two links of one driver cannot ask two."""
+        problems: list[Problem] = []
+        seen: dict[tuple[str, str, str], tuple[int, int | str]] = {}
+        for i, link in enumerate(self.links):
+            for node, params in link.module_params.items():
+                found = nics.lookup(link.model_for(node))
+                if found is None:
+                    continue
+                for name, value in params.items():
+                    key = (node, found.module, name)
+                    if key in seen and seen[key][1] != value:
+                        problems.append(
+                            Problem(
+                                ("links", i, "module_params", name),
+                                f"node {node}'s {found.module} driver gets {name}={value} here and "
+                                f"{name}={seen[key][1]} on link {seen[key][0]}",
+                                "a module parameter has one value per node: give both links the same",
+                            )
+                        )
+                    seen.setdefault(key, (i, value))
+        return problems
+
     def topology(self) -> Topology:
         ports: dict[str, list[Port]] = {name: [] for name in self.nodes}
         wires = []
         for i, link in enumerate(self.links):
             for lane in range(link.count):
                 ends = tuple(
-                    Port(node, i, lane, nics.get(link.model_for(node)).name, port_ifname(i, lane, link.count))
+                    Port(
+                        node,
+                        i,
+                        lane,
+                        nics.get(link.model_for(node)).name,
+                        port_ifname(i, lane, link.count),
+                        link.knobs_of(node),
+                    )
                     for node in link.between
                 )
                 for port in ends:
                     ports[port.node].append(port)
                 wires.append(Wire(i, lane, ends))
         nodes = tuple(
-            NodeSpec(name, index, options.cpus, options.memory, tuple(ports[name]))
+            NodeSpec(
+                name,
+                index,
+                options.cpus,
+                options.memory,
+                tuple(ports[name]),
+                self.kernel_of(name),
+                tuple(f"{module}.{param}={value}" for (module, param), value in self.module_params(name).items()),
+            )
             for index, (name, options) in enumerate(self.nodes.items())
         )
         return Topology(nodes, tuple(wires))
+
+    def module_params(self, node: str) -> dict[tuple[str, str], int | str]:
+        """(driver module, parameter) -> value, from the links of the node's NICs (checked not to conflict)."""
+        params: dict[tuple[str, str], int | str] = {}
+        for link in self.links:
+            if node in link.between:
+                module = nics.get(link.model_for(node)).module.replace("-", "_")
+                for name, value in link.module_params.get(node, {}).items():
+                    params.setdefault((module, name), value)
+        return params
+
+    def kernel_of(self, node: str) -> KernelChoice | None:
+        """The node's kernel; None for the image's own (bookworm), however the scenario says it."""
+        choice = self.nodes[node].kernel or self.kernel
+        return None if choice is None or choice.is_default else choice
 
 
 def link_problems(link: Link, nodes: dict[str, NodeOptions]) -> list[Problem]:

@@ -74,6 +74,8 @@ class ScenarioFile:
 
 def cell_id(params: dict[str, Any]) -> str:
     def text(value: Any) -> str:
+        if isinstance(value, dict):  # {build: ../linux} -> build:linux (no / in a cell's directory name)
+            return "+".join(f"{k}:{Path(str(v)).name or v}" for k, v in value.items())
         return str(value).lower() if isinstance(value, bool) else str(value)
 
     return ",".join(f"{k}={text(v)}" for k, v in params.items()) or "default"
@@ -127,7 +129,10 @@ def _check_matrix(matrix: Any) -> list[Problem]:
             problems.append(Problem(("matrix", axis), "an axis is a non-empty list of values, e.g. [1500, 9000]"))
             continue
         for i, value in enumerate(values):
-            if not isinstance(value, (str, int, float, bool)):
+            plain = (str, int, float, bool)
+            if isinstance(value, dict) and value and all(isinstance(v, plain) for v in value.values()):
+                pass  # a small mapping such as a kernel's {build: ../linux}
+            elif not isinstance(value, plain):
                 problems.append(Problem(("matrix", axis, i), f"axis values are plain values, not {shown(value)}"))
             elif values.index(value) != i:
                 problems.append(Problem(("matrix", axis, i), f"{shown(value)} is listed twice in axis {shown(axis)}"))
@@ -200,7 +205,10 @@ def _cells_text(ids: list[str]) -> str:
     )
 
 
-def _expand(body: dict, matrix: dict[str, list], exclude: list[dict]) -> tuple[list[Cell], list[Problem]]:
+def _expand(
+    body: dict, matrix: dict[str, list], exclude: list[dict], base: Path | None
+) -> tuple[list[Cell], list[Problem]]:
+    """The cells, validated; relative paths in them (a kernel's build tree) are relative to `base`."""
     combos = [dict(zip(matrix, values, strict=True)) for values in itertools.product(*matrix.values())]
     kept = [params for params in combos if not _excluded(params, exclude)]
     if not kept:
@@ -210,7 +218,8 @@ def _expand(body: dict, matrix: dict[str, list], exclude: list[dict]) -> tuple[l
     for params in kept:
         cid = cell_id(params)
         try:
-            cells.append(Cell(cid, params, Scenario.model_validate(substitute(body, params))))
+            scenario = Scenario.model_validate(substitute(body, params), context={"base": base})
+            cells.append(Cell(cid, params, scenario))
         except ValidationError as exc:
             for problem in pydantic_problems(exc.errors()):
                 failing.setdefault((problem.path, problem.message, problem.hint, problem.at_key), []).append(cid)
@@ -278,7 +287,7 @@ def _parse(text: str, display: str, path: Path | None) -> ScenarioFile:
         problems = _check_exclude(exclude, matrix) + _check_placeholders(body, matrix)
     if problems:
         raise fail(problems, positions)
-    cells, problems = _expand(body, matrix, exclude)
+    cells, problems = _expand(body, matrix, exclude, path.resolve().parent if path else None)
     if problems:
         raise fail(problems, positions)
     return ScenarioFile(path or Path(display), display, matrix, cells)

@@ -1,0 +1,138 @@
+"""Does a node's kernel have what the scenario needs? Asked before anything boots.
+
+A Debian kernel has every driver niclab uses. A kernel a developer built
+may not: its .config decides. Each need is a kernel module, built in or
+loadable; a missing one is named by its config option, with how to turn it
+on, so the developer fixes the tree instead of reading a guest's console.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from niclab import nics
+from niclab.errors import NiclabError
+from niclab.image import Image
+from niclab.image.kernels import kernel_image
+from niclab.kernel_choice import KernelChoice
+from niclab.scenario import Cell, Scenario
+
+#: module -> (its config option, what niclab uses it for)
+CONFIG_OF = {
+    "virtio_pci": ("VIRTIO_PCI", "the guest agent's channel and virtio NICs"),
+    "virtio_console": ("VIRTIO_CONSOLE", "the guest agent's channel"),
+    "sch_netem": ("NET_SCH_NETEM", "netem impairments and the between-cell reset"),
+    "bonding": ("BONDING", "bonded links"),
+    "e1000": ("E1000", "the e1000 NICs"),
+    "e1000e": ("E1000E", "the e1000e NIC"),
+    "e100": ("E100", "the Intel 8255x NICs"),
+    "8139cp": ("8139CP", "the rtl8139 NIC"),
+    "tulip": ("TULIP", "the tulip NIC"),
+    "pcnet32": ("PCNET32", "the pcnet NIC"),
+    "ne2k_pci": ("NE2K_PCI", "the ne2k_pci NIC"),
+    "vmxnet3": ("VMXNET3", "the vmxnet3 NIC"),
+    "virtio_net": ("VIRTIO_NET", "the virtio NICs"),
+    "nfsd": ("NFSD", "the nfs benchmark's server"),
+    "nfsv4": ("NFS_V4", "the nfs benchmark's client"),
+}
+#: Built in, whatever the scenario: the guest cannot start without them.
+CORE = {
+    "BLK_DEV_INITRD": "the initramfs",
+    "RD_GZIP": "the initramfs is gzip-compressed",
+    "DEVTMPFS": "/dev in the guest",
+}
+ALWAYS = ("virtio_pci", "virtio_console", "sch_netem", "bonding")
+
+
+def needed_modules(scenario: Scenario) -> list[str]:
+    """The modules every node of the scenario needs: the agent's channel, netem, bonding, its NICs' drivers."""
+    needs = list(ALWAYS)
+    for link in scenario.links:
+        for node in link.between:
+            module = nics.get(link.model_for(node)).module.replace("-", "_")
+            if module not in needs:
+                needs.append(module)
+    if any(spec.tool == "nfs" for spec in scenario.benchmarks):
+        needs += ["nfsd", "nfsv4"]
+    return needs
+
+
+def config_values(text: str) -> dict[str, str]:
+    """CONFIG_X=y lines as {X: y}; `# CONFIG_X is not set` lines are left out, like options never named."""
+    return {m[1]: m[2] for m in re.finditer(r"^CONFIG_([A-Za-z0-9_]+)=(.*)$", text, re.MULTILINE)}
+
+
+@dataclass(frozen=True)
+class Missing:
+    option: str  # NET_SCH_NETEM
+    why: str  # what niclab needs it for
+    state: str  # "is not set", or "=m, but sch_netem.ko was not built"
+
+    def describe(self) -> str:
+        return f"CONFIG_{self.option} {self.state} ({self.why})"
+
+
+def missing(image: Image, needs: Sequence[str]) -> list[Missing]:
+    """What of `needs` (and the core options) the image's kernel lacks, by config option."""
+    config_path = image.directory / "config"
+    values = config_values(config_path.read_text()) if config_path.is_file() else None
+    have = set(image.manifest.get("modules", [])) | set(image.manifest.get("builtin_modules", []))
+    found = []
+    if values is not None:
+        found += [Missing(opt, why, "is not set, it must be y") for opt, why in CORE.items() if values.get(opt) != "y"]
+    for module in needs:
+        if module in have:
+            continue
+        option, why = CONFIG_OF.get(module, (module.upper(), f"module {module}"))
+        value = (values or {}).get(option)
+        if value == "m":
+            state = f"=m, but {module}.ko was not built (run `make modules`)"
+        elif value == "y":
+            state = "=y, but modules.builtin does not list it (rebuild the tree)"
+        else:
+            state = "is not set"
+        found.append(Missing(option, why, state))
+    return found
+
+
+def with_kernel(cells: Sequence[Cell], choice: KernelChoice) -> list[Cell]:
+    """The cells with every node on `choice` (`run --kernel-build DIR`), whatever kernel the scenario names."""
+    out = []
+    for cell in cells:
+        nodes = {name: options.model_copy(update={"kernel": None}) for name, options in cell.scenario.nodes.items()}
+        out.append(Cell(cell.id, cell.params, cell.scenario.model_copy(update={"kernel": choice, "nodes": nodes})))
+    return out
+
+
+def check_kernels(cells: Sequence[Cell], progress: Callable[[str], None]) -> None:
+    """Build (or find) the image of every kernel the cells boot, and refuse one that lacks what they need."""
+    needs: dict[KernelChoice, list[str]] = {}
+    users: dict[KernelChoice, str] = {}
+    for cell in cells:
+        for node in cell.scenario.nodes:
+            choice = cell.scenario.kernel_of(node)
+            if choice is None:
+                continue
+            wanted = needs.setdefault(choice, [])
+            wanted += [m for m in needed_modules(cell.scenario) if m not in wanted]
+            users.setdefault(choice, f"cell {cell.id}, node {node}")
+    problems = []
+    for choice, wanted in needs.items():
+        image = kernel_image(choice, progress)
+        if lacking := missing(image, wanted):
+            if choice.build:
+                switches = " ".join(f"-e {m.option}" if m.option in CORE else f"-m {m.option}" for m in lacking)
+                fix = (
+                    f"  turn them on: cd {choice.build} && scripts/config {switches} && "
+                    "make olddefconfig bzImage modules; then run again"
+                )
+            else:
+                fix = f"  Debian {choice.suite}'s kernel does not have them: choose another kernel"
+            problems.append(
+                f"kernel {choice} ({image.manifest.get('kernel_version')}, for {users[choice]}) lacks what the "
+                "scenario needs:\n" + "".join(f"  {m.describe()}\n" for m in lacking) + fix
+            )
+    if problems:
+        raise NiclabError("\n".join(problems))
