@@ -18,6 +18,7 @@ from niclab.image import Image
 from niclab.image.kernels import kernel_image
 from niclab.kernel_choice import KernelChoice
 from niclab.scenario import Cell, Scenario
+from niclab.scenario.errors import did_you_mean
 
 #: module -> (its config option, what niclab uses it for)
 CONFIG_OF = {
@@ -107,32 +108,47 @@ def with_kernel(cells: Sequence[Cell], choice: KernelChoice) -> list[Cell]:
 
 
 def check_kernels(cells: Sequence[Cell], progress: Callable[[str], None]) -> None:
-    """Build (or find) the image of every kernel the cells boot, and refuse one that lacks what they need."""
-    needs: dict[KernelChoice, list[str]] = {}
-    users: dict[KernelChoice, str] = {}
+    """Build (or find) the image of every kernel the cells boot; refuse a kernel that lacks what they need,
+    and a module parameter its driver does not take. Boots nothing."""
+    needs: dict[KernelChoice | None, list[str]] = {}
+    users: dict[KernelChoice | None, str] = {}
+    params: dict[tuple[KernelChoice | None, str, str], str] = {}  # (kernel, module, parameter) -> who asks
     for cell in cells:
         for node in cell.scenario.nodes:
             choice = cell.scenario.kernel_of(node)
-            if choice is None:
-                continue
             wanted = needs.setdefault(choice, [])
             wanted += [m for m in needed_modules(cell.scenario) if m not in wanted]
             users.setdefault(choice, f"cell {cell.id}, node {node}")
+            for module, name in cell.scenario.module_params(node):
+                params.setdefault((choice, module, name), f"cell {cell.id}, node {node}")
     problems = []
     for choice, wanted in needs.items():
         image = kernel_image(choice, progress)
-        if lacking := missing(image, wanted):
-            if choice.build:
-                switches = " ".join(f"-e {m.option}" if m.option in CORE else f"-m {m.option}" for m in lacking)
-                fix = (
-                    f"  turn them on: cd {choice.build} && scripts/config {switches} && "
-                    "make olddefconfig bzImage modules; then run again"
+        lacking = missing(image, wanted) if choice is not None else []  # the recipe's own kernel has them all
+        if lacking:
+            problems.append(_lacking(choice, image, lacking, users[choice]))
+        known = image.manifest.get("module_params", {})
+        for (kernel, module, name), who in params.items():
+            if kernel == choice and module in known and name not in known[module]:
+                hint = did_you_mean(name, known[module])
+                problems.append(
+                    f"the {module} driver of kernel {image.manifest.get('kernel_version')} ({who}) has no parameter "
+                    f"{name!r}; {hint + ' ' if hint else ''}it takes: {', '.join(known[module]) or 'none'} "
+                    "(modinfo's parm)"
                 )
-            else:
-                fix = f"  Debian {choice.suite}'s kernel does not have them: choose another kernel"
-            problems.append(
-                f"kernel {choice} ({image.manifest.get('kernel_version')}, for {users[choice]}) lacks what the "
-                "scenario needs:\n" + "".join(f"  {m.describe()}\n" for m in lacking) + fix
-            )
     if problems:
         raise NiclabError("\n".join(problems))
+
+
+def _lacking(choice: KernelChoice | None, image: Image, lacking: list[Missing], who: str) -> str:
+    if choice is not None and choice.build:
+        switches = " ".join(f"-e {m.option}" if m.option in CORE else f"-m {m.option}" for m in lacking)
+        fix = f"  turn them on: cd {choice.build} && scripts/config {switches} && make olddefconfig bzImage modules; "
+        fix += "then run again"
+    else:
+        fix = f"  {choice or 'this'} kernel does not have them: choose another kernel"
+    return (
+        f"kernel {choice} ({image.manifest.get('kernel_version')}, for {who}) lacks what the scenario needs:\n"
+        + "".join(f"  {m.describe()}\n" for m in lacking)
+        + fix
+    )

@@ -94,6 +94,7 @@ class Shown:
 
     current: dict[str, str | None]
     maximum: dict[str, str | None]
+    error: str = ""  # what ethtool said instead (netlink error: Operation not supported)
 
     def supported(self, kind: Kind) -> list[str]:
         if kind is COALESCE:
@@ -107,8 +108,11 @@ def parse_show(kind: Kind, text: str) -> Shown:
     maximum: dict[str, str | None] = {}
     labels = dict(kind.labels)
     into = current
+    error = ""
     for line in text.splitlines():
         line = line.strip()
+        if "error" in line.lower() or "not supported" in line.lower():
+            error = error or line
         if line.startswith("Pre-set maximums"):
             into = maximum
             continue
@@ -126,7 +130,7 @@ def parse_show(kind: Kind, text: str) -> Shown:
         name = labels.get(name.strip(), name.strip()) if kind is not COALESCE else name.strip()
         if name in kind.names:
             into[name] = _value(value.strip())
-    return Shown(current, maximum)
+    return Shown(current, maximum, error)
 
 
 def _value(text: str) -> str | None:

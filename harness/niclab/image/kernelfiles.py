@@ -117,6 +117,19 @@ class ModuleSet:
     loaded: list[str]  # every module in it, sorted
     builtin: list[str]  # modules asked for that the kernel has built in
     missing: list[str]  # modules asked for that it has neither way
+    params: dict[str, list[str]]  # module (loaded or built in) -> the parameters it takes
+
+
+def builtin_params(modinfo: bytes) -> dict[str, list[str]]:
+    """module -> parameter names, from modules.builtin.modinfo (NUL-separated `e1000.parm=Name:text`)."""
+    params: dict[str, list[str]] = {}
+    for item in modinfo.decode(errors="replace").split("\0"):
+        module, dot, rest = item.partition(".")
+        if dot and rest.startswith("parm="):
+            name = rest[len("parm=") :].partition(":")[0]
+            if name not in params.setdefault(module.replace("-", "_"), []):
+                params[module.replace("-", "_")].append(name)
+    return params
 
 
 def module_set(kernel: KernelFiles, wanted: list[str]) -> ModuleSet:
@@ -128,6 +141,7 @@ def module_set(kernel: KernelFiles, wanted: list[str]) -> ModuleSet:
     chosen: dict[str, tuple[str, bytes]] = {}  # name -> (path as installed, content unpacked)
     deps: dict[str, tuple[str, ...]] = {}
     aliases: list[str] = []
+    params = {n: p for n, p in builtin_params(kernel.extra.get("modules.builtin.modinfo", b"")).items() if n in builtin}
     todo = [n for n in names if n in kernel.modules]
     while todo:
         name = todo.pop()
@@ -147,6 +161,7 @@ def module_set(kernel: KernelFiles, wanted: list[str]) -> ModuleSet:
                 )
             todo.append(dep)
         aliases += [f"alias {alias} {name}" for alias in info.aliases]
+        params[name] = list(info.params)
 
     def closure(name: str) -> list[str]:  # modules.dep lists every module needed first, nearest last
         out: list[str] = []
@@ -168,4 +183,4 @@ def module_set(kernel: KernelFiles, wanted: list[str]) -> ModuleSet:
     tree = Tree()  # with the directories above each file: the kernel's unpacker makes none itself
     for entry in entries:
         tree.add(entry)
-    return ModuleSet(tree.sorted_entries(), sorted(chosen), builtin, missing)
+    return ModuleSet(tree.sorted_entries(), sorted(chosen), builtin, missing, dict(sorted(params.items())))

@@ -157,6 +157,7 @@ def _write(base: Image, files: KernelFiles, choice: KernelChoice, work: Path) ->
         "pvh_kernel": unpacked is not None,
         "modules": modules.loaded,
         "builtin_modules": modules.builtin,
+        "module_params": modules.params,
         "missing_modules": modules.missing,
         "initrd_bytes": (work / "initrd.img").stat().st_size,
     }

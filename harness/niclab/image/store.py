@@ -192,6 +192,7 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                 "pvh_kernel": unpacked is not None,
                 "modules": modules.loaded,
                 "builtin_modules": modules.builtin,
+                "module_params": modules.params,
                 "binaries": list(wanted.binaries),
                 "initrd_bytes": (work / "initrd.img").stat().st_size,
                 "packages": packages,

@@ -18,9 +18,9 @@ from niclab import offloads
 from niclab.backends.base import Node, Rig
 from niclab.errors import NiclabError
 from niclab.guestsh import sections
-from niclab.netconf import verify
+from niclab.netconf import params, verify
 from niclab.netconf.plan import PREFIX, Iface, NetconfError, NetPlan, plan, subnet
-from niclab.netconf.script import CARRIER_TIMEOUT_S, features_script, node_script, reset_script
+from niclab.netconf.script import CARRIER_TIMEOUT_S, features_script, knobs_script, node_script, reset_script
 
 PING_TIMEOUT_S = 20
 RTT_RE = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)")
@@ -131,7 +131,17 @@ def _run_script(node: Node, script: str, doing: str, timeout: float) -> None:
 
 
 def apply_node(node: Node, ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> None:
-    """Run the configuration script in one node's guest."""
+    """Run the configuration script in one node's guest (after asking its drivers whether they take its knobs)."""
+    wanted = {
+        p.ifname: (macs[p.key], list(dict.fromkeys(k for k, _, _ in p.knobs)))
+        for i in ifaces
+        for p in i.ports
+        if p.knobs
+    }
+    if wanted:
+        shown = verify.read_knobs(node.run(knobs_script(wanted), timeout=30).stdout)
+        if problems := verify.knob_problems(node.name, ifaces, shown, before=True):
+            raise NetconfError(f"{node.name}: a driver knob the driver does not take:\n  " + "\n  ".join(problems))
     doing = f"configuring {', '.join(i.name for i in ifaces)}"
     _run_script(node, node_script(ifaces, macs), doing, CARRIER_TIMEOUT_S + 60)
 
@@ -144,11 +154,16 @@ def check_node(
 ) -> dict:
     """Read one node's network back and compare it with the plan; returns the observed state.
     `started`: the offloads its ports started with, where an earlier cell on this boot may have changed them."""
-    state = verify.parse_state(node.run(verify.state_script(ifaces), timeout=60).stdout)
+    text = node.run(verify.state_script(ifaces), timeout=60).stdout
+    state, shown = verify.parse_state(text), verify.read_knobs(text)
     problems = verify.mismatches(node.name, ifaces, state, drivers, started)
+    problems += verify.knob_problems(node.name, ifaces, shown, before=False)
     if problems:
         raise NetconfError(f"{node.name}: the network is not what the scenario asks:\n  " + "\n  ".join(problems))
-    return verify.summary(state)
+    observed = verify.summary(state)
+    for section, values in verify.knob_readback(ifaces, shown).items():
+        observed.setdefault(section, {}).update(values)
+    return observed
 
 
 def offload_baseline(rig: Rig, net: NetPlan) -> dict[str, dict[str, dict[str, bool]]]:
@@ -190,7 +205,13 @@ def configure(
         if not ifaces:
             return {}
         apply_node(rig.node(node), ifaces, {port.key: rig.mac(port) for iface in ifaces for port in iface.ports})
-        return check_node(rig.node(node), ifaces, rig.drivers, (baseline or {}).get(node))
+        observed = check_node(rig.node(node), ifaces, rig.drivers, (baseline or {}).get(node))
+        if wanted := params.asked(rig.topology.node(node).cmdline):
+            text = rig.node(node).run(params.readback_script(wanted), timeout=30).stdout
+            observed["module_params"], problems = params.parse_readback(text, wanted)
+            if problems:
+                raise NetconfError(f"{node}: the driver is not what the scenario asks:\n  " + "\n  ".join(problems))
+        return observed
 
     states = parallel({node: partial(configure_node, node) for node in rig.nodes})
     configured = time.monotonic() - started

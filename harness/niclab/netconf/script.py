@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import shlex
 
-from niclab import offloads
+from niclab import knobs, offloads
 from niclab.guestsh import BY_MAC
 from niclab.netconf.plan import PREFIX, Iface
 from niclab.scenario import Bond
+from niclab.topology import Port
 
 CARRIER_TIMEOUT_S = 20
 
@@ -38,7 +39,27 @@ def _ports_script(iface: Iface, macs: dict[tuple[str, int, int], str]) -> list[s
         ]
         if iface.offloads:
             lines.append(_offloads_line(port.ifname, iface.offloads))
+        for kind, settings in port_knobs(port).items():  # the driver's support was checked before (knobs_script)
+            lines.append(f"ethtool {knobs.KINDS[kind].set_flag} {name} {' '.join(knobs.set_args(settings))}")
     return lines
+
+
+def port_knobs(port: Port) -> dict[str, dict[str, int | bool]]:
+    """kind -> name -> value of the port's ethtool knobs (Port.knobs holds them as words)."""
+    out: dict[str, dict[str, int | bool]] = {}
+    for kind, name, word in port.knobs:
+        out.setdefault(kind, {})[name] = word == "on" if word in ("on", "off") else int(word)
+    return out
+
+
+def knobs_script(ports: dict[str, tuple[str, list[str]]]) -> str:
+    """Each port's `ethtool -c/-g/-l` as its knobs need (ifname -> (MAC, kinds)), under '[knob NAME KIND]'.
+    Ports are found by MAC: before configuration they may not have their name yet."""
+    lines = [BY_MAC]
+    for name, (mac, kinds) in ports.items():
+        for kind in kinds:
+            lines.append(f"echo '[knob {name} {kind}]'; ethtool {knobs.KINDS[kind].show_flag} \"$(by_mac {mac})\" 2>&1")
+    return "\n".join(lines) + "\n"
 
 
 def _bond_script(iface: Iface, bond: Bond) -> list[str]:

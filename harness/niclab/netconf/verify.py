@@ -11,10 +11,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
+from niclab import knobs, nics, offloads
 from niclab import netem as netem_mod
-from niclab import nics, offloads
 from niclab.guestsh import sections
 from niclab.netconf.plan import Iface
+from niclab.netconf.script import port_knobs
 
 # ethtool -k lines as feature.NAME=VALUE, and the indented parts of a group as
 # subfeature.NAME=VALUE (a group is fixed when all its parts are).
@@ -50,7 +51,50 @@ def state_script(ifaces: list[Iface]) -> str:
                 f"echo \"driver=$(ethtool -i {p} 2>/dev/null | sed -n 's/^driver: //p')\"",
                 f"ethtool -k {p} 2>/dev/null | awk '{FEATURE_AWK}'",
             ]
+            for kind in dict.fromkeys(k for k, _, _ in port.knobs):
+                lines.append(f"echo '[knob {port.ifname} {kind}]'; ethtool {knobs.KINDS[kind].show_flag} {p} 2>&1")
     return "\n".join(lines) + "\n"
+
+
+def read_knobs(text: str) -> dict[str, dict[str, knobs.Shown]]:
+    """The '[knob PORT KIND]' sections of a script's output: port -> kind -> what ethtool showed."""
+    out: dict[str, dict[str, knobs.Shown]] = {}
+    for section, lines in sections(text)[1].items():
+        word, _, rest = section.partition(" ")
+        port, _, kind = rest.partition(" ")
+        if word == "knob" and kind in knobs.KINDS:
+            out.setdefault(port, {})[kind] = knobs.parse_show(knobs.KINDS[kind], "\n".join(lines))
+    return out
+
+
+def knob_problems(node: str, ifaces: list[Iface], shown: dict[str, dict[str, knobs.Shown]], before: bool) -> list[str]:
+    """Before setting (`before`): what the drivers cannot take. After: what differs from what was asked."""
+    problems = []
+    for iface in ifaces:
+        for port in iface.ports:
+            model = nics.lookup(port.model)
+            driver = model.driver if model else port.model
+            for kind, settings in port_knobs(port).items():
+                seen = shown.get(port.ifname, {}).get(kind)
+                where = f"{node}/{port.ifname} ({port.model})"
+                if seen is None:
+                    problems.append(f"{where}: {knobs.KINDS[kind].shown()} printed nothing")
+                elif before:
+                    problems += [f"{where}: {p}" for p in knobs.unsupported(knobs.KINDS[kind], settings, seen, driver)]
+                else:
+                    problems += [f"{where}: {p}" for p in knobs.mismatches(knobs.KINDS[kind], settings, seen)]
+    return problems
+
+
+def knob_readback(ifaces: list[Iface], shown: dict[str, dict[str, knobs.Shown]]) -> dict[str, dict]:
+    """For provenance: 'port NAME' -> kind -> every value the driver reports (not only those set)."""
+    out: dict[str, dict] = {}
+    for iface in ifaces:
+        for port in iface.ports:
+            for kind, seen in shown.get(port.ifname, {}).items():
+                values = {n: v for n, v in seen.current.items() if v is not None}
+                out.setdefault(f"port {port.ifname}", {})[kind] = values
+    return out
 
 
 def parse_state(text: str) -> dict[str, dict]:
@@ -58,6 +102,7 @@ def parse_state(text: str) -> dict[str, dict]:
     return {
         name: dict(line.partition("=")[::2] for line in lines if "=" in line)
         for name, lines in sections(text)[1].items()
+        if not name.startswith("knob ")  # read_knobs reads those
     }
 
 
