@@ -49,6 +49,20 @@ def node_facts(node: Node, ifnames: list[str]) -> dict:
     return parse_node_facts(node.run(node_script(ifnames), timeout=30).stdout)
 
 
+def drivers_line(facts: dict) -> str:
+    """What a cell's guests ran: each node's kernel and its NICs' drivers with their versions, said once when alike."""
+    seen: dict[str, list[str]] = {}
+    for node, info in sorted(facts.get("nodes", {}).items()):
+        drivers = sorted(
+            {f"{n.get('driver', '?')} {n.get('version', '')}".strip() for n in info.get("interfaces", {}).values()}
+        )
+        text = f"kernel {info.get('kernel', '?')}" + (f", driver {', '.join(drivers)}" if drivers else "")
+        seen.setdefault(text, []).append(node)
+    if len(seen) == 1:
+        return next(iter(seen))
+    return "; ".join(f"{', '.join(nodes)}: {text}" for text, nodes in seen.items())
+
+
 def host_facts() -> dict:
     cpu = "unknown"
     try:

@@ -143,20 +143,28 @@ def unsupported(kind: Kind, settings: dict[str, int | bool], shown: Shown, drive
     problems = []
     for name, value in settings.items():
         if name not in supported:
-            what = ", ".join(supported) if supported else "none"
-            problems.append(
-                f"the {driver} driver does not support {kind.key} {name}; it supports {what} ({kind.shown()})"
-            )
+            if supported:
+                what = f"it supports {', '.join(supported)} ({kind.shown()})"
+            else:
+                what = f"it supports no {kind.key} setting ({kind.shown()}: {shown.error or 'all n/a'})"
+            problems.append(f"the {driver} driver does not support {kind.key} {name}; {what}")
         elif not isinstance(value, bool) and (top := shown.maximum.get(name)) is not None and value > int(top):
             problems.append(f"{kind.key} {name} {value} is above the {driver} driver's maximum, {top} ({kind.shown()})")
     return problems
 
 
+ROUNDING = 0.02  # a driver may keep a value as the hardware does (e1000: rx-usecs as an interrupt rate)
+
+
 def mismatches(kind: Kind, settings: dict[str, int | bool], shown: Shown) -> list[str]:
-    """What the guest reports that differs from what was set."""
+    """What the guest reports that differs from what was set (beyond a driver's rounding, 2 %)."""
     problems = []
     for name, value in settings.items():
         seen = shown.current.get(name)
-        if seen != _word(value):
-            problems.append(f"{kind.key} {name} is {seen or 'n/a'}, asked {_word(value)}")
+        if seen == _word(value):
+            continue
+        if not isinstance(value, bool) and seen is not None and seen.isdigit():
+            if abs(int(seen) - value) <= ROUNDING * value:
+                continue
+        problems.append(f"{kind.key} {name} is {seen or 'n/a'}, asked {_word(value)}")
     return problems

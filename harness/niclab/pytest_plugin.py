@@ -53,6 +53,9 @@ def pytest_addoption(parser) -> None:
     group.addoption("--niclab-out", metavar="DIR", help="keep the run directories here (e.g. CI artifacts)")
     group.addoption("--niclab-repeat", type=int, metavar="N", help="run every benchmark N times")
     group.addoption("--niclab-shard", metavar="I/N", help="run only the cells of shard I of N")
+    group.addoption(
+        "--niclab-kernel-build", metavar="DIR", help="boot every node on the kernel built in DIR (a driver under test)"
+    )
 
 
 def _backend_options(config):
@@ -207,13 +210,22 @@ class ScenarioCell(pytest.Item):
     def runtest(self) -> None:
         from niclab.backends import get_backend
         from niclab.facts import host_facts
+        from niclab.kernel_check import check_kernels, with_kernel
+        from niclab.kernel_choice import parse_kernel
         from niclab.results import RunDir, RunInfo, new_run_dir
         from niclab.runner import Runner
 
         config = self.config
+        cell = self.cell
+        if tree := config.getoption("niclab_kernel_build"):
+            try:
+                (cell,) = with_kernel([cell], parse_kernel({"build": tree}))
+            except ValueError as exc:
+                raise NiclabError(f"--niclab-kernel-build: {exc}") from None
         backend = get_backend(config.getoption("niclab_backend"), _backend_options(config))
-        if config.getoption("niclab_lab") and (reason := backend.check(self.cell.scenario.topology())) is not None:
+        if config.getoption("niclab_lab") and (reason := backend.check(cell.scenario.topology())) is not None:
             pytest.skip(reason)
+        check_kernels([cell], _progress)  # a kernel that lacks a driver fails here, before anything boots
         run_dir = RunDir(new_run_dir(_out_dir(config), self.scenario_name))
         info = RunInfo(
             scenario=self.scenario_name,
@@ -225,7 +237,7 @@ class ScenarioCell(pytest.Item):
         )
         self.user_properties.append(("niclab_run_dir", str(run_dir.path)))
         runner = Runner(backend, run_dir, info, _progress, repeat=config.getoption("niclab_repeat"))
-        outcome = runner.run([self.cell]).cells[0]  # Ctrl-C propagates: pytest stops with its own summary
+        outcome = runner.run([cell]).cells[0]  # Ctrl-C propagates: pytest stops with its own summary
         for s in outcome.summaries:
             if s["headline"]:
                 where = f"[link={s['link']}]" if s["link"] else ""

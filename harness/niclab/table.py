@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from niclab.facts import drivers_line
 from niclab.runner import CellOutcome
 
 UNIT_SUFFIXES = {"Mbit/s": "_mbps", "MB/s": "_mb_s", "us": "_us", "ms": "_ms", "%": "_pct"}
@@ -43,7 +44,10 @@ def cell_table(scenario: str, outcome: CellOutcome, accel: str) -> str:
     width_a = max([len("benchmark"), *(len(c[0]) for c in cells)]) + 2
     width_b = max([len("metric"), *(len(c[1]) for c in cells)]) + 2
     width_c = max([len("value"), *(len(c[2]) for c in cells)]) + 2
-    lines = [header, f"{'benchmark':<{width_a}}{'metric':<{width_b}}value"]
+    lines = [header]
+    if outcome.facts.get("nodes"):
+        lines.append(drivers_line(outcome.facts))
+    lines.append(f"{'benchmark':<{width_a}}{'metric':<{width_b}}value")
     for label, metric, value, flag in cells:
         lines.append(f"{label:<{width_a}}{metric:<{width_b}}{value:<{width_c}}{flag}".rstrip())
     for s in outcome.summaries:

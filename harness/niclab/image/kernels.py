@@ -118,6 +118,8 @@ def _build(base: Image, choice: KernelChoice, target: Path, stamp: str, progress
             progress(f"taking the kernel and modules of {choice.build} into image {target.name}")
             manifest = _write(base, from_build_tree(Path(choice.build)), choice, work)
         manifest["tree_stamp"] = stamp
+        if stamp:  # each build of the tree is its own image (a libvirt pool keeps images by id)
+            manifest["variant"] = f"{choice.slug}-{stamp[:8]}"
         manifest["build_seconds"] = round(time.monotonic() - started, 1)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         if target.exists():

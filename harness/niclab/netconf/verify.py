@@ -52,7 +52,9 @@ def state_script(ifaces: list[Iface]) -> str:
                 f"ethtool -k {p} 2>/dev/null | awk '{FEATURE_AWK}'",
             ]
             for kind in dict.fromkeys(k for k, _, _ in port.knobs):
-                lines.append(f"echo '[knob {port.ifname} {kind}]'; ethtool {knobs.KINDS[kind].show_flag} {p} 2>&1")
+                lines.append(
+                    f"echo '[knob {port.ifname} {kind}]'; ethtool {knobs.KINDS[kind].show_flag} {p} 2>&1 || true"
+                )
     return "\n".join(lines) + "\n"
 
 

@@ -47,6 +47,7 @@ def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report
             "throughput against MTU": [p for p in [plots.mtu_lines(run)] if p],
             "bonding": [p for p in [plots.bonding_plot(run)] if p],
             "fio over NFS": [p for p in [plots.nfs_plot(run)] if p],
+            "against a swept setting": plots.sweep_lines(run),
         }
         known, currency = cost.prices_of(run, prices)
         sections.append(

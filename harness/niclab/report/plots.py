@@ -251,3 +251,48 @@ def nfs_plot(run: RunData) -> Plot | None:
     }
     grouped_bars(ax, [label for label, _ in NFS_PATTERNS], data, "MB/s (10^6 bytes)")
     return to_plot(figure, "fio over NFS: bandwidth per pattern", f"{run.scenario}: NFSv4 on a tmpfs across the link.")
+
+
+SWEEP_METRICS = 6  # at most this many headline metrics are drawn against a swept axis
+
+
+def sweep_lines(run: RunData) -> list[Plot]:
+    """Each headline metric against a numeric matrix axis other than MTU (a driver knob such as rx_usecs),
+    one line per value of the other axes: the knob's effect on throughput, latency and CPU side by side."""
+    plots = []
+    for axis in run.axes:
+        values = {cell.params.get(axis) for cell in run.cells}
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        if axis == "mtu" or not numeric or len(values) < 3:
+            continue
+        names: list[str] = []
+        for cell in run.cells:
+            names += [s["name"] for s in cell.summaries if s.get("headline") and s["name"] not in names]
+        for name in names[:SWEEP_METRICS]:
+            lines: dict[str, list[tuple[float, float, float | None]]] = {}
+            unit = ""
+            for cell in run.cells:
+                if (s := cell.summary(name)) is not None:
+                    others = ",".join(f"{k}={v}" for k, v in cell.params.items() if k != axis) or name
+                    lines.setdefault(others, []).append((cell.params[axis], s["mean"], half_width(s)))
+                    unit = s["unit"]
+            if max((len(points) for points in lines.values()), default=0) < 2:
+                continue
+            figure, ax = new_figure()
+            for i, (label, points) in enumerate(lines.items()):
+                points.sort()
+                ax.errorbar(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    yerr=[p[2] or 0 for p in points],
+                    marker="o",
+                    capsize=3,
+                    label=label,
+                    color=COLORS[i % len(COLORS)],
+                )
+            ax.set_xlabel(axis)
+            ax.set_ylabel(f"{name.split('.')[-1]} ({unit})")
+            ax.grid(alpha=0.3)
+            ax.legend()
+            plots.append(to_plot(figure, f"{name} against {axis}", f"{run.scenario}: {name} per value of {axis}."))
+    return plots

@@ -13,7 +13,7 @@ def rig_line(cell: CellData) -> str:
         f"accelerator {rig.get('accel', '?')}",
         rig.get("qemu", ""),
         f"image {rig.get('image', '?')}",
-        f"guest kernel {rig.get('kernel', '?')}",
+        f"guest kernel {rig.get('kernel', '?')}" + (f" ({rig['kernel_origin']})" if rig.get("kernel_origin") else ""),
         f"host {host.get('hostname', '?')} ({host.get('cpu_model', '?')}, kernel {host.get('kernel', '?')})",
     ]
     return "; ".join(p for p in parts if p)

@@ -12,6 +12,7 @@ import csv
 import io
 from dataclasses import dataclass
 
+from niclab.facts import drivers_line
 from niclab.report.data import RunData
 from niclab.table import format_value, metric_label
 
@@ -115,4 +116,7 @@ def summary_table(run: RunData) -> Table:
         notes.append(f"± is half the {'/'.join(f'{lv:g}' for lv in sorted(levels))} % Student-t interval of the mean.")
     if any(c.unstable for _, _, cells in rows for c in cells):
         notes.append("* unstable: its spread is above what the scenario accepts, or its tool doubted it.")
+    kernels = {c.id: drivers_line(c.facts) for c in run.cells if c.facts.get("nodes")}
+    if len(set(kernels.values())) > 1:  # the run compares kernels or drivers: say which ran where
+        notes += [f"{column_label(run, c)}: {kernels[c.id]}" for c in run.cells if c.id in kernels]
     return Table(f"{run.scenario}", [column_label(run, c) for c in run.cells], rows, notes)

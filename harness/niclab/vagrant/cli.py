@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from niclab.errors import UsageError
+from niclab.errors import NiclabError, UsageError
 from niclab.paths import SOURCE_ROOT
 
 DEFAULT_SCENARIO = "scenarios/two-node.yaml"
@@ -32,13 +32,22 @@ def _cell(args):
 
     scenario_file = load_scenario(Path(args.scenario))
     if args.cell:
-        return scenario_file.select([args.cell])[0]
-    if len(scenario_file.cells) > 1:
-        _progress()(
-            f"{args.scenario} has {len(scenario_file.cells)} cells; using {scenario_file.cells[0].id} "
-            f"(choose with NICLAB_CELL=…: {', '.join(c.id for c in scenario_file.cells)})"
+        cell = scenario_file.select([args.cell])[0]
+    else:
+        if len(scenario_file.cells) > 1:
+            _progress()(
+                f"{args.scenario} has {len(scenario_file.cells)} cells; using {scenario_file.cells[0].id} "
+                f"(choose with NICLAB_CELL=…: {', '.join(c.id for c in scenario_file.cells)})"
+            )
+        cell = scenario_file.cells[0]
+    booted = [spec for spec in cell.scenario.topology().nodes if spec.kernel is not None or spec.cmdline]
+    if booted:
+        raise NiclabError(
+            f"{args.scenario}: cell {cell.id} chooses a kernel or driver module parameters for node "
+            f"{booted[0].name}; the Vagrant rig boots the debian box's own kernel and command line: run this "
+            "cell with `niclab run`"
         )
-    return scenario_file.cells[0]
+    return cell
 
 
 def _driver(image, progress: Progress) -> dict:
