@@ -42,6 +42,22 @@ def cmd_run(args) -> int:
         return _run(args, backend)
 
 
+def _check_out(out: Path) -> None:
+    """Refuse an --out no run directory can be made in (its nearest existing folder is a file, or not ours)."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    why = (
+        "Not a directory"
+        if not existing.is_dir()
+        else "Permission denied"
+        if not os.access(existing, os.W_OK | os.X_OK)
+        else ""
+    )
+    if why:
+        raise NiclabError(f"cannot create a run directory in --out {out}: {why}; choose a directory you can write to")
+
+
 def _run(args, backend) -> int:
     from niclab.facts import host_facts
     from niclab.realizable import describe, verdicts
@@ -88,6 +104,7 @@ def _run(args, backend) -> int:
     cells = [cell for cell in cells if cell.id not in {v.cell.id for v in skipped}]
     from niclab.kernel_check import check_kernels
 
+    _check_out(out)  # before images are built: a typo in --out is found at once
     check_kernels(cells, progress)  # builds each kernel's image first; refuses one that lacks a driver
     try:
         run_dir = RunDir(new_run_dir(out, scenario_file.name))

@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from niclab import nics
 from niclab.errors import NiclabError
 from niclab.image import Image
-from niclab.image.kernels import kernel_image
+from niclab.image.kernels import pin_kernel_image
 from niclab.kernel_choice import KernelChoice
 from niclab.scenario import Cell, Scenario
 from niclab.scenario.errors import did_you_mean
@@ -37,6 +38,24 @@ CONFIG_OF = {
     "virtio_net": ("VIRTIO_NET", "the virtio NICs"),
     "nfsd": ("NFSD", "the nfs benchmark's server"),
     "nfsv4": ("NFS_V4", "the nfs benchmark's client"),
+}
+_ETHERNET = ("NETDEVICES", "ETHERNET")
+#: option -> the menus and options it depends on (Kconfig): olddefconfig drops it while one of them is off
+DEPENDS = {
+    "NET_SCH_NETEM": ("NET_SCHED",),
+    "BONDING": ("NETDEVICES", "NET_CORE"),
+    "E1000": (*_ETHERNET, "NET_VENDOR_INTEL"),
+    "E1000E": (*_ETHERNET, "NET_VENDOR_INTEL"),
+    "E100": (*_ETHERNET, "NET_VENDOR_INTEL"),
+    "8139CP": (*_ETHERNET, "NET_VENDOR_REALTEK"),
+    "TULIP": (*_ETHERNET, "NET_VENDOR_DEC", "NET_TULIP"),
+    "PCNET32": (*_ETHERNET, "NET_VENDOR_AMD"),
+    "NE2K_PCI": (*_ETHERNET, "NET_VENDOR_8390"),
+    "VMXNET3": ("NETDEVICES",),
+    "VIRTIO_NET": ("NETDEVICES", "NET_CORE"),
+    "VIRTIO_PCI": ("VIRTIO_MENU",),
+    "NFSD": ("NETWORK_FILESYSTEMS", "FILE_LOCKING"),
+    "NFS_V4": ("NETWORK_FILESYSTEMS", "NFS_FS"),
 }
 #: Built in, whatever the scenario: the guest cannot start without them.
 CORE = {
@@ -70,9 +89,11 @@ class Missing:
     option: str  # NET_SCH_NETEM
     why: str  # what niclab needs it for
     state: str  # "is not set", or "=m, but sch_netem.ko was not built"
+    depends: tuple[str, ...] = ()  # options it depends on that are off too (NET_SCHED)
 
     def describe(self) -> str:
-        return f"CONFIG_{self.option} {self.state} ({self.why})"
+        off = f"; it depends on {', '.join(f'CONFIG_{d}' for d in self.depends)}, off too" if self.depends else ""
+        return f"CONFIG_{self.option} {self.state} ({self.why}{off})"
 
 
 def missing(image: Image, needs: Sequence[str]) -> list[Missing]:
@@ -94,17 +115,25 @@ def missing(image: Image, needs: Sequence[str]) -> list[Missing]:
             state = "=y, but modules.builtin does not list it (rebuild the tree)"
         else:
             state = "is not set"
-        found.append(Missing(option, why, state))
+        off = tuple(d for d in DEPENDS.get(option, ()) if values is not None and values.get(d) != "y")
+        found.append(Missing(option, why, state, off))
     return found
 
 
 def with_kernel(cells: Sequence[Cell], choice: KernelChoice) -> list[Cell]:
     """The cells with every node on `choice` (`run --kernel-build DIR`), whatever kernel the scenario names."""
-    out = []
+    from niclab.scenario.template import cell_id
+
+    out: dict[str, Cell] = {}
     for cell in cells:
         nodes = {name: options.model_copy(update={"kernel": None}) for name, options in cell.scenario.nodes.items()}
-        out.append(Cell(cell.id, cell.params, cell.scenario.model_copy(update={"kernel": choice, "nodes": nodes})))
-    return out
+        scenario = cell.scenario.model_copy(update={"kernel": choice, "nodes": nodes})
+        params = cell.params
+        if "kernel" in params:  # a kernel axis: its cells name the kernel they boot, the same one now
+            params = {**params, "kernel": {"build": choice.build}}
+        cid = cell_id(params) if params else cell.id
+        out.setdefault(cid, Cell(cid, params, scenario))  # kernel=bookworm and =trixie are one cell now
+    return list(out.values())
 
 
 def check_kernels(cells: Sequence[Cell], progress: Callable[[str], None]) -> None:
@@ -123,7 +152,7 @@ def check_kernels(cells: Sequence[Cell], progress: Callable[[str], None]) -> Non
                 params.setdefault((choice, module, name), f"cell {cell.id}, node {node}")
     problems = []
     for choice, wanted in needs.items():
-        image = kernel_image(choice, progress)
+        image = pin_kernel_image(choice, progress)
         lacking = missing(image, wanted) if choice is not None else []  # the recipe's own kernel has them all
         if lacking:
             problems.append(_lacking(choice, image, lacking, users[choice]))
@@ -142,9 +171,13 @@ def check_kernels(cells: Sequence[Cell], progress: Callable[[str], None]) -> Non
 
 def _lacking(choice: KernelChoice | None, image: Image, lacking: list[Missing], who: str) -> str:
     if choice is not None and choice.build:
-        switches = " ".join(f"-e {m.option}" if m.option in CORE else f"-m {m.option}" for m in lacking)
-        fix = f"  turn them on: cd {choice.build} && scripts/config {switches} && make olddefconfig bzImage modules; "
-        fix += "then run again"
+        depends = [d for m in lacking for d in m.depends]
+        switches = [f"-e {d}" for d in dict.fromkeys(depends)]
+        switches += [f"-e {m.option}" if m.option in CORE else f"-m {m.option}" for m in lacking]
+        # a tree built with O= has the source behind its `source` link, scripts/config there
+        script = "source/scripts/config" if (Path(choice.build) / "source").is_dir() else "scripts/config"
+        fix = f"  turn them on: cd {choice.build} && {script} --file .config {' '.join(switches)} "
+        fix += "&& make olddefconfig bzImage modules; then run again"
     else:
         fix = f"  {choice or 'this'} kernel does not have them: choose another kernel"
     return (

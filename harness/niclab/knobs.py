@@ -40,6 +40,8 @@ COALESCE = Kind(
     + _USECS_FRAMES
     + ("cqe-mode-rx", "cqe-mode-tx"),
     switches=("adaptive-rx", "adaptive-tx", "cqe-mode-rx", "cqe-mode-tx"),
+    # ethtool -c prints the frame counts of the low and high rates in the singular
+    labels=tuple((f"{d}-frame-{when}", f"{d}-frames-{when}") for when in ("low", "high") for d in ("rx", "tx")),
     example="{rx-usecs: 100}",
 )
 RINGS = Kind(
@@ -64,25 +66,28 @@ MAX_VALUE = 2**32 - 1
 
 def check_setting(kind: Kind, name: Any, value: Any) -> tuple[int | bool | None, str | None, str]:
     """(the value, None) or (None, the problem, its hint) for one `name: value` of a knob."""
-    from niclab.scenario.errors import did_you_mean, shown  # not at the top: niclab.scenario imports this module
+    from niclab.scenario.errors import did_you_mean, listing, shown  # not at the top: niclab.scenario imports this
 
     if name not in kind.names:
         hint = did_you_mean(str(name), kind.names)
-        return None, f"unknown {kind.key} setting {shown(name)}", f"{hint + ' ' if hint else ''}({kind.shown()} names)"
+        names = f"({kind.shown()} names)" if hint else f"{kind.shown()} names: {listing(kind.names, 30)}"
+        return None, f"unknown {kind.key} setting {shown(name)}", f"{hint + ' ' if hint else ''}{names}"
     if name in kind.switches:
         if isinstance(value, bool):
             return value, None, ""
+        if isinstance(value, str) and value.lower() in ("on", "off"):  # "on" quoted, which YAML keeps a word
+            return value.lower() == "on", None, ""
         return None, f"{kind.key} {name} is on or off, not {shown(value)}", ""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_VALUE:
-        return None, f"{kind.key} {name} is a whole number (0 or more), not {shown(value)}", ""
+        return None, f"{kind.key} {name} is a whole number from 0 to {MAX_VALUE}, not {shown(value)}", ""
     return value, None, ""
 
 
 def set_args(settings: dict[str, int | bool]) -> list[str]:
-    return [w for name, value in settings.items() for w in (name, _word(value))]
+    return [w for name, value in settings.items() for w in (name, word(value))]
 
 
-def _word(value: int | bool | str) -> str:
+def word(value: int | bool | str) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return str(value)
@@ -127,7 +132,7 @@ def parse_show(kind: Kind, text: str) -> Shown:
         name, sep, value = line.partition(":")
         if not sep:
             continue
-        name = labels.get(name.strip(), name.strip()) if kind is not COALESCE else name.strip()
+        name = labels.get(name.strip(), name.strip())
         if name in kind.names:
             into[name] = _value(value.strip())
     return Shown(current, maximum, error)
@@ -161,10 +166,10 @@ def mismatches(kind: Kind, settings: dict[str, int | bool], shown: Shown) -> lis
     problems = []
     for name, value in settings.items():
         seen = shown.current.get(name)
-        if seen == _word(value):
+        if seen == word(value):
             continue
         if not isinstance(value, bool) and seen is not None and seen.isdigit():
             if abs(int(seen) - value) <= ROUNDING * value:
                 continue
-        problems.append(f"{kind.key} {name} is {seen or 'n/a'}, asked {_word(value)}")
+        problems.append(f"{kind.key} {name} is {seen or 'n/a'}, asked {word(value)}")
     return problems

@@ -79,3 +79,36 @@ def test_the_coalescing_sweep_changes_what_it_should(image, repo, tmp_path):
     for cell in (r for r in records if r["type"] == "cell"):
         asked = cell["params"]["rx_usecs"]
         assert cell["network"]["observed"]["a"]["port link0"]["coalesce"]["rx-usecs"] == str(asked)
+
+
+QUEUES = """\
+name: queues
+nodes:
+  a: {cpus: 2}
+  b: {cpus: 2}
+links:
+  - between: [a, b]
+    nic: ${nic}
+    queues: {combined: 2}
+matrix:
+  nic: [vmxnet3, virtio]
+benchmarks:
+  - netperf: {test: TCP_RR, seconds: 1}
+"""
+
+
+def test_queues_are_asked_of_the_driver_and_read_back(image, tmp_path):
+    """vmxnet3 opens a channel per vCPU (and cannot change them): two asked, two read back. QEMU's virtio
+    behind a socket has one queue pair: two are refused before the benchmark, with the driver's maximum."""
+    scenario = tmp_path / "queues.yaml"
+    scenario.write_text(QUEUES)
+    proc = niclab("run", str(scenario), "--out", str(tmp_path / "runs"))
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err  # the virtio cell fails, by design
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    records = read_records(run_dir / "results.jsonl")
+    cell = next(r for r in records if r["type"] == "cell" and r["cell"] == "nic=vmxnet3")
+    assert cell["network"]["observed"]["b"]["port link0"]["queues"]["combined"] == "2"
+    assert any(r["type"] == "measurement" and r["cell"] == "nic=vmxnet3" for r in records)
+    (error,) = [r for r in records if r["type"] == "error" and r["cell"] == "nic=virtio"]
+    assert "queues combined 2 is above the virtio_net driver's maximum, 1 (ethtool -l)" in error["message"]

@@ -67,7 +67,7 @@ def test_a_tree_without_netem_is_refused_before_anything_boots(image, tmp_path, 
     code, _, err = run(str(scenario), "--out", str(tmp_path / "runs"))
     assert code == 1
     assert "CONFIG_NET_SCH_NETEM is not set (netem impairments" in err, err
-    assert f"cd {tree} && scripts/config -m NET_SCH_NETEM && make olddefconfig bzImage modules" in err
+    assert f"cd {tree} && scripts/config --file .config -m NET_SCH_NETEM && make olddefconfig bzImage modules" in err
     assert not (tmp_path / "runs").exists() and wait_no_qemu(tmp_path) == []  # refused before a run began
 
 

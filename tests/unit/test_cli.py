@@ -131,7 +131,8 @@ def test_repeat_below_1_is_a_usage_error(repo, value, capsys):
     assert "--repeat" in capsys.readouterr().err
 
 
-def test_an_out_directory_that_cannot_be_made_is_one_line(repo, tmp_path, capsys):
+def test_an_out_directory_that_cannot_be_made_is_one_line(repo, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "empty-cache"))  # said before any image is built
     blocker = tmp_path / "a-file"
     blocker.write_text("")  # a directory cannot be made under a file, even by root
     assert main(["run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(blocker / "runs")]) == 1

@@ -57,6 +57,32 @@ def test_a_build_trees_image_is_the_userspace_followed_by_its_modules(base, tmp_
     assert sum("taking the kernel" in line for line in progress) == 2
 
 
+def test_each_build_of_a_tree_is_its_own_image_and_a_run_keeps_the_one_it_pinned(base, tmp_path, monkeypatch):
+    from niclab.image import kernels
+
+    monkeypatch.setattr(kernels, "_pinned", {})
+    tree = fake_build_tree(tmp_path / "linux")
+    choice = KernelChoice(build=str(tree))
+    pinned = kernels.pin_kernel_image(choice, print, base)
+    seen = [pinned.directory]
+    for i in range(4):  # the developer rebuilds a module four times while the run goes on
+        ko = tree / "drivers/net/bonding/bonding.ko"
+        os.utime(ko, ns=(i + 2, i + 2))
+        assert kernel_image(choice, print, base) is pinned  # the run still boots what it checked
+        monkeypatch.setattr(kernels, "_pinned", {})
+        seen.append(kernel_image(choice, print, base).directory)  # a new run takes the new build
+        monkeypatch.setattr(kernels, "_pinned", {(base.id, choice): pinned})
+    assert len(set(seen)) == 5 and all(path.name == kernels.load_image(path).id for path in seen)
+    # Images of earlier builds go once idle (not booted for an hour) and beyond the newest three.
+    for path in seen[:-1]:
+        os.utime(path, (1, 1))
+    os.utime(tree / "drivers/net/bonding/bonding.ko", ns=(9, 9))
+    monkeypatch.setattr(kernels, "_pinned", {})
+    newest = kernel_image(choice, print, base).directory
+    kept = sorted(p for p in base.directory.parent.glob(f"{base.id}+{choice.slug}-*"))
+    assert len(kept) == kernels.KEEP_BUILDS and {newest, seen[-1]} <= set(kept)
+
+
 def test_the_recipes_own_kernel_is_the_base_image(base):
     assert kernel_image(None, print, base) is base
     assert kernel_image(KernelChoice(suite="bookworm"), print, base) is base
@@ -94,7 +120,7 @@ def test_check_kernels_refuses_before_boot_with_the_fix(base, tmp_path, monkeypa
     modules = {k: v for k, v in MODULES.items() if "netem" not in k}
     tree = fake_build_tree(tmp_path / "linux", modules, config="CONFIG_E1000=m\nCONFIG_BONDING=m\n")
     monkeypatch.setattr(
-        "niclab.kernel_check.kernel_image", lambda choice, progress: kernel_image(choice, progress, base)
+        "niclab.kernel_check.pin_kernel_image", lambda choice, progress: kernel_image(choice, progress, base)
     )
     text = f"name: s\nkernel: {{build: {tree}}}\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n"
     cells = parse(text, "s.yaml").cells
@@ -102,14 +128,22 @@ def test_check_kernels_refuses_before_boot_with_the_fix(base, tmp_path, monkeypa
         check_kernels(cells, print)
     message = str(caught.value)
     assert f"kernel build:{tree} (6.99.0-test, for cell default, node a) lacks what the scenario needs:" in message
-    assert "  CONFIG_NET_SCH_NETEM is not set (netem impairments and the between-cell reset)\n" in message
-    assert f"cd {tree} && scripts/config -e BLK_DEV_INITRD -e RD_GZIP -e DEVTMPFS -m VIRTIO_PCI" in message
+    assert (
+        "  CONFIG_NET_SCH_NETEM is not set (netem impairments and the between-cell reset; "
+        "it depends on CONFIG_NET_SCHED, off too)\n" in message
+    )
+    switches = "-e VIRTIO_MENU -e NET_SCHED -e BLK_DEV_INITRD -e RD_GZIP -e DEVTMPFS -m VIRTIO_PCI"
+    assert f"cd {tree} && scripts/config --file .config {switches}" in message
+    # A tree built with O=: its source is behind the `source` link, and scripts/config with it.
+    (tree / "source").symlink_to(tmp_path)
+    with pytest.raises(NiclabError, match=f"cd {tree} && source/scripts/config --file .config -e VIRTIO_MENU"):
+        check_kernels(cells, print)
 
 
 def test_a_module_parameter_the_driver_lacks_is_refused_with_those_it_has(base, tmp_path, monkeypatch):
     tree = fake_build_tree(tmp_path / "linux")
     monkeypatch.setattr(
-        "niclab.kernel_check.kernel_image", lambda choice, progress: kernel_image(choice, progress, base)
+        "niclab.kernel_check.pin_kernel_image", lambda choice, progress: kernel_image(choice, progress, base)
     )
     monkeypatch.setattr("niclab.kernel_check.missing", lambda image, needs: [])
     text = (

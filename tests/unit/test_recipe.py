@@ -52,3 +52,12 @@ def test_source_builds_run_inside_the_throw_away_root(repo):
     assert 'chroot "$1"' in hook and "apt-get source -q fio" in hook
     assert command[-1] == "deb-src http://mirror.invalid/debian bookworm main non-free non-free-firmware"
     assert command[-3:-1] == [str(repo / "root.tar"), "http://mirror.invalid/debian"]
+
+
+def test_the_default_kernel_is_the_micro_recipes_suite(repo):
+    # A scenario's kernel of DEFAULT_SUITE boots the image as built, with no other kernel: they must be one.
+    from niclab.kernel_choice import DEFAULT_SUITE, SUITES
+
+    recipe = load_recipe(repo / "images" / "micro")
+    assert recipe.suite == DEFAULT_SUITE
+    assert DEFAULT_SUITE in SUITES

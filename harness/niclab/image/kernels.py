@@ -6,10 +6,12 @@ read where `make modules_install` would read it). Either way the image is
 the recipe's own initramfs archive (the same programs, the same versions)
 followed by an archive of that kernel's modules, so only the driver differs.
 
-Layout: <cache>/images/<recipe image id>+<kernel>/ (vmlinuz, vmlinux when the
+Layout: <cache>/images/<recipe image id>+<kernel>/, a build tree's with its
+build's stamp after the kernel (vmlinuz, vmlinux when the
 kernel has a PVH entry, initrd.img, modules.cpio.gz, config, manifest.json).
 A suite's image is built once; a build tree's is built again when the tree
-was rebuilt (its bzImage, .config or any module changed).
+was rebuilt (its bzImage, .config or any module changed), into a folder of
+its own; a run keeps the build it checked first (pin_kernel_image).
 """
 
 from __future__ import annotations
@@ -81,21 +83,64 @@ def kernel_image(choice: KernelChoice | None, progress: Progress = print, base: 
             f"image {base.id} ({base.directory}) was built before images kept their userspace archive apart, "
             "so another kernel cannot reuse it: run `niclab image build --force`"
         )
+    if (pinned := _pinned.get((base.id, choice))) is not None:
+        _used(pinned)
+        return pinned
     store = base.directory.parent
-    target = store / f"{base.id}+{choice.slug}"
-    stamp = _tree_stamp(Path(choice.build)) if choice.build else ""
     if choice.build and not Path(choice.build).is_dir():
         raise NiclabError(f"kernel build {choice.build}: no such directory")
+    stamp = _tree_stamp(Path(choice.build)) if choice.build else ""
+    # each build of a tree is an image of its own (a libvirt pool keeps images by id; a rig that booted
+    # the last build keeps its files while the next one is built)
+    target = store / (f"{base.id}+{choice.slug}" + (f"-{stamp[:8]}" if stamp else ""))
     existing = load_image(target)
     if existing is not None and existing.manifest.get("tree_stamp", "") == stamp:
-        return existing
+        return _used(existing)
     if not os.access(store, os.W_OK):
         raise NiclabError(f"{store} has no image for kernel {choice}, and this user cannot build one there")
     with locked(store / ".lock"):
         existing = load_image(target)
         if existing is not None and existing.manifest.get("tree_stamp", "") == stamp:
             return existing
-        return _build(base, choice, target, stamp, progress)
+        image = _build(base, choice, target, stamp, progress)
+        if stamp:
+            _prune_builds(store, f"{base.id}+{choice.slug}-", keep=target)
+        return image
+
+
+_pinned: dict[tuple[str, KernelChoice], Image] = {}
+KEEP_BUILDS = 3  # images of earlier builds of one tree kept in the cache
+
+
+def pin_kernel_image(choice: KernelChoice | None, progress: Progress = print, base: Image | None = None) -> Image:
+    """kernel_image, and the same image for `choice` for the rest of this process: a run boots the build
+    of a tree it checked before it began, even if the tree is rebuilt while it runs."""
+    base = base or ensure_image(progress=progress)
+    image = kernel_image(choice, progress, base)
+    if choice is not None:
+        _pinned[(base.id, choice)] = image
+    return image
+
+
+IDLE_SECONDS = 3600  # an image of an earlier build not booted for this long is in no run's way
+
+
+def _used(image: Image) -> Image:
+    """Mark the image as booted now (its folder's time), so that no pruning takes it from a run."""
+    try:
+        os.utime(image.directory)
+    except OSError:
+        pass  # a cache this user cannot write: nothing is pruned there by this user either
+    return image
+
+
+def _prune_builds(store: Path, prefix: str, keep: Path) -> None:
+    """Drop the images of earlier builds of one tree beyond the newest KEEP_BUILDS, once idle for an hour."""
+    builds = sorted((p for p in store.glob(f"{prefix}*") if p.is_dir() and p != keep), key=lambda p: p.stat().st_mtime)
+    idle_since = time.time() - IDLE_SECONDS
+    for old in builds[: max(0, len(builds) - (KEEP_BUILDS - 1))]:
+        if old.stat().st_mtime < idle_since:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _build(base: Image, choice: KernelChoice, target: Path, stamp: str, progress: Progress) -> Image:
@@ -118,7 +163,7 @@ def _build(base: Image, choice: KernelChoice, target: Path, stamp: str, progress
             progress(f"taking the kernel and modules of {choice.build} into image {target.name}")
             manifest = _write(base, from_build_tree(Path(choice.build)), choice, work)
         manifest["tree_stamp"] = stamp
-        if stamp:  # each build of the tree is its own image (a libvirt pool keeps images by id)
+        if stamp:
             manifest["variant"] = f"{choice.slug}-{stamp[:8]}"
         manifest["build_seconds"] = round(time.monotonic() - started, 1)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -150,7 +195,8 @@ def _write(base: Image, files: KernelFiles, choice: KernelChoice, work: Path) ->
     write_initrd(work, base.userspace, modules.entries)
     return {
         **{k: v for k, v in base.manifest.items() if k not in ("built_at", "build_seconds")},
-        "variant": choice.slug,
+        # a Debian suite's kernel is named with its version: the suite's next kernel is another image
+        "variant": f"{choice.slug}-{files.version}",
         "kernel_choice": str(choice),
         "base_image": base.id,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

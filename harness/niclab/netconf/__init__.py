@@ -138,12 +138,14 @@ def apply_node(node: Node, ifaces: list[Iface], macs: dict[tuple[str, int, int],
         for p in i.ports
         if p.knobs
     }
+    unchanged: frozenset[tuple[str, str, str]] = frozenset()
     if wanted:
         shown = verify.read_knobs(node.run(knobs_script(wanted), timeout=30, check=False).stdout)
         if problems := verify.knob_problems(node.name, ifaces, shown, before=True):
             raise NetconfError(f"{node.name}: a driver knob the driver does not take:\n  " + "\n  ".join(problems))
+        unchanged = verify.knobs_at_value(ifaces, shown)
     doing = f"configuring {', '.join(i.name for i in ifaces)}"
-    _run_script(node, node_script(ifaces, macs), doing, CARRIER_TIMEOUT_S + 60)
+    _run_script(node, node_script(ifaces, macs, unchanged), doing, CARRIER_TIMEOUT_S + 60)
 
 
 def check_node(

@@ -8,6 +8,7 @@ both go into the cell's provenance.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from niclab.guestsh import sections
@@ -25,10 +26,11 @@ def readback_script(params: dict[str, str]) -> str:
     for key in params:
         module, _, name = key.partition(".")
         m, n = shlex.quote(module), shlex.quote(name)
+        logged = re.sub("[-_]", "[-_]", module)  # the kernel log may spell ne2k_pci ne2k-pci
         lines += [
             f"echo '[param {key}]'",
             f'[ -r /sys/module/{m}/parameters/{n} ] && echo "sysfs=$(cat /sys/module/{m}/parameters/{n})"',
-            f"dmesg | grep -E '^\\[[ 0-9.]+\\] {module}[ :]' | tail -n {LOG_LINES} | sed 's/^/log=/'",
+            f"dmesg | grep -E '^\\[[ 0-9.]+\\] {logged}[ :]' | tail -n {LOG_LINES} | sed 's/^/log=/'",
             "true",
         ]
     return "\n".join(lines) + "\n"
@@ -43,7 +45,11 @@ def parse_readback(text: str, params: dict[str, str]) -> tuple[dict[str, dict], 
         sysfs = next((line[len("sysfs=") :] for line in lines if line.startswith("sysfs=")), None)
         log = [line[len("log=") :].split("] ", 1)[-1] for line in lines if line.startswith("log=")]
         found[key] = {"asked": value, "sysfs": sysfs, "log": log}
-        if sysfs is not None and sysfs.strip() != value and not _same(sysfs.strip(), value):
+        name = key.partition(".")[2]
+        ignored = [line for line in log if f"unknown parameter '{name}'" in line]
+        if ignored:  # the module loaded without it
+            problems.append(f"module parameter {key}: the driver said {ignored[0]!r}")
+        elif sysfs is not None and sysfs.strip() != value and not _same(sysfs.strip(), value):
             problems.append(f"module parameter {key} is {sysfs.strip()} in /sys/module, asked {value}")
     return found, problems
 

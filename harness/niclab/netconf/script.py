@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import shlex
 
-from niclab import knobs, offloads
+from niclab import knobs, nics, offloads
 from niclab.guestsh import BY_MAC
 from niclab.netconf.plan import PREFIX, Iface
 from niclab.scenario import Bond
 from niclab.topology import Port
 
 CARRIER_TIMEOUT_S = 20
+Unchanged = frozenset[tuple[str, str, str]]  # (port, kind, name) of knobs already at their value
 
 
 def _offloads_line(ifname: str, settings: dict[str, bool]) -> str:
@@ -28,7 +29,7 @@ def _offloads_line(ifname: str, settings: dict[str, bool]) -> str:
     return f"ethtool -K {shlex.quote(ifname)} {' '.join(offloads.ethtool_args(settings))} >/dev/null 2>&1 || true"
 
 
-def _ports_script(iface: Iface, macs: dict[tuple[str, int, int], str]) -> list[str]:
+def _ports_script(iface: Iface, macs: dict[tuple[str, int, int], str], unchanged: Unchanged) -> list[str]:
     lines = []
     for port in iface.ports:
         name = shlex.quote(port.ifname)
@@ -40,7 +41,16 @@ def _ports_script(iface: Iface, macs: dict[tuple[str, int, int], str]) -> list[s
         if iface.offloads:
             lines.append(_offloads_line(port.ifname, iface.offloads))
         for kind, settings in port_knobs(port).items():  # the driver's support was checked before (knobs_script)
-            lines.append(f"ethtool {knobs.KINDS[kind].set_flag} {name} {' '.join(knobs.set_args(settings))}")
+            # a setting already at its value is left alone: a driver that shows a knob may not set it (vmxnet3's
+            # channels), and asking for no change is no reason to fail
+            settings = {n: v for n, v in settings.items() if (port.ifname, kind, n) not in unchanged}
+            if settings:
+                flag, args = knobs.KINDS[kind].set_flag, " ".join(knobs.set_args(settings))
+                found = nics.lookup(port.model)
+                refused = (
+                    f"{port.ifname}: the {found.driver if found else port.model} driver refused ethtool {flag} {args}"
+                )
+                lines.append(f"ethtool {flag} {name} {args} || {{ echo {shlex.quote(refused)} >&2; exit 1; }}")
     return lines
 
 
@@ -91,7 +101,8 @@ def _l3_script(iface: Iface) -> list[str]:
     return lines
 
 
-def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> str:
+def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str], unchanged: Unchanged = frozenset()) -> str:
+    """The node's whole configuration; `unchanged`: knobs (port, kind, name) the driver already has as asked."""
     lines = ["set -e", BY_MAC]
     # The script is re-runnable (Vagrant provisions again): a bond left by an earlier run goes first, which
     # also gives its ports back their own MACs (a bond's ports carry the bond's), so by_mac finds them.
@@ -100,7 +111,7 @@ def node_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> s
         lines.append("modprobe bonding max_bonds=0 >/dev/null 2>&1 || true")
     lines += [f"ip link del {shlex.quote(i.name)} >/dev/null 2>&1 || true" for i in ifaces if i.bond is not None]
     for iface in ifaces:
-        lines += _ports_script(iface, macs)
+        lines += _ports_script(iface, macs, unchanged)
     for iface in ifaces:
         if iface.bond is not None:
             lines += _bond_script(iface, iface.bond)

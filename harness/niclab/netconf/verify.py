@@ -88,6 +88,19 @@ def knob_problems(node: str, ifaces: list[Iface], shown: dict[str, dict[str, kno
     return problems
 
 
+def knobs_at_value(ifaces: list[Iface], shown: dict[str, dict[str, knobs.Shown]]) -> frozenset[tuple[str, str, str]]:
+    """(port, kind, name) of each knob the driver already has at the value asked: nothing to set."""
+    return frozenset(
+        (port.ifname, kind, name)
+        for iface in ifaces
+        for port in iface.ports
+        for kind, settings in port_knobs(port).items()
+        if (seen := shown.get(port.ifname, {}).get(kind)) is not None
+        for name, value in settings.items()
+        if not knobs.mismatches(knobs.KINDS[kind], {name: value}, seen)
+    )
+
+
 def knob_readback(ifaces: list[Iface], shown: dict[str, dict[str, knobs.Shown]]) -> dict[str, dict]:
     """For provenance: 'port NAME' -> kind -> every value the driver reports (not only those set)."""
     out: dict[str, dict] = {}

@@ -261,9 +261,9 @@ def sweep_lines(run: RunData) -> list[Plot]:
     one line per value of the other axes: the knob's effect on throughput, latency and CPU side by side."""
     plots = []
     for axis in run.axes:
-        values = {cell.params.get(axis) for cell in run.cells}
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-        if axis == "mtu" or not numeric or len(values) < 3:
+        given = [cell.params.get(axis) for cell in run.cells]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in given)
+        if axis == "mtu" or not numeric or len(set(given)) < 3:  # not a set first: a kernel {build: DIR} is a dict
             continue
         names: list[str] = []
         for cell in run.cells:

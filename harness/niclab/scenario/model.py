@@ -6,7 +6,16 @@ import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from niclab import bench, knobs, nics, offloads
 from niclab.kernel_choice import KernelChoice, parse_kernel
@@ -97,6 +106,18 @@ class Link(_Strict):
     module_params: dict[str, dict[str, int | str]] = Field(
         default_factory=dict, description="per end: the NIC driver's module parameters, set at boot"
     )
+    _given_per_end: frozenset[str] = PrivateAttr(default=frozenset())  # the settings written {end: {...}}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_per_end(cls, data: Any, handler: Any) -> Any:
+        link = handler(data)
+        if isinstance(data, dict):
+            ends = data.get("between") or []
+            link._given_per_end = frozenset(
+                key for key, value in data.items() if isinstance(value, dict) and _per_end(value, ends)[0]
+            )
+        return link
 
     @field_validator("bond", mode="before")
     @classmethod
@@ -234,7 +255,7 @@ class Link(_Strict):
     def knobs_of(self, node: str) -> tuple[tuple[str, str, str], ...]:
         """The ethtool knobs on this end, as (kind, name, value) (niclab.knobs)."""
         return tuple(
-            (kind, name, str(value).lower())
+            (kind, name, knobs.word(value))
             for kind in knobs.KINDS
             for name, value in getattr(self, kind).get(node, {}).items()
         )
@@ -438,10 +459,11 @@ class Scenario(_Strict):
                     continue
                 for name, value in params.items():
                     key = (node, found.module, name)
-                    if key in seen and seen[key][1] != value:
+                    if key in seen and str(seen[key][1]) != str(value):
+                        end = (node,) if "module_params" in link._given_per_end else ()
                         problems.append(
                             Problem(
-                                ("links", i, "module_params", name),
+                                ("links", i, "module_params", *end, name),
                                 f"node {node}'s {found.module} driver gets {name}={value} here and "
                                 f"{name}={seen[key][1]} on link {seen[key][0]}",
                                 "a module parameter has one value per node: give both links the same",

@@ -72,10 +72,16 @@ class ScenarioFile:
         return chosen
 
 
-def cell_id(params: dict[str, Any]) -> str:
+def cell_id(params: dict[str, Any], depth: int = 1) -> str:
+    """kernel=trixie,nic=e1000; a path in a value is its last `depth` folder names (no / in a directory name)."""
+
+    def folder(path: Any) -> str:
+        parts = [part for part in Path(str(path)).parts if part not in ("/", ".", "..")]
+        return "-".join(parts[-depth:]) or str(path)
+
     def text(value: Any) -> str:
-        if isinstance(value, dict):  # {build: ../linux} -> build:linux (no / in a cell's directory name)
-            return "+".join(f"{k}:{Path(str(v)).name or v}" for k, v in value.items())
+        if isinstance(value, dict):  # {build: ../linux} -> build:linux
+            return "+".join(f"{k}:{folder(v)}" for k, v in value.items())
         return str(value).lower() if isinstance(value, bool) else str(value)
 
     return ",".join(f"{k}={text(v)}" for k, v in params.items()) or "default"
@@ -205,6 +211,16 @@ def _cells_text(ids: list[str]) -> str:
     )
 
 
+def _unique_ids(combos: list[dict[str, Any]]) -> list[str]:
+    """Each cell's id; two build trees that end in the same folder name ({build: a/linux}, {build: b/linux})
+    are told apart by more of their paths (build:a-linux, build:b-linux)."""
+    for depth in range(1, 8):
+        ids = [cell_id(params, depth) for params in combos]
+        if len(set(ids)) == len(ids):
+            break
+    return ids
+
+
 def _expand(
     body: dict, matrix: dict[str, list], exclude: list[dict], base: Path | None
 ) -> tuple[list[Cell], list[Problem]]:
@@ -215,8 +231,7 @@ def _expand(
         return [], [Problem(("exclude",), "every cell of the matrix is excluded")]
     cells: list[Cell] = []
     failing: dict[tuple, list[str]] = {}
-    for params in kept:
-        cid = cell_id(params)
+    for params, cid in zip(kept, _unique_ids(kept), strict=True):
         try:
             scenario = Scenario.model_validate(substitute(body, params), context={"base": base})
             cells.append(Cell(cid, params, scenario))
@@ -244,6 +259,11 @@ def _expand(
             )
         else:
             seen[config] = cell.id
+    ids = [cell.id for cell in cells]
+    for cid in sorted({cid for cid in ids if ids.count(cid) > 1}):
+        problems.append(
+            Problem(("matrix",), f"two cells are both named {cid}", "give the build trees different folder names")
+        )
     return cells, problems
 
 

@@ -1,0 +1,280 @@
+"""The driver and kernel in a scenario: ethtool knobs and module parameters on links, `kernel:` per scenario or node."""
+
+import pytest
+
+from niclab.kernel_choice import DEFAULT_SUITE, SUITES, KernelChoice
+from niclab.scenario import ScenarioError, load_scenario, parse
+
+PAIR = """\
+name: pair
+nodes: [a, b]
+links:
+  - between: [a, b]
+    nic: e1000
+"""
+
+
+def scenario(text: str):
+    return parse(text, "s.yaml").cells[0].scenario
+
+
+def error_lines(text: str) -> list[str]:
+    with pytest.raises(ScenarioError) as caught:
+        parse(text, "s.yaml")
+    return caught.value.lines()
+
+
+def ports(text: str) -> dict[tuple[str, int, int], tuple]:
+    return {port.key: port.knobs for port in scenario(text).topology().ports}
+
+
+# knobs: coalesce, rings, queues
+
+
+def test_knobs_for_every_end_go_on_every_port_of_the_link_as_words():
+    text = PAIR + "    count: 2\n    coalesce: {rx-usecs: 100}\n    rings: {rx: 512, tx: 256}\n"
+    found = ports(text)
+    expected = (("coalesce", "rx-usecs", "100"), ("rings", "rx", "512"), ("rings", "tx", "256"))
+    assert found == {key: expected for key in [("a", 0, 0), ("b", 0, 0), ("a", 0, 1), ("b", 0, 1)]}
+
+
+def test_knobs_per_end_go_on_that_ends_ports_only():
+    text = PAIR.replace("nic: e1000", "nic: virtio") + "    queues:\n      b: {combined: 2}\n"
+    text += "    coalesce: {a: {rx-usecs: 10}, b: {tx-frames: 32}}\n"
+    assert ports(text) == {
+        ("a", 0, 0): (("coalesce", "rx-usecs", "10"),),
+        ("b", 0, 0): (("coalesce", "tx-frames", "32"), ("queues", "combined", "2")),  # kinds in ethtool's order
+    }
+    link = scenario(text).links[0]
+    assert link.queues == {"b": {"combined": 2}}  # no empty entry for a
+
+
+def test_a_link_without_knobs_has_ports_without_knobs():
+    assert ports(PAIR) == {("a", 0, 0): (), ("b", 0, 0): ()}
+    assert ports(PAIR + "    coalesce:\n    rings: {}\n") == {("a", 0, 0): (), ("b", 0, 0): ()}
+
+
+def test_a_knob_of_zero_is_kept():
+    assert ports(PAIR + "    coalesce: {rx-usecs: 0}\n")[("a", 0, 0)] == (("coalesce", "rx-usecs", "0"),)
+
+
+def test_a_switch_goes_on_the_port_as_on_or_off_and_netconf_reads_it_back():
+    from niclab.netconf.script import port_knobs
+
+    port = scenario(PAIR + "    coalesce: {adaptive-rx: on, adaptive-tx: off}\n").topology().ports[0]
+    assert port.knobs == (("coalesce", "adaptive-rx", "on"), ("coalesce", "adaptive-tx", "off"))
+    assert port_knobs(port) == {"coalesce": {"adaptive-rx": True, "adaptive-tx": False}}
+
+
+def test_knob_mistakes_each_at_its_place():
+    text = PAIR + "    coalesce: {rx-usec: 100, adaptive-rx: 5}\n    rings: {rx: -1}\n    queues: 4\n"
+    assert error_lines(text) == [
+        "s.yaml:6:16: links[0].coalesce.rx-usec: unknown coalesce setting 'rx-usec'; "
+        "did you mean 'rx-usecs'? (ethtool -c names)",
+        "s.yaml:6:43: links[0].coalesce.adaptive-rx: coalesce adaptive-rx is on or off, not 5",
+        "s.yaml:7:17: links[0].rings.rx: rings rx is a whole number from 0 to 4294967295, not -1",
+        "s.yaml:8:13: links[0].queues: queues maps ethtool -l names to values, e.g. {combined: 2}",
+    ]
+
+
+def test_knob_mistakes_per_end_name_the_end():
+    text = PAIR + "    rings:\n      a: {rx: 256}\n      b: {rxx: 256}\n      c: {rx: 1}\n"
+    assert error_lines(text) == [
+        "s.yaml:8:11: links[0].rings.b.rxx: unknown rings setting 'rxx'; did you mean 'rx'? (ethtool -g names)",
+        "s.yaml:9:7: links[0].rings.c: 'c' is not an end of this link (a, b)",
+    ]
+
+
+# module parameters
+
+
+def test_module_params_go_on_each_nodes_kernel_command_line_by_driver_module():
+    text = PAIR.replace("nodes: [a, b]", "nodes: [a, b, c]") + "    module_params: {InterruptThrottleRate: 8000}\n"
+    text += "  - between: [b, c]\n    nic: {b: virtio, c: e1000-82545em}\n"
+    text += "    module_params: {b: {napi_tx: 1}, c: {InterruptThrottleRate: 8000, debug: 16}}\n"
+    nodes = {spec.name: spec.cmdline for spec in scenario(text).topology().nodes}
+    assert nodes == {
+        "a": ("e1000.InterruptThrottleRate=8000",),
+        "b": ("e1000.InterruptThrottleRate=8000", "virtio_net.napi_tx=1"),
+        # e1000-82545em is driven by e1000: one parameter, given once
+        "c": ("e1000.InterruptThrottleRate=8000", "e1000.debug=16"),
+    }
+    assert scenario(text).module_params("c") == {("e1000", "InterruptThrottleRate"): 8000, ("e1000", "debug"): 16}
+
+
+def test_a_node_without_module_params_boots_with_none():
+    assert [spec.cmdline for spec in scenario(PAIR).topology().nodes] == [(), ()]
+
+
+def test_two_links_giving_one_drivers_parameter_two_values_on_a_node_is_an_error():
+    text = PAIR.replace("nodes: [a, b]", "nodes: [a, b, c]") + "    module_params: {InterruptThrottleRate: 8000}\n"
+    text += "  - between: [a, c]\n    nic: e1000-82545em\n    module_params: {InterruptThrottleRate: 4000}\n"
+    assert error_lines(text) == [
+        "s.yaml:9:44: links[1].module_params.InterruptThrottleRate: node a's e1000 driver gets "
+        "InterruptThrottleRate=4000 here and InterruptThrottleRate=8000 on link 0; "
+        "a module parameter has one value per node: give both links the same"
+    ]
+    # Another driver, or another node, may have its own value.
+    assert scenario(text.replace("nic: e1000-82545em", "nic: {a: virtio, c: e1000}"))
+    assert scenario(text.replace("between: [a, c]", "between: [c, d]").replace("[a, b, c]", "[a, b, c, d]"))
+
+
+def test_the_same_value_on_two_links_is_no_conflict():
+    text = PAIR.replace("nodes: [a, b]", "nodes: [a, b, c]") + "    module_params: {InterruptThrottleRate: 8000}\n"
+    text += "  - between: [a, c]\n    nic: e1000\n    module_params: {InterruptThrottleRate: 8000}\n"
+    assert scenario(text).topology().node("a").cmdline == ("e1000.InterruptThrottleRate=8000",)
+
+
+def test_a_number_and_the_same_number_quoted_are_no_conflict():
+    text = PAIR.replace("nodes: [a, b]", "nodes: [a, b, c]") + "    module_params: {InterruptThrottleRate: 8000}\n"
+    text += "  - between: [a, c]\n    nic: e1000\n    module_params: {InterruptThrottleRate: '8000'}\n"
+    assert scenario(text).topology().node("a").cmdline == ("e1000.InterruptThrottleRate=8000",)
+
+
+def test_a_conflict_given_per_end_names_the_end():
+    text = PAIR.replace("nodes: [a, b]", "nodes: [a, b, c]") + "    module_params: {InterruptThrottleRate: 8000}\n"
+    text += "  - between: [a, c]\n    nic: e1000\n    module_params:\n      a: {InterruptThrottleRate: 4000}\n"
+    (line,) = error_lines(text)
+    assert line.startswith("s.yaml:10:") and ": links[1].module_params.a.InterruptThrottleRate: node a's " in line
+
+
+def test_module_param_mistakes():
+    text = PAIR + "    module_params: {1st: 1, debug: true, copybreak: [1, 2], TxDescriptors: 'a b', ok: 'x,y:z'}\n"
+    assert error_lines(text) == [
+        "s.yaml:6:21: links[0].module_params.1st: '1st' is not a module parameter name",
+        "s.yaml:6:36: links[0].module_params.debug: a module parameter is a number or a word, not True",
+        "s.yaml:6:53: links[0].module_params.copybreak: a module parameter is a number or a word, not [1, 2]",
+        "s.yaml:6:76: links[0].module_params.TxDescriptors: a module parameter is a number or a word, not 'a b'",
+    ]
+    assert error_lines(PAIR + "    module_params: [debug]\n") == [
+        "s.yaml:6:20: links[0].module_params: module_params maps parameter names to values, "
+        "e.g. {InterruptThrottleRate: 8000}"
+    ]
+
+
+# kernel
+
+
+def test_the_micro_images_own_kernel_is_the_default():
+    assert DEFAULT_SUITE in SUITES
+    assert KernelChoice(suite=DEFAULT_SUITE).is_default and not KernelChoice(suite="trixie").is_default
+
+
+def test_no_kernel_or_bookworm_is_the_images_own_kernel_however_said():
+    plain = scenario(PAIR)
+    assert plain.kernel is None and plain.kernel_of("a") is None
+    said = scenario("kernel: bookworm\n" + PAIR)
+    assert said.kernel == KernelChoice(suite="bookworm")
+    assert said.kernel_of("a") is None and said.kernel_of("b") is None
+    assert [spec.kernel for spec in said.topology().nodes] == [None, None]
+
+
+def test_a_scenario_kernel_applies_to_every_node_a_nodes_own_wins():
+    text = "kernel: trixie\n" + PAIR.replace(
+        "nodes: [a, b]", "nodes:\n  a: {kernel: sid}\n  b:\n  c: {kernel: bookworm}"
+    )
+    text += "  - between: [b, c]\n    nic: virtio\n"
+    s = scenario(text)
+    assert s.kernel_of("a") == KernelChoice(suite="sid")
+    assert s.kernel_of("b") == KernelChoice(suite="trixie")
+    assert s.kernel_of("c") is None  # bookworm: the default, whether the scenario's is another
+    assert {spec.name: spec.kernel for spec in s.topology().nodes} == {
+        "a": KernelChoice(suite="sid"),
+        "b": KernelChoice(suite="trixie"),
+        "c": None,
+    }
+
+
+def test_a_build_tree_is_relative_to_the_scenario_file_not_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "linux").mkdir()
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    path = tmp_path / "scenarios" / "s.yaml"
+    path.write_text("kernel: {build: ../linux}\n" + PAIR)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    s = load_scenario(path).cells[0].scenario
+    assert s.kernel_of("a") == KernelChoice(build=str(tmp_path / "linux"))
+    assert str(s.kernel_of("b")) == f"build:{tmp_path / 'linux'}"
+
+
+def test_a_build_tree_that_is_not_there_names_where_it_was_looked_for(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(PAIR.replace("nodes: [a, b]", "nodes:\n  a: {kernel: {build: linux}}\n  b:"))
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert caught.value.lines() == [
+        f"{path}:3:15: nodes.a.kernel: kernel build 'linux': no such directory ({tmp_path / 'linux'})"
+    ]
+
+
+def test_kernel_mistakes():
+    assert error_lines(PAIR.replace("nodes: [a, b]", "nodes:\n  a: {kernel: bookwrm}\n  b:")) == [
+        "s.yaml:3:15: nodes.a.kernel: unknown kernel 'bookwrm'; did you mean 'bookworm'? kernels are the Debian "
+        "suites bookworm, bookworm-backports, trixie, sid, or {build: DIR} for a kernel tree you built"
+    ]
+    assert error_lines("kernel: 6.1\n" + PAIR) == [
+        "s.yaml:1:9: kernel: kernel is a Debian suite (bookworm, bookworm-backports, trixie, sid) "
+        "or {build: DIR}, not 6.1"
+    ]
+    assert error_lines("kernel: {build: ''}\n" + PAIR)[0].endswith("or {build: DIR}, not {'build': ''}")
+    assert error_lines("kernel: {build: x, suite: sid}\n" + PAIR)[0].startswith("s.yaml:1:9: kernel: kernel is a")
+
+
+def test_the_kernel_is_a_matrix_axis():
+    text = "kernel: ${kernel}\n" + PAIR + "matrix:\n  kernel: [bookworm, trixie]\n"
+    cells = parse(text, "s.yaml").cells
+    assert [cell.id for cell in cells] == ["kernel=bookworm", "kernel=trixie"]
+    assert [cell.scenario.kernel_of("a") for cell in cells] == [None, KernelChoice(suite="trixie")]
+
+
+def test_a_build_tree_as_a_matrix_value_names_its_cell_by_the_trees_name(tmp_path):
+    (tmp_path / "linux-next").mkdir()
+    path = tmp_path / "s.yaml"
+    path.write_text("kernel: ${kernel}\n" + PAIR + "matrix:\n  kernel: [trixie, {build: linux-next}]\n")
+    cells = load_scenario(path).cells
+    assert [cell.id for cell in cells] == ["kernel=trixie", "kernel=build:linux-next"]
+    assert cells[1].scenario.kernel_of("b") == KernelChoice(build=str(tmp_path / "linux-next"))
+
+
+def test_two_build_trees_of_one_folder_name_are_told_apart_by_more_of_their_paths(tmp_path):
+    for tree in ("a/linux", "b/linux", "linux"):
+        (tmp_path / tree).mkdir(parents=True)
+    path = tmp_path / "s.yaml"
+    path.write_text("kernel: ${kernel}\n" + PAIR + "matrix:\n  kernel: [{build: a/linux}, {build: b/linux}]\n")
+    assert [cell.id for cell in load_scenario(path).cells] == ["kernel=build:a-linux", "kernel=build:b-linux"]
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "s.yaml"
+    path.write_text("kernel: ${kernel}\n" + PAIR + "matrix:\n  kernel: [{build: ../linux}, {build: ../a/linux}]\n")
+    assert [cell.id for cell in load_scenario(path).cells] == ["kernel=build:linux", "kernel=build:a-linux"]
+    (tmp_path / "sub" / "linux").mkdir()
+    path.write_text("kernel: ${kernel}\n" + PAIR + "matrix:\n  kernel: [{build: ../linux}, {build: linux}]\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert caught.value.lines() == [
+        f"{path}:8:3: matrix: two cells are both named kernel=build:linux; give the build trees different folder names"
+    ]
+
+
+def test_a_bad_kernel_in_the_matrix_names_its_cell():
+    text = "kernel: ${kernel}\n" + PAIR + "matrix:\n  kernel: [bookworm, trixy]\n"
+    assert error_lines(text) == [
+        "s.yaml:1:9: kernel: unknown kernel 'trixy'; did you mean 'trixie'? kernels are the Debian suites "
+        "bookworm, bookworm-backports, trixie, sid, or {build: DIR} for a kernel tree you built (in cell kernel=trixy)"
+    ]
+
+
+def test_kernel_build_on_the_command_line_renames_a_kernel_axis_and_merges_its_cells(tmp_path):
+    from niclab.kernel_check import with_kernel
+
+    (tmp_path / "linux").mkdir()
+    text = "kernel: ${kernel}\n" + PAIR.replace("nic: e1000", "nic: ${nic}")
+    text += "matrix:\n  kernel: [bookworm, trixie]\n  nic: [e1000, virtio]\n"
+    cells = with_kernel(parse(text, "s.yaml").cells, KernelChoice(build=str(tmp_path / "linux")))
+    assert [cell.id for cell in cells] == ["kernel=build:linux,nic=e1000", "kernel=build:linux,nic=virtio"]
+    assert all(
+        cell.scenario.kernel_of(n) == KernelChoice(build=str(tmp_path / "linux")) for n in "ab" for cell in cells
+    )
+    assert cells[0].params == {"kernel": {"build": str(tmp_path / "linux")}, "nic": "e1000"}
+    # Without a kernel axis a cell keeps its name: the kernel it ran is in its provenance.
+    (cell,) = with_kernel(parse(PAIR, "s.yaml").cells, KernelChoice(build=str(tmp_path / "linux")))
+    assert cell.id == "default" and cell.scenario.kernel_of("a") == KernelChoice(build=str(tmp_path / "linux"))
