@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 
 import pytest
 
@@ -81,6 +82,18 @@ def test_each_build_of_a_tree_is_its_own_image_and_a_run_keeps_the_one_it_pinned
     newest = kernel_image(choice, print, base).directory
     kept = sorted(p for p in base.directory.parent.glob(f"{base.id}+{choice.slug}-*"))
     assert len(kept) == kernels.KEEP_BUILDS and {newest, seen[-1]} <= set(kept)
+    # The image of a tree that is gone goes too, once idle; another tree's stays.
+    other = fake_build_tree(tmp_path / "other")
+    gone = kernel_image(KernelChoice(build=str(other)), print, base).directory
+    os.utime(gone, (1, 1))
+    os.utime(tree / "drivers/net/bonding/bonding.ko", ns=(10, 10))
+    monkeypatch.setattr(kernels, "_pinned", {})
+    kernel_image(choice, print, base)
+    assert gone.is_dir()  # its tree is still there
+    shutil.rmtree(other)
+    os.utime(tree / "drivers/net/bonding/bonding.ko", ns=(11, 11))
+    kernel_image(choice, print, base)
+    assert not gone.exists()
 
 
 def test_the_recipes_own_kernel_is_the_base_image(base):

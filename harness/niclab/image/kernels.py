@@ -135,12 +135,24 @@ def _used(image: Image) -> Image:
 
 
 def _prune_builds(store: Path, prefix: str, keep: Path) -> None:
-    """Drop the images of earlier builds of one tree beyond the newest KEEP_BUILDS, once idle for an hour."""
+    """Drop the images of earlier builds of one tree beyond the newest KEEP_BUILDS, and those of any tree
+    that is gone, once idle for an hour."""
     builds = sorted((p for p in store.glob(f"{prefix}*") if p.is_dir() and p != keep), key=lambda p: p.stat().st_mtime)
     idle_since = time.time() - IDLE_SECONDS
-    for old in builds[: max(0, len(builds) - (KEEP_BUILDS - 1))]:
-        if old.stat().st_mtime < idle_since:
-            shutil.rmtree(old, ignore_errors=True)
+    old = builds[: max(0, len(builds) - (KEEP_BUILDS - 1))]
+    old += [p for p in store.glob("*+build-*") if p.is_dir() and p not in builds and p != keep and _tree_gone(p)]
+    for path in old:
+        if path.stat().st_mtime < idle_since:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _tree_gone(image_dir: Path) -> bool:
+    """The build tree an image was taken from is no longer there (a test's, a deleted worktree's)."""
+    try:
+        choice = json.loads((image_dir / "manifest.json").read_text()).get("kernel_choice", "")
+    except (OSError, ValueError):
+        return False  # being written, or not an image: not ours to judge
+    return choice.startswith("build:") and not Path(choice.removeprefix("build:")).is_dir()
 
 
 def _build(base: Image, choice: KernelChoice, target: Path, stamp: str, progress: Progress) -> Image:
