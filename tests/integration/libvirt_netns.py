@@ -4,6 +4,13 @@ vagrant-libvirt's management network is a NAT bridge with an address; in the
 namespace it never appears in the host's own network. The daemons are the
 test's children (started in the foreground, ended by PID), and what they
 defined for the test (storage pools, box volumes) is removed again at the end.
+
+libvirtd keeps its definitions (domains, networks, pools) and their volumes
+in /etc/libvirt and /var/lib/libvirt. The test's libvirtd gets empty ones of
+its own, mounted over those in a private mount namespace: what an earlier,
+killed test run left there (a Vagrant rig's persistent domains and disks) or
+what the host's own libvirt defines is neither seen nor started, and nothing
+the test defines outlives it.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -95,34 +103,57 @@ def end_daemon(proc: subprocess.Popen, seconds: float = 20) -> None:
             proc.wait()
 
 
-def daemon_argv(netns: str, daemon: str, hide_kvm: bool, no_kvm: Path) -> list[str]:
-    """The daemon in the namespace. Where KVM is broken, libvirtd must not see /dev/kvm: its own probe of
-    QEMU's capabilities (`-machine none,accel=kvm:tcg`) then hangs, and every domain definition waits on it
-    for minutes. A private mount namespace with a null device of our own over /dev/kvm makes that probe fail
-    at once. Not /dev/null itself: with it, libvirtd probed QEMU again before every domain (25-50 s each;
+def private_state(root: Path) -> dict[str, Path]:
+    """Directories for libvirtd's /etc/libvirt and /var/lib/libvirt: the host's daemon and driver settings
+    (*.conf) and the filters the package ships, the directory skeleton with its owners and modes, and none
+    of the host's definitions or volumes."""
+    dirs = {"/etc/libvirt": root / "etc", "/var/lib/libvirt": root / "lib"}
+    for target, source in dirs.items():
+        _skeleton(Path(target), source)
+    etc = dirs["/etc/libvirt"]
+    for conf in Path("/etc/libvirt").glob("*.conf"):
+        shutil.copy2(conf, etc / conf.name)
+    if Path("/etc/libvirt/nwfilter").is_dir():
+        shutil.copytree("/etc/libvirt/nwfilter", etc / "nwfilter", dirs_exist_ok=True)
+    return dirs
+
+
+def _skeleton(host: Path, copy: Path) -> None:
+    """`host`'s directories (not its files) under `copy`, each with its owner and mode: libvirt's QEMU user
+    must reach its disks and sockets there as it does in the host's."""
+    for path in [host, *sorted(p for p in host.rglob("*") if p.is_dir() and not p.is_symlink())]:
+        mirror = copy / path.relative_to(host)
+        mirror.mkdir(parents=True, exist_ok=True)
+        info = path.stat()
+        os.chown(mirror, info.st_uid, info.st_gid)
+        mirror.chmod(stat.S_IMODE(info.st_mode))
+
+
+def daemon_argv(netns: str, daemon: str, hide_kvm: bool, no_kvm: Path, state: dict[str, Path]) -> list[str]:
+    """The daemon in the namespace; libvirtd in a private mount namespace of its own, where `state`'s
+    directories are mounted over libvirt's. Where KVM is broken, libvirtd must not see /dev/kvm either: its
+    own probe of QEMU's capabilities (`-machine none,accel=kvm:tcg`) then hangs, and every domain definition
+    waits on it for minutes. A null device of our own over /dev/kvm makes that probe fail at once. Not
+    /dev/null itself: with it, libvirtd probed QEMU again before every domain (25-50 s each;
     docs/vagrant.md)."""
     argv = ["ip", "netns", "exec", netns]
-    if hide_kvm and daemon == "libvirtd" and Path("/dev/kvm").exists():
+    if daemon != "libvirtd":
+        return [*argv, daemon]
+    mounts = [(source, Path(target)) for target, source in state.items()]
+    if hide_kvm and Path("/dev/kvm").exists():
         if not no_kvm.exists():
             os.mknod(no_kvm, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-        # unshare and sh exec: the PID stays the daemon's own.
-        return [
-            *argv,
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            f"mount --bind {no_kvm} /dev/kvm && exec libvirtd",
-        ]
-    return [*argv, daemon]
+        mounts.append((no_kvm, Path("/dev/kvm")))
+    binds = " && ".join(f"mount --bind {shlex.quote(str(s))} {shlex.quote(str(t))}" for s, t in mounts)
+    # unshare and sh exec: the PID stays the daemon's own.
+    return [*argv, "unshare", "--mount", "--propagation", "private", "sh", "-c", f"{binds} && exec libvirtd"]
 
 
 @contextmanager
 def isolated_libvirt(logs: Path, hide_kvm: bool) -> Iterator[IsolatedLibvirt]:
     netns = f"niclab-test-{os.getpid()}"
     logs.mkdir(parents=True, exist_ok=True)
+    state = private_state(logs / "state")
     subprocess.run(["ip", "netns", "add", netns], check=True)
     daemons: list[subprocess.Popen] = []
     try:
@@ -132,7 +163,9 @@ def isolated_libvirt(logs: Path, hide_kvm: bool) -> Iterator[IsolatedLibvirt]:
                 # ip netns exec execs the daemon: the PID is the daemon's own.
                 daemons.append(
                     subprocess.Popen(
-                        daemon_argv(netns, daemon, hide_kvm, logs / "no-kvm"), stdout=log, stderr=subprocess.STDOUT
+                        daemon_argv(netns, daemon, hide_kvm, logs / "no-kvm", state),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
                     )
                 )
         deadline = time.monotonic() + 30
@@ -165,3 +198,4 @@ def isolated_libvirt(logs: Path, hide_kvm: bool) -> Iterator[IsolatedLibvirt]:
         for proc in reversed(daemons):
             end_daemon(proc)
         subprocess.run(["ip", "netns", "delete", netns], check=False)
+        shutil.rmtree(logs / "state", ignore_errors=True)  # the volumes (box copies, images) go with it
