@@ -15,9 +15,7 @@ the test defines outlives it.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -173,27 +171,15 @@ def isolated_libvirt(logs: Path, hide_kvm: bool) -> Iterator[IsolatedLibvirt]:
             if time.monotonic() > deadline or daemons[-1].poll() is not None:
                 raise RuntimeError(f"libvirtd did not answer on {URI}; see {logs}/libvirtd.log")
             time.sleep(0.3)
-        pools_before = names(virsh("pool-list", "--all", "--name"))
-        networks_before = names(virsh("net-list", "--all", "--name"))
         try:
             yield IsolatedLibvirt(netns, daemons[-1].pid, logs)
         finally:
-            for domain in names(virsh("list", "--all", "--name")):
-                if domain.startswith("niclab-"):
-                    virsh("destroy", domain, check=False)
-                    virsh("undefine", domain, "--nvram", check=False)
-            for network in names(virsh("net-list", "--all", "--name")) - networks_before:
-                virsh("net-destroy", network, check=False)  # ends its dnsmasq
-                virsh("net-undefine", network, check=False)
-            for pool in names(virsh("pool-list", "--all", "--name")) - pools_before:
-                path = re.search(r"<path>(.*)</path>", virsh("pool-dumpxml", pool, check=False))
-                for volume in volumes(pool):
-                    virsh("vol-delete", volume, "--pool", pool, check=False)
-                virsh("pool-destroy", pool, check=False)
-                virsh("pool-undefine", pool, check=False)
-                if pool == "niclab" and path is not None:  # the directory niclab's libvirt backend made, now empty
-                    with contextlib.suppress(OSError):
-                        Path(path.group(1)).rmdir()
+            # What runs is stopped: each domain's QEMU, each network's dnsmasq. The definitions, pools and
+            # volumes are all in `state`, removed with it below.
+            for domain in names(virsh("list", "--name")):
+                virsh("destroy", domain, check=False)
+            for network in names(virsh("net-list", "--name")):
+                virsh("net-destroy", network, check=False)
     finally:
         for proc in reversed(daemons):
             end_daemon(proc)
