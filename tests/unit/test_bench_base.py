@@ -370,6 +370,25 @@ def test_iperf3_json_error_still_fails_after_the_helper(tmp_path, data_dir):
     assert rig.steps() == ["free", "spawn", "listening", "client", "stop"]
 
 
+def test_iperf3_udp_start_lost_is_tried_again_on_a_fresh_server_and_counted(tmp_path, data_dir):
+    lost = result((data_dir / "iperf3" / "udp_lost_start.json").read_text())
+    good = result((data_dir / "iperf3" / "udp_loss5.json").read_text())
+    rig = Rig(tmp_path, client={"iperf3 -c": [lost, lost, good]})
+    found = iperf3.PLUGIN.run(rig.ctx, iperf3.Iperf3Options(protocol="udp", seconds=1))
+    assert rig.steps() == ["free", "spawn", "listening", "client", "stop"] * 3
+    assert len(rig.raw["iperf3-udp"]) == 3
+    assert all(m.extra["lost_starts"] == 2 for m in found)
+    assert next(m for m in found if m.metric == "loss_pct").extra["packets"] == 3750
+
+
+def test_iperf3_udp_that_never_starts_fails_after_three_tries(tmp_path, data_dir):
+    lost = result((data_dir / "iperf3" / "udp_lost_start.json").read_text())
+    rig = Rig(tmp_path, client={"iperf3 -c": [lost, lost, lost, lost]})
+    with pytest.raises(BenchmarkError, match=r"iperf3-udp-3.txt\); the UDP stream failed to start 3 times in a row$"):
+        iperf3.PLUGIN.run(rig.ctx, iperf3.Iperf3Options(protocol="udp", seconds=1))
+    assert len(rig.raw["iperf3-udp"]) == 3
+
+
 def test_netpipe_sweep_out_of_time_keeps_its_partial_curve(tmp_path, data_dir):
     rows = (data_dir / "netpipe" / "e1000.out").read_text().splitlines()[:10]
     rig = Rig(

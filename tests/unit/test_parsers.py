@@ -51,6 +51,16 @@ def test_iperf3_error_key_is_a_failure_even_with_exit_0(data_dir):
         iperf3.parse(text, "tcp")
 
 
+def test_iperf3_udp_start_lost_on_a_lossy_cable_is_its_own_error(data_dir):
+    """Captured in guests over netem loss 25 %: the hello or its reply was lost, nothing was measured."""
+    text = (data_dir / "iperf3" / "udp_lost_start.json").read_text()
+    with pytest.raises(iperf3.UdpStartLost, match="unable to read from stream socket"):
+        iperf3.parse(text, "udp")
+    with pytest.raises(BenchmarkError) as tcp:
+        iperf3.parse(text, "tcp")
+    assert not isinstance(tcp.value, iperf3.UdpStartLost)
+
+
 def test_iperf3_command_line():
     options = iperf3.Iperf3Options(protocol="udp", seconds=5, bitrate="10M", length=1000, streams=2, reverse=True)
     assert iperf3.client_argv(options, "198.18.0.2") == [
