@@ -3,7 +3,6 @@
 niclab vagrant box                 build the Debian image if needed, pack and add it as a box
 niclab vagrant config              the rig of a scenario cell, as JSON for the Vagrantfile
 niclab vagrant check / forget      check a machine's links after `up` (the Vagrantfile's triggers)
-niclab vagrant domain              the rig's domain of a node, by name (the same triggers)
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 from niclab.errors import NiclabError, UsageError
@@ -62,10 +60,6 @@ def _driver(image, progress: Progress) -> dict:
     return {"driver": "kvm" if choice.accel == "kvm" else "qemu", "accel_reason": choice.reason}
 
 
-def _libvirt_uri() -> str:
-    return os.environ.get("NICLAB_LIBVIRT_URI", "qemu:///system")
-
-
 def cmd_config(args) -> int:
     from niclab.image import find_image
     from niclab.vagrant.box import BOX_NAME, added, box_version
@@ -89,7 +83,7 @@ def cmd_config(args) -> int:
         "box": {"name": BOX_NAME, "version": box_version(image) if image else None, "problem": problem},
         "libvirt": {
             **_driver(image, _progress()),
-            "uri": _libvirt_uri(),
+            "uri": os.environ.get("NICLAB_LIBVIRT_URI", "qemu:///system"),
             "prefix": domain_prefix(dotfile),
         },
     }
@@ -116,16 +110,6 @@ def cmd_forget(args) -> int:
     from niclab.vagrant.state import state_dir
 
     forget(state_dir(Path(args.dotfile)), args.node)
-    return 0
-
-
-def cmd_domain(args) -> int:
-    from niclab.vagrant.domain import lookup
-    from niclab.vagrant.state import domain_prefix
-
-    domain = lookup(args.uri, domain_prefix(Path(args.dotfile)) + args.node)
-    json.dump(asdict(domain) if domain else {}, sys.stdout)
-    print()
     return 0
 
 
@@ -203,16 +187,3 @@ def add_parser(verbs) -> None:
     _rig_arguments(forget)
     forget.add_argument("--node", required=True)
     forget.set_defaults(func=cmd_forget)
-
-    domain = actions.add_parser(
-        "domain",
-        help="the rig's libvirt domain of a node, by name (the Vagrantfile's triggers)",
-        description="Print the name, UUID and state of the domain libvirt has under the rig's name for the "
-        "node, as JSON ({} if it has none): the Vagrantfile points the machine at it where Vagrant's id differs.",
-    )
-    _rig_arguments(domain)
-    domain.add_argument("--node", required=True)
-    domain.add_argument(
-        "--uri", default=_libvirt_uri(), help="libvirt URI (default: $NICLAB_LIBVIRT_URI, else %(default)s)"
-    )
-    domain.set_defaults(func=cmd_domain)
