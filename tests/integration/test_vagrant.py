@@ -3,8 +3,9 @@
 One rig for the module (booting two Debian guests under TCG is the expensive
 part): the box is built and added, the rig comes up with the scenario's cable,
 MTU and netem, traffic crosses the test cable by node name, the settings read
-back match a `niclab run` of the same scenario, and `vagrant destroy -f`
-leaves no domain, volume, process or network behind.
+back match a `niclab run` of the same scenario, node names stay names when
+machine-index UUIDs start with them, and `vagrant destroy -f` leaves no
+domain, volume, process or network behind.
 """
 
 from __future__ import annotations
@@ -123,6 +124,24 @@ def test_the_netem_delay_shows_in_ping(rig):
     assert minimum >= 20, out  # a's egress is delayed 20 ms; b answers at once
 
 
+def test_node_names_are_not_taken_for_the_prefix_of_another_machines_index_id(rig):
+    # Vagrant looks a name up as the prefix of a machine-index UUID first. CI once had a's UUID start with
+    # "b": `vagrant destroy -f` then destroyed a twice and left b running (and `vagrant ssh a` had once
+    # landed on b). Here, too, a's UUID starts with "b" (and b's with "c"), for the rest of the module: the
+    # destroy test below then fails as CI's did unless b is still b.
+    index_file = Path(rig.env["VAGRANT_HOME"]) / "data" / "machine-index" / "index"
+    index = json.loads(index_file.read_text())
+    crossed = {}
+    for uuid, entry in index["machines"].items():
+        uuid = {"a": "b", "b": "c"}[entry["name"]] + uuid[1:]
+        crossed[uuid] = entry
+        (rig.dotfile / "machines" / entry["name"] / "libvirt" / "index_uuid").write_text(uuid)
+    index["machines"] = crossed
+    index_file.write_text(json.dumps(index))
+    assert rig.ssh("b", "hostname").strip() == "b"
+    assert rig.ssh("a", "hostname").strip() == "a"
+
+
 def _comparable(observed: dict) -> dict:
     """What the link settings are, without what may differ between two boots (qdisc handles)."""
     out = {}
@@ -154,8 +173,9 @@ def test_the_same_scenario_under_niclab_run_reads_back_the_same_settings(rig, tm
 
 
 def test_destroy_leaves_no_domain_volume_process_or_network(rig):
-    rig.vagrant("destroy", "-f", timeout=300)
-    assert [d for d in names(virsh("list", "--all", "--name")) if d.startswith("niclab-")] == []
+    destroy = rig.vagrant("destroy", "-f", timeout=300)
+    left = [d for d in names(virsh("list", "--all", "--name")) if d.startswith("niclab-")]
+    assert left == [], destroy.stdout + destroy.stderr
     left = volumes("default")
     # What stays is vagrant-libvirt's copy of the box (the base of the next `up`), not the rig's disks.
     assert [v for v in left if "_vagrant_box_image_" not in v] == []
