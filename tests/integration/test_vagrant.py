@@ -131,12 +131,12 @@ def test_node_names_are_not_taken_for_the_prefix_of_another_machines_index_id(ri
     # destroy test below then fails as CI's did unless b is still b.
     index_file = Path(rig.env["VAGRANT_HOME"]) / "data" / "machine-index" / "index"
     index = json.loads(index_file.read_text())
-    crossed = {}
+    renamed = {}
     for uuid, entry in index["machines"].items():
         uuid = {"a": "b", "b": "c"}[entry["name"]] + uuid[1:]
-        crossed[uuid] = entry
+        renamed[uuid] = entry
         (rig.dotfile / "machines" / entry["name"] / "libvirt" / "index_uuid").write_text(uuid)
-    index["machines"] = crossed
+    index["machines"] = renamed
     index_file.write_text(json.dumps(index))
     assert rig.ssh("b", "hostname").strip() == "b"
     assert rig.ssh("a", "hostname").strip() == "a"
@@ -174,8 +174,8 @@ def test_the_same_scenario_under_niclab_run_reads_back_the_same_settings(rig, tm
 
 def test_destroy_leaves_no_domain_volume_process_or_network(rig):
     destroy = rig.vagrant("destroy", "-f", timeout=300)
-    left = [d for d in names(virsh("list", "--all", "--name")) if d.startswith("niclab-")]
-    assert left == [], destroy.stdout + destroy.stderr
+    domains = [d for d in names(virsh("list", "--all", "--name")) if d.startswith("niclab-")]
+    assert domains == [], destroy.stdout + destroy.stderr
     left = volumes("default")
     # What stays is vagrant-libvirt's copy of the box (the base of the next `up`), not the rig's disks.
     assert [v for v in left if "_vagrant_box_image_" not in v] == []
