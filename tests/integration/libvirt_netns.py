@@ -6,8 +6,9 @@ test's children (started in the foreground, ended by PID), and what they
 defined for the test (storage pools, box volumes) is removed again at the end.
 
 libvirtd keeps its definitions (domains, networks, pools) and their volumes
-in /etc/libvirt and /var/lib/libvirt. The test's libvirtd gets empty ones of
-its own, mounted over those in a private mount namespace: what an earlier,
+in /etc/libvirt and /var/lib/libvirt, and what runs in /run/libvirt/qemu,
+/run/libvirt/network and so on. The test's libvirtd gets empty ones of its
+own, mounted over those in a private mount namespace: what an earlier,
 killed test run left there (a Vagrant rig's persistent domains and disks) or
 what the host's own libvirt defines is neither seen nor started, and nothing
 the test defines outlives it.
@@ -104,8 +105,14 @@ def end_daemon(proc: subprocess.Popen, seconds: float = 20) -> None:
 def private_state(root: Path) -> dict[str, Path]:
     """Directories for libvirtd's /etc/libvirt and /var/lib/libvirt: the host's daemon and driver settings
     (*.conf) and the filters the package ships, the directory skeleton with its owners and modes, and none
-    of the host's definitions or volumes."""
+    of the host's definitions or volumes. Also for the drivers' run-time state under /run/libvirt (not its
+    sockets, which virsh must reach): a libvirtd takes each domain status file there for a QEMU of its own
+    and, where the QEMU is gone, kills whatever process has its PID now (seen here: a `sleep` of the
+    test's); a killed earlier run's files, or the host daemon's, must not be read, nor ours left behind."""
     dirs = {"/etc/libvirt": root / "etc", "/var/lib/libvirt": root / "lib"}
+    run = Path("/run/libvirt")
+    if run.is_dir():
+        dirs |= {str(d): root / "run" / d.name for d in sorted(run.iterdir()) if d.is_dir() and not d.is_symlink()}
     for target, source in dirs.items():
         _skeleton(Path(target), source)
     etc = dirs["/etc/libvirt"]
