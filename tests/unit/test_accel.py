@@ -3,6 +3,7 @@
 (tests/integration/test_accel_fallback.py boots the real image under TCG and a hung "KVM".)
 """
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +76,8 @@ def test_the_probe_boots_the_images_kernel_as_a_run_would():
     assert "-machine pc,accel=kvm" in joined and "-cpu host" in joined  # as qemu_cmd does for kvm
     assert "-kernel /images/vmlinux" in joined and "-initrd /images/initrd.img" in joined  # the kernel runs boot
     # userspace prints the word: busybox echo as init, after the image's own command line
-    assert argv[-1] == f"console=ttyS0 quiet panic=-1 rdinit=/usr/bin/busybox -- echo {accel.PROBE_WORD}"
+    # and the kernel's messages, the progress that tells a slow boot from a hung one
+    assert argv[-1] == f"console=ttyS0 quiet loglevel=6 panic=-1 rdinit=/usr/bin/busybox -- echo {accel.PROBE_WORD}"
 
 
 def test_choose_caches_per_image_and_a_failed_run_overrides_the_cache(monkeypatch, tmp_path):
@@ -121,3 +123,48 @@ def test_niclab_qemu_names_the_binary(monkeypatch, tmp_path):
     monkeypatch.setenv("NICLAB_QEMU", str(tmp_path / "missing"))
     with pytest.raises(UsageError, match="no such program"):
         accel.qemu_binary()
+
+
+FAKE_QEMU = """#!/bin/sh
+# A stand-in for QEMU that writes what the script says to the probe's serial file, then ends or hangs.
+for arg; do case "$arg" in file:*) serial="${arg#file:}";; esac; done
+{script}
+"""
+
+
+def fake_qemu(tmp_path: Path, script: str) -> str:
+    binary = tmp_path / "qemu"
+    binary.write_text(FAKE_QEMU.replace("{script}", script))
+    binary.chmod(0o755)
+    return str(binary)
+
+
+def test_a_slow_boot_that_keeps_printing_passes_the_probe(tmp_path):
+    # 1.6 s to userspace with a line every 0.2 s: longer than the 0.5 s of silence the probe allows
+    script = 'for i in 1 2 3 4 5 6 7 8; do echo "[ $i ] booting" >> "$serial"; sleep 0.2; done\n'
+    script += f'echo {accel.PROBE_WORD} >> "$serial"; exit 0'
+    worked, what = accel.probe("kvm", fake_qemu(tmp_path, script), FakeImage(), timeout=0.5, limit=10)
+    assert worked, what
+    assert "reached userspace under kvm in 1." in what
+
+
+def test_a_silent_guest_fails_the_probe_after_the_silence_and_is_killed(tmp_path):
+    script = f'echo "[ 0 ] early" >> "$serial"; sleep 30; echo {accel.PROBE_WORD} >> "$serial"'
+    started = time.monotonic()
+    worked, what = accel.probe("kvm", fake_qemu(tmp_path, script), FakeImage(), timeout=0.5, limit=10)
+    assert not worked
+    assert "nothing new on its console for 0.5 s" in what, what
+    assert time.monotonic() - started < 5  # killed, not waited for
+
+
+def test_a_guest_that_prints_forever_fails_the_probe_at_the_limit(tmp_path):
+    script = 'while :; do echo line >> "$serial"; sleep 0.1; done'
+    worked, what = accel.probe("kvm", fake_qemu(tmp_path, script), FakeImage(), timeout=0.5, limit=1.5)
+    assert (worked, what) == (False, "the image's kernel did not reach userspace under kvm in 1.5 s")
+
+
+def test_a_guest_that_printed_the_word_is_left_to_end_itself(tmp_path):
+    done = tmp_path / "ended"
+    script = f'echo {accel.PROBE_WORD} >> "$serial"; sleep 0.5; touch {done}'
+    worked, _ = accel.probe("kvm", fake_qemu(tmp_path, script), FakeImage(), timeout=5, limit=10)
+    assert worked and done.exists()  # not killed the moment the word showed
