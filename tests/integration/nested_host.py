@@ -1,26 +1,34 @@
 """A lab host without lab hardware: an L1 QEMU guest with an emulated IOMMU and two e1000 cards.
 
 L1 runs under TCG: q35 with an Intel IOMMU that remaps interrupts, `-cpu max`
-(which exposes SVM, so KVM works inside L1 once kvm_amd is loaded), and the
+(which exposes SVM, so KVM works inside L1: kvm_amd loads at boot), and the
 Debian image, which carries QEMU, libvirt and Python. Its two e1000 cards are
 cabled to each other by a pair of UDP sockets on 127.0.0.1, so traffic between
 them crosses this host's loopback only. The checkout, the virtualenv's
 packages and the micro image are shared read-only over 9p: niclab runs in L1
 from the same code. Commands reach L1 through its guest agent (niclab's own
 AgentNode), so L1 needs no network of its own.
+
+QEMU 7.2's TCG emulation of SVM now and then kills L1's kernel in the thread
+of an L2 vCPU (an oops whose `Comm:` is `CPU n/KVM`, such as "stack guard page
+was hit"). `NestedLabHost` boots L1 again when it dies that way, and says so;
+any other death of L1 is the test's failure.
 """
 
 from __future__ import annotations
 
+import re
 import site
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from niclab.accel import qemu_binary
-from niclab.backends.qemu import udp_cable
-from niclab.guest import AgentNode, GuestAgent
+from niclab.backends.base import CommandResult
+from niclab.backends.qemu import tail, udp_cable
+from niclab.guest import AgentError, AgentNode, GuestAgent
 from niclab.image import Image
 from niclab.paths import SOURCE_ROOT
 from niclab.procs import Supervisor
@@ -110,9 +118,9 @@ modprobe -a 9p 9pnet_virtio
 {mounts}
 modprobe vfio-pci
 modprobe ccp || true
-# Without nested paging: with it, QEMU 7.2's TCG emulation of SVM now and then crashed L1's kernel in a KVM
-# vCPU thread ("stack guard page was hit" in exc_page_fault) or an L2 guest (2 of 5 runs); with npt=0, none in 8.
-modprobe kvm_amd npt=0 || true
+# udev has loaded it at boot already, with nested paging: npt=0 would need a reload, and makes L2 so slow
+# under TCG's SVM that its guests do not answer in 15 minutes.
+modprobe kvm_amd || true
 systemctl start virtlogd.service libvirtd.service
 mkdir -p /root/cache /root/runs
 cat > /root/lab.yaml <<'EOF'
@@ -152,3 +160,86 @@ def nested_lab_host(workdir: Path, debian: Image, micro: Image, boot_timeout: fl
         node = AgentNode("l1", agent)
         node.run(prepare_script(shares), timeout=300)
         yield node
+
+
+# An oops in a QEMU vCPU thread of L1 that runs an L2 guest under KVM: the emulated SVM's, not niclab's.
+EMULATED_SVM_CRASH = re.compile(r"Comm: CPU \d+/KVM")
+# An L2 guest's kernel died (its console), or KVM in L1 gave up on it (libvirt's log of its QEMU).
+GUEST_DIED = re.compile(r"Kernel panic|BUG: |Oops|general protection fault|KVM internal error|KVM: entry failed")
+
+
+class LabHostGone(Exception):
+    """L1 died under a command, in a way that is not the emulated SVM's known crash, or too often."""
+
+
+class NestedLabHost:
+    """The nested lab host for a test module, booted again when the emulated SVM kills L1 or an L2 guest.
+
+    Two deaths are the emulated SVM's, not niclab's: L1's kernel oopses in the thread of an L2 vCPU
+    (EMULATED_SVM_CRASH), or a command fails and `guests_died` finds an L2 guest's kernel dead or KVM
+    giving up on it. Either way the command runs again from the start on a fresh L1 (its disk is a
+    snapshot: nothing of the dead one is left), at most `reboots` times for the module, and each reboot is
+    printed with the evidence. Any other death of L1 raises LabHostGone with its console.
+    """
+
+    def __init__(self, workdir: Path, debian: Image, micro: Image, reboots: int = 2) -> None:
+        self.workdir, self.debian, self.micro, self.reboots = workdir, debian, micro, reboots
+        self.boots: list[Path] = []  # each boot's directory (its console, QEMU log, agent socket)
+        self._stack = ExitStack()
+        self.node: AgentNode | None = None
+
+    def __enter__(self) -> NestedLabHost:
+        self._boot()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    @property
+    def console(self) -> Path:
+        return self.boots[-1] / "l1.serial.log"
+
+    def _boot(self) -> None:
+        self._stack.close()
+        self._stack = ExitStack()
+        self.boots.append(self.workdir / f"boot{len(self.boots)}")
+        self.node = self._stack.enter_context(nested_lab_host(self.boots[-1], self.debian, self.micro))
+
+    def _again(self, death: str) -> None:
+        """Boot a fresh L1 after the emulated SVM's `death`, if the module has a reboot left."""
+        if len(self.boots) > self.reboots:
+            raise LabHostGone(f"{death}\n(the emulated SVM's crash, {len(self.boots)} boots in a row)")
+        print(f"\n[nested] {death}\n[nested] the emulated SVM's crash: L1 boots again", file=sys.stderr)
+        self._boot()
+
+    def run(
+        self,
+        command: str,
+        timeout: float = 60.0,
+        check: bool = True,
+        guests_died: Callable[[CommandResult], str | None] | None = None,
+    ) -> CommandResult:
+        while True:
+            assert self.node is not None, "enter the host first"
+            try:
+                result = self.node.run(command, timeout=timeout, check=check)
+            except AgentError as exc:
+                console = tail(self.console, 40)
+                gone = f"{exc}: the nested lab host is gone; the end of its console ({self.console}):\n{console}"
+                if not EMULATED_SVM_CRASH.search(console):
+                    raise LabHostGone(gone) from None
+                self._again(gone)
+                continue
+            evidence = guests_died(result) if guests_died and result.returncode else None
+            if evidence is None:
+                return result
+            self._again(f"an L2 guest died under `{command}`:\n{evidence}")
+
+    def guest_logs(self, pattern: str) -> str:
+        """The end of each L2 console matching `pattern` in L1, and of libvirt's logs of their QEMUs."""
+        assert self.node is not None, "enter the host first"
+        return self.node.run(f"tail -n 30 {pattern} /var/log/libvirt/qemu/*.log 2>/dev/null", check=False).stdout
+
+    def get(self, path: str) -> bytes:
+        assert self.node is not None, "enter the host first"
+        return self.node.get(path)
