@@ -74,8 +74,9 @@ def test_two_node_runs_on_the_passed_through_cards_and_they_go_back_to_e1000(l1)
     measured = {r["name"]: r["value"] for r in records if r["type"] == "measurement"}
     throughput = measured["netperf.TCP_STREAM.throughput_mbps"]
     assert throughput > 0
+    why = l1.run(f"{niclab_env()} python3 -m niclab accel", check=False).stdout.strip()  # the cached verdict
     print(
-        f"\nnested passthrough: accel {rig['accel']} in L1, TCP_STREAM {throughput} Mbit/s, "
+        f"\nnested passthrough: accel {rig['accel']} in L1 ({why}), TCP_STREAM {throughput} Mbit/s, "
         f"agents ready {rig['agent_ready_s']}",
         file=sys.stderr,
     )
