@@ -119,7 +119,7 @@ modprobe -a 9p 9pnet_virtio
 modprobe vfio-pci
 modprobe ccp || true
 # udev has loaded it at boot already, with nested paging: npt=0 would need a reload, and makes L2 so slow
-# under TCG's SVM that its guests do not answer in 15 minutes.
+# under TCG's SVM that its guests had not answered after 10 minutes.
 modprobe kvm_amd || true
 systemctl start virtlogd.service libvirtd.service
 mkdir -p /root/cache /root/runs
