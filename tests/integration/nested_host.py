@@ -11,8 +11,8 @@ AgentNode), so L1 needs no network of its own.
 
 QEMU 7.2's TCG emulation of SVM now and then kills L1's kernel in the thread
 of an L2 vCPU (an oops whose `Comm:` is `CPU n/KVM`, such as "stack guard page
-was hit"). `NestedLabHost` boots L1 again when it dies that way, and says so;
-any other death of L1 is the test's failure.
+was hit"), or an L2 guest. `NestedLabHost` boots L1 again when either dies
+that way, and says so; any other death of L1 is the test's failure.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import re
 import site
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -176,10 +176,11 @@ class NestedLabHost:
     """The nested lab host for a test module, booted again when the emulated SVM kills L1 or an L2 guest.
 
     Two deaths are the emulated SVM's, not niclab's: L1's kernel oopses in the thread of an L2 vCPU
-    (EMULATED_SVM_CRASH), or a command fails and `guests_died` finds an L2 guest's kernel dead or KVM
-    giving up on it. Either way the command runs again from the start on a fresh L1 (its disk is a
-    snapshot: nothing of the dead one is left), at most `reboots` times for the module, and each reboot is
-    printed with the evidence. Any other death of L1 raises LabHostGone with its console.
+    (EMULATED_SVM_CRASH), or a command fails and the L2 consoles matching `consoles` (or libvirt's logs
+    of their QEMUs) show a guest's kernel dead or KVM giving up on it (GUEST_DIED). Either way the command
+    runs again from the start on a fresh L1 (its disk is a snapshot: nothing of the dead one is left), at
+    most `reboots` times for the module, and each reboot is printed with the evidence. Any other death of
+    L1 raises LabHostGone with its console.
     """
 
     def __init__(self, workdir: Path, debian: Image, micro: Image, reboots: int = 2) -> None:
@@ -217,7 +218,7 @@ class NestedLabHost:
         command: str,
         timeout: float = 60.0,
         check: bool = True,
-        guests_died: Callable[[CommandResult], str | None] | None = None,
+        consoles: str | None = None,
     ) -> CommandResult:
         while True:
             assert self.node is not None, "enter the host first"
@@ -230,10 +231,10 @@ class NestedLabHost:
                     raise LabHostGone(gone) from None
                 self._again(gone)
                 continue
-            evidence = guests_died(result) if guests_died and result.returncode else None
-            if evidence is None:
+            logs = self.guest_logs(consoles) if consoles and result.returncode else ""
+            if not GUEST_DIED.search(logs):
                 return result
-            self._again(f"an L2 guest died under `{command}`:\n{evidence}")
+            self._again(f"an L2 guest died under `{command}`:\n{logs}")
 
     def guest_logs(self, pattern: str) -> str:
         """The end of each L2 console matching `pattern` in L1, and of libvirt's logs of their QEMUs."""

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from niclab.image.store import build_image
-from tests.integration.nested_host import CARDS, GUEST_DIED, LabHostGone, NestedLabHost, niclab_env
+from tests.integration.nested_host import CARDS, LabHostGone, NestedLabHost, niclab_env
 
 pytestmark = pytest.mark.integration
 
@@ -40,13 +40,8 @@ CONSOLES = "/root/runs/*/cells/*/*.serial.log"  # the L2 guests' consoles, as th
 
 def niclab_in_l1(l1: NestedLabHost, args: str, timeout: float):
     """niclab in L1; if L1 itself goes for good, the failure shows the end of its console."""
-
-    def guests_died(result) -> str | None:
-        logs = l1.guest_logs(CONSOLES)
-        return logs if GUEST_DIED.search(logs) else None
-
     try:
-        return l1.run(f"{niclab_env()} python3 -m niclab {args}", timeout=timeout, check=False, guests_died=guests_died)
+        return l1.run(f"{niclab_env()} python3 -m niclab {args}", timeout=timeout, check=False, consoles=CONSOLES)
     except LabHostGone as exc:
         pytest.fail(str(exc))
 
