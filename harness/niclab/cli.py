@@ -252,7 +252,8 @@ def _down_domains(args) -> list[str]:
     if args.lab:
         from niclab.lab.inventory import load_inventory
 
-        uris += [host.libvirt for host in load_inventory(Path(args.lab)).hosts.values()]
+        lab = load_inventory(Path(args.lab), allow_uri_params=args.allow_uri_params)
+        uris += [host.libvirt for host in lab.hosts.values()]
     explicit = bool(uris)
     ended = []
     for uri in dict.fromkeys(uris or ["qemu:///system"]):
@@ -429,8 +430,18 @@ def add_backend_options(parser: argparse.ArgumentParser, dry_run: bool = False) 
         + " (default: qemu, or libvirt with --lab)",
     )
     parser.add_argument("--lab", metavar="LAB_YAML", help="a lab inventory: run on its real cards and cables")
+    add_allow_uri_params(parser)
     parser.add_argument(
         "--libvirt-uri", metavar="URI", help="libvirt connection of --backend libvirt without a lab (qemu:///system)"
+    )
+
+
+def add_allow_uri_params(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-uri-params",
+        action="store_true",
+        help="accept libvirt URI parameters such as command= or socket= in the lab inventory "
+        "(they make libvirt run a program as you: only for an inventory you trust)",
     )
 
 
@@ -529,6 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--libvirt-uri", metavar="URI", help="destroy leftover niclab domains there (default: qemu:///system)"
     )
     down.add_argument("--lab", metavar="LAB_YAML", help="destroy leftover niclab domains on every host of this lab")
+    add_allow_uri_params(down)
     down.set_defaults(func=cmd_down)
 
     nics = verbs.add_parser(

@@ -50,6 +50,11 @@ def pytest_addoption(parser) -> None:
         help="how nodes are realized: qemu (emulated NICs; the default) or libvirt (the default with --niclab-lab)",
     )
     group.addoption("--niclab-lab", metavar="LAB_YAML", help="a lab inventory; cells it has no cards for are skipped")
+    group.addoption(
+        "--niclab-allow-uri-params",
+        action="store_true",
+        help="accept libvirt URI parameters such as command= in the --niclab-lab inventory (only one you trust)",
+    )
     group.addoption("--niclab-out", metavar="DIR", help="keep the run directories here (e.g. CI artifacts)")
     group.addoption("--niclab-repeat", type=int, metavar="N", help="run every benchmark N times")
     group.addoption("--niclab-shard", metavar="I/N", help="run only the cells of shard I of N")
@@ -74,7 +79,7 @@ def _lab_classes(config) -> None:
 
     from niclab.lab.inventory import load_inventory
 
-    config._niclab_lab = load_inventory(Path(lab_file))
+    config._niclab_lab = load_inventory(Path(lab_file), allow_uri_params=config.getoption("niclab_allow_uri_params"))
     config._niclab_classes = ExitStack()
     config._niclab_classes.enter_context(config._niclab_lab.classes_known())
 

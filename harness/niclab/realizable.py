@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from niclab.backends import Backend, BackendOptions, get_backend
+from niclab.results import cell_dirname
 from niclab.scenario import Cell
 
 
@@ -32,7 +33,7 @@ def backend_from_args(args) -> Iterator[Backend]:
     if getattr(args, "lab", None):
         from niclab.lab.inventory import load_inventory
 
-        lab = load_inventory(Path(args.lab))
+        lab = load_inventory(Path(args.lab), allow_uri_params=getattr(args, "allow_uri_params", False))
     options = BackendOptions(
         lab=lab,
         libvirt_uri=getattr(args, "libvirt_uri", None),
@@ -56,6 +57,6 @@ def describe(backend: Backend, checked: list[Verdict], out: Path | None) -> str:
             lines.append(f"{cell.id}: cannot realize: {verdict.reason}")
             continue
         lines.append(f"{cell.id}:")
-        workdir = out / cell.id.replace("/", "_") if out is not None else None
+        workdir = out / cell_dirname(cell.id) if out is not None else None
         lines += [f"  {line}" for line in backend.describe(cell.scenario.topology(), workdir)]
     return "\n".join(lines)

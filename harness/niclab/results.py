@@ -4,17 +4,24 @@
       run.json          what ran, on what, when, and how it ended
       results.jsonl     one JSON object per line, appended as measured:
                         {"type": "cell", ...provenance} then {"type": "measurement", ...}
-      cells/<cell id>/  QEMU's work directory: serial logs, QEMU logs, pids
-      raw/<cell id>/    each tool's own output
+      cells/<cell>/     QEMU's work directory: serial logs, QEMU logs, pids
+      raw/<cell>/       each tool's own output
 
 A crash loses nothing already measured: every record is flushed to disk as
 soon as it is written.
+
+A cell id becomes a directory name only through `cell_dirname`: safe (no /,
+no leading dot, no control character, at most 200 bytes), unique (also on a
+file system that ignores case) and reversible (`cell_id_of`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import string
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +35,58 @@ from niclab.errors import NiclabError
 
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# Characters a cell's directory name keeps as they are; every other byte is written %xx (lowercase hex).
+_KEPT = frozenset(string.ascii_letters + string.digits + "=,._+:@-")
+MAX_DIRNAME = 200  # bytes: under the file systems' 255, with room for what tools add (.tmp, ~)
+_HASHED = 16  # hex digits of the hash that ends a name cut to MAX_DIRNAME
+
+
+def _digest(cell_id: str, digits: int) -> str:
+    return hashlib.sha256(cell_id.encode("utf-8", "surrogatepass")).hexdigest()[:digits]
+
+
+def cell_dirname(cell_id: str) -> str:
+    """The directory name of a cell: `nic=e1000,mtu=9000` as it is; any other byte as %xx (a leading dot
+    too, so never `.` or `..`); an id with capitals ends in ~ and 8 hex digits of its hash (unique where
+    case is ignored: `nic=E1000` and `nic=e1000`); a name over MAX_DIRNAME bytes is cut and ends in ~ and
+    16 hex digits (then `cell_id_of` needs the run's cell ids)."""
+    body = (
+        "".join(
+            ch
+            if ch in _KEPT and not (i == 0 and ch == ".")
+            else "".join(f"%{b:02x}" for b in ch.encode("utf-8", "surrogatepass"))
+            for i, ch in enumerate(cell_id)
+        )
+        or "%"
+    )  # the empty id: a name that decodes to nothing
+    if any(ch.isupper() for ch in body):
+        body += "~" + _digest(cell_id, 8)
+    if len(body) > MAX_DIRNAME:
+        cut = body[: MAX_DIRNAME - _HASHED - 1]
+        cut = cut[: cut.rfind("%")] if "%" in cut[-2:] else cut  # never half an escape
+        body = cut + "~" + _digest(cell_id, _HASHED)
+    return body
+
+
+def cell_id_of(dirname: str, known: list[str] | None = None) -> str | None:
+    """The cell id a `cell_dirname` came from; a cut name is found among `known` (None if it is not there)."""
+    body, tilde, tag = dirname.rpartition("~")
+    if not tilde:
+        body = dirname
+    elif len(tag) == _HASHED:
+        return next((cid for cid in known or [] if cell_dirname(cid) == dirname), None)
+    if body == "%":
+        return ""
+    raw = bytearray()
+    for piece in re.split(r"(%[0-9a-f]{2})", body):
+        raw += bytes([int(piece[1:], 16)]) if re.fullmatch(r"%[0-9a-f]{2}", piece) else piece.encode()
+    try:
+        text = raw.decode("utf-8", "surrogatepass")
+    except UnicodeError:
+        return None
+    return text if cell_dirname(text) == dirname else None
 
 
 def new_run_dir(base: Path, scenario: str) -> Path:
@@ -70,10 +129,10 @@ class RunDir:
 
     def cell_dir(self, cell: str) -> Path:
         """The cell's work directory (QEMU's logs and control sockets)."""
-        return self.path / "cells" / cell
+        return self.path / "cells" / cell_dirname(cell)
 
     def raw_dir(self, cell: str) -> Path:
-        return self.path / "raw" / cell
+        return self.path / "raw" / cell_dirname(cell)
 
     def write_info(self, info: RunInfo) -> None:
         tmp = self.path / "run.json.tmp"

@@ -9,6 +9,7 @@ niclab lab leases                   which run holds which card
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 from niclab.errors import UsageError
@@ -19,7 +20,8 @@ def cmd_check(args) -> int:
     from niclab.lab.inventory import load_inventory
 
     files = FileCheck()
-    for name, lab in files.each(args.files, load_inventory):
+    load = functools.partial(load_inventory, allow_uri_params=args.allow_uri_params)
+    for name, lab in files.each(args.files, load):
         print(
             f"{name}: ok (lab {lab.name}: {len(lab.hosts)} host{'s' if len(lab.hosts) != 1 else ''}, "
             f"{len(lab.cards)} card{'s' if len(lab.cards) != 1 else ''}, "
@@ -35,7 +37,7 @@ def cmd_doctor(args) -> int:
     from niclab.lab.passthrough import card_refs
     from niclab.lab.sysfs import Sysfs
 
-    lab = load_inventory(Path(args.lab))
+    lab = load_inventory(Path(args.lab), allow_uri_params=args.allow_uri_params)
     if args.host is not None and args.host not in lab.hosts:
         raise UsageError(f"{args.lab}: no host {args.host!r}; hosts are: {', '.join(lab.hosts)}")
     here = [args.host] if args.host else [name for name, host in lab.hosts.items() if host.local]
@@ -88,6 +90,8 @@ def cmd_leases(args) -> int:
 
 
 def add_parser(verbs) -> None:
+    from niclab.cli import add_allow_uri_params
+
     lab = verbs.add_parser(
         "lab",
         help="lab inventories and lab hosts: check, doctor, restore",
@@ -97,6 +101,7 @@ def add_parser(verbs) -> None:
     actions = lab.add_subparsers(dest="lab_verb", metavar="ACTION", required=True)
     check = actions.add_parser("check", help="check lab inventories without touching any host")
     check.add_argument("files", nargs="+", metavar="LAB_YAML")
+    add_allow_uri_params(check)
     check.set_defaults(func=cmd_check)
 
     doctor = actions.add_parser(
@@ -107,6 +112,7 @@ def add_parser(verbs) -> None:
         "Exit 1 if a run would refuse.",
     )
     doctor.add_argument("--lab", required=True, metavar="LAB_YAML")
+    add_allow_uri_params(doctor)
     doctor.add_argument("--force", action="store_true", help="as a run with --force: host use does not refuse")
     doctor.add_argument(
         "--host",

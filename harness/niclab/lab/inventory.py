@@ -6,6 +6,7 @@
     classes:                      # card classes beyond the catalog (`niclab nics`)
       x520: {driver: ixgbe, pci_id: "8086:10fb", max_mtu: 9710, card: Intel X520-DA2,
              speed_mbps: 10000, emulated_by: e1000}
+      bf2: {driver: mlx5_core, pci_id: "15b3:a2d6", allow_class: "0x0200"}
     cards:
       - {id: intel-a, host: rig1, pci: "0000:03:00.0", class: e1000, name: Intel PRO/1000 MT, price: 45}
       - {id: intel-b, host: rig1, pci: "0000:04:00.0", class: e1000, name: Intel PRO/1000 MT, price: 45}
@@ -16,6 +17,17 @@ A card's `class` is a catalog class or one of `classes`; a scenario's `nic:`
 may then name it (niclab.nics.extra_classes). Problems are reported like a
 scenario's: FILE:LINE:COL: path: message; hint. niclab.lab.match maps a
 cell's cables onto these cards and cables.
+
+An inventory comes from other people and lab mode runs as root, so what
+becomes a file name, a libvirt name or a URI is checked here: host names and
+class names are plain names, PCI addresses and IDs are matched whole (a
+trailing newline is not a match), and a host's libvirt URI is one of the
+transports qemu, qemu+ssh, qemu+tls or qemu+unix, with a plain host and user
+and no parameter that makes libvirt run a program or open another socket
+(command=, socket=, netcat=, ...) unless the caller allows URI parameters
+(`--allow-uri-params`): the ext transport, or those parameters, would run
+that program as root. A class that is not a network controller is passed
+through only with `allow_class:` (niclab.lab.pciclass).
 """
 
 from __future__ import annotations
@@ -25,11 +37,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from niclab import nics
 from niclab.errors import UsageError
+from niclab.lab.pciclass import AllowedClass
 from niclab.nics import CardClass
 from niclab.scenario.errors import (
     NAME_PATTERN,
@@ -45,8 +67,69 @@ from niclab.scenario.errors import (
 from niclab.scenario.template import decode
 from niclab.yamlpos import YamlError, load
 
-PCI_PATTERN = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"
+PCI_PATTERN = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"  # matched whole (re.fullmatch)
+PCI_ID_PATTERN = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{4}"
+HOST_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # a lease file's name and a log's: no /, no dots, no newline
+CLASS_NAME = re.compile(r"[a-z0-9][a-z0-9_.+-]{0,62}")  # a NIC model's name in scenarios and cell ids
 LOCAL_URI = "qemu:///system"
+URI_TRANSPORTS = ("qemu", "qemu+ssh", "qemu+tls", "qemu+unix")
+# Parameters of a libvirt URI that only choose among libvirt's own ways to connect and check the peer.
+# Any other (command=, socket=, netcat=, and those libvirt adds later) needs --allow-uri-params.
+URI_SAFE_PARAMETERS = frozenset(
+    {"no_verify", "no_tty", "known_hosts", "known_hosts_verify", "sshauth", "keyfile", "pkipath", "tls_priority"}
+)
+_URI_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]")  # a name or address, never -oOption
+_URI_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_URI_PATH = re.compile(r"/(system|session)?")
+ALLOW_URI_PARAMS = "allow_uri_params"  # the validation context's key: --allow-uri-params was given
+
+
+def _host_part(netloc: str) -> str:
+    """The host of user@host:port, an IPv6 address with its brackets."""
+    rest = netloc.rpartition("@")[2]
+    return rest[: rest.index("]") + 1] if rest.startswith("[") and "]" in rest else rest.partition(":")[0]
+
+
+def check_uri(uri: str, allow_params: bool = False) -> tuple[str, str] | None:
+    """Why a lab host's libvirt URI is refused, and the hint; None if it is accepted."""
+    shown_uri = shown(uri)
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError:
+        return f"{shown_uri} is not a libvirt URI", "write e.g. qemu:///system or qemu+ssh://root@rig2/system"
+    if not uri.isprintable() or any(ch.isspace() for ch in uri):
+        return f"{shown_uri} holds a space or a control character", "write the URI on one line, without spaces"
+    if parts.scheme not in URI_TRANSPORTS or "://" not in uri:
+        return (
+            f"{shown_uri} uses the transport {shown(parts.scheme or uri)}",
+            f"a lab host is reached through {', '.join(URI_TRANSPORTS)} (the ext transport would run a program "
+            "as the user niclab runs as, root in lab mode)",
+        )
+    if parts.fragment:
+        return f"{shown_uri} has a #fragment", "drop it"
+    if (parts.username is not None and not _URI_USER.fullmatch(parts.username)) or parts.password is not None:
+        return f"{shown_uri} has an odd user part", "write a plain user name, e.g. qemu+ssh://root@rig2/system"
+    if parts.hostname is not None and not _URI_HOST.fullmatch(_host_part(parts.netloc)):
+        return f"{shown_uri} has an odd host part", "write a host name or an address, e.g. qemu+ssh://rig2/system"
+    if port is not None and parts.scheme == "qemu":
+        return f"{shown_uri} names a port for a local connection", "drop the port"
+    if not _URI_PATH.fullmatch(parts.path):
+        return f"{shown_uri} has the path {shown(parts.path)}", "write /system (or /session)"
+    try:
+        params = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        return f"{shown_uri} has an unreadable ?query", "write ?name=value&name=value, or drop it"
+    unsafe = sorted({name for name, _ in params if name not in URI_SAFE_PARAMETERS})
+    if unsafe and not allow_params:
+        names = ", ".join(f"{name}=" for name in unsafe)
+        return (
+            f"{shown_uri} has the parameter{'s' if len(unsafe) > 1 else ''} {names}, which "
+            f"{'make' if len(unsafe) > 1 else 'makes'} libvirt run a program or open another socket "
+            "as the user niclab runs as (root in lab mode)",
+            "drop it, or pass --allow-uri-params if you trust this inventory",
+        )
+    return None
 
 
 class InventoryError(ScenarioError):
@@ -57,6 +140,14 @@ class Host(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     libvirt: str = Field(LOCAL_URI, description="the libvirt URI of this host, e.g. qemu+ssh://root@rig2/system")
+
+    @field_validator("libvirt")
+    @classmethod
+    def _uri(cls, value: str, info: ValidationInfo) -> str:
+        allow = bool((info.context or {}).get(ALLOW_URI_PARAMS))
+        if (refused := check_uri(value, allow)) is not None:
+            raise Problems([Problem((), *refused)])
+        return value
 
     @property
     def local(self) -> bool:
@@ -77,11 +168,33 @@ class ClassSpec(BaseModel):
     module: str = ""
     emulated_by: str = ""
     notes: str = ""
+    allow_class: AllowedClass | None = Field(
+        None, description="a PCI class other than network (0x02) that cards of this class may report, e.g. 0x1200"
+    )
+
+    @field_validator("allow_class", mode="before")
+    @classmethod
+    def _allow_class(cls, value: Any) -> Any:
+        if value is None or isinstance(value, AllowedClass):
+            return value
+        parsed = AllowedClass.parse(value) if isinstance(value, str) else None
+        if parsed is None:
+            raise Problems(
+                [
+                    Problem(
+                        (),
+                        f"{shown(value)} is not a PCI class",
+                        "write it in quotes as 0x and 2, 4 or 6 hex digits (class, subclass, interface) as "
+                        'lspci -n shows it, e.g. "0x1200"',
+                    )
+                ]
+            )
+        return parsed
 
     @field_validator("pci_id")
     @classmethod
     def _pci_id(cls, value: str) -> str:
-        if not re.match(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$", value):
+        if not re.fullmatch(PCI_ID_PATTERN, value):
             raise Problems(
                 [
                     Problem(
@@ -128,7 +241,7 @@ class Card(BaseModel):
     @field_validator("pci")
     @classmethod
     def _pci(cls, value: str) -> str:
-        if not re.match(PCI_PATTERN, value):
+        if not re.fullmatch(PCI_PATTERN, value):
             raise Problems(
                 [
                     Problem(
@@ -153,8 +266,27 @@ class Inventory(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> Inventory:
         problems: list[Problem] = []
+        for name in self.hosts:
+            if not HOST_NAME.fullmatch(name):
+                problems.append(
+                    Problem(
+                        ("hosts", name),
+                        f"host name {shown(name)} must match [a-z0-9-]+ (at most 63 characters)",
+                        "name the host with lowercase letters, digits and dashes; its address goes in libvirt:",
+                        at_key=True,
+                    )
+                )
         for name in self.classes:
-            if nics.is_emulated(name):
+            if not CLASS_NAME.fullmatch(name):
+                problems.append(
+                    Problem(
+                        ("classes", name),
+                        f"class name {shown(name)} must match [a-z0-9_.+-]+ (at most 63 characters)",
+                        "name the class with lowercase letters, digits, dots and dashes",
+                        at_key=True,
+                    )
+                )
+            elif nics.is_emulated(name):
                 problems.append(
                     Problem(
                         ("classes", name),
@@ -240,6 +372,11 @@ class Inventory(BaseModel):
     def card(self, card_id: str) -> Card:
         return next(card for card in self.cards if card.id == card_id)
 
+    def allowed_class(self, card_id: str) -> AllowedClass | None:
+        """The PCI class beyond network controllers the card may report (its class's allow_class)."""
+        spec = self.classes.get(self.card(card_id).class_name)
+        return spec.allow_class if spec is not None else None
+
     def card_classes(self) -> list[CardClass]:
         return [
             CardClass(
@@ -271,7 +408,7 @@ class Inventory(BaseModel):
         return out
 
 
-def parse_inventory(text: str, display: str) -> Inventory:
+def parse_inventory(text: str, display: str, *, allow_uri_params: bool = False) -> Inventory:
     with suggestion_budget():
         try:
             raw, positions = load(text)
@@ -281,17 +418,17 @@ def parse_inventory(text: str, display: str) -> Inventory:
             problem = Problem((), "a lab inventory is a mapping with hosts, cards and cables", "see docs/lab.md")
             raise InventoryError(display, [(positions.of(()), problem)])
         try:
-            return Inventory.model_validate(raw)
+            return Inventory.model_validate(raw, context={ALLOW_URI_PARAMS: allow_uri_params})
         except ValidationError as exc:
             problems = pydantic_problems(exc.errors())
             raise InventoryError(display, [(positions.of(p.path, p.at_key), p) for p in problems]) from None
 
 
-def load_inventory(path: Path) -> Inventory:
+def load_inventory(path: Path, *, allow_uri_params: bool = False) -> Inventory:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"{path}: no such lab inventory") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the lab inventory ({exc.strerror or exc})") from None
-    return parse_inventory(decode(data, str(path)), str(path))
+    return parse_inventory(decode(data, str(path)), str(path), allow_uri_params=allow_uri_params)

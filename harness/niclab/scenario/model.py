@@ -424,7 +424,7 @@ class Scenario(_Strict):
         if len(self.nodes) < 2:
             problems.append(Problem(("nodes",), "a scenario needs at least two nodes"))
         for name in self.nodes:
-            if not re.match(NAME_RE, name) or len(name) > 20:
+            if not re.fullmatch(NAME_RE, name) or len(name) > 20:
                 problems.append(
                     Problem(
                         ("nodes", name),

@@ -32,7 +32,10 @@ from niclab.scenario.model import Scenario
 from niclab.yamlpos import Positions, YamlError, load, position_at
 
 PLACEHOLDER = re.compile(r"\$\{([^${}]*)\}")  # no $ or { inside: linear time even on "${${${..." strings
-AXIS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+AXIS_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")  # matched whole (fullmatch): no trailing newline
+# An axis value's text in a cell id (nic=e1000,loss=1%): no separator (, =), path character (/), space or
+# control character, and not a dot first ("..").
+VALUE_RE = re.compile(r"[A-Za-z0-9_%+@-][A-Za-z0-9_.:%+@-]{0,99}")
 TEMPLATE_KEYS = ("matrix", "exclude")
 MAX_CELLS = 1000  # combinations of the matrix axes (each is validated as a whole scenario)
 
@@ -72,19 +75,21 @@ class ScenarioFile:
         return chosen
 
 
-def cell_id(params: dict[str, Any], depth: int = 1) -> str:
-    """kernel=trixie,nic=e1000; a path in a value is its last `depth` folder names (no / in a directory name)."""
+def value_text(value: Any, depth: int = 1) -> str:
+    """An axis value as a cell id shows it: a path in a mapping is its last `depth` folder names."""
 
     def folder(path: Any) -> str:
         parts = [part for part in Path(str(path)).parts if part not in ("/", ".", "..")]
         return "-".join(parts[-depth:]) or str(path)
 
-    def text(value: Any) -> str:
-        if isinstance(value, dict):  # {build: ../linux} -> build:linux
-            return "+".join(f"{k}:{folder(v)}" for k, v in value.items())
-        return str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, dict):  # {build: ../linux} -> build:linux
+        return "+".join(f"{k}:{folder(v)}" for k, v in value.items())
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
-    return ",".join(f"{k}={text(v)}" for k, v in params.items()) or "default"
+
+def cell_id(params: dict[str, Any], depth: int = 1) -> str:
+    """kernel=trixie,nic=e1000; a path in a value is its last `depth` folder names (no / in a directory name)."""
+    return ",".join(f"{k}={value_text(v, depth)}" for k, v in params.items()) or "default"
 
 
 def substitute(value: Any, params: dict[str, Any]) -> Any:
@@ -127,9 +132,14 @@ def _check_matrix(matrix: Any) -> list[Problem]:
         ]
     problems = []
     for axis, values in matrix.items():
-        if not AXIS_RE.match(axis):
+        if not isinstance(axis, str) or not AXIS_RE.fullmatch(axis):
             problems.append(
-                Problem(("matrix", axis), f"axis name {shown(axis)} must be a name like nic or mtu", at_key=True)
+                Problem(
+                    ("matrix", axis),
+                    f"axis name {shown(axis)} must be a name like nic or mtu",
+                    "letters, digits and _, at most 32",
+                    at_key=True,
+                )
             )
         if not isinstance(values, list) or not values:
             problems.append(Problem(("matrix", axis), "an axis is a non-empty list of values, e.g. [1500, 9000]"))
@@ -140,6 +150,18 @@ def _check_matrix(matrix: Any) -> list[Problem]:
                 pass  # a small mapping such as a kernel's {build: ../linux}
             elif not isinstance(value, plain):
                 problems.append(Problem(("matrix", axis, i), f"axis values are plain values, not {shown(value)}"))
+                continue
+            if not VALUE_RE.fullmatch(text := value_text(value)):
+                problems.append(
+                    Problem(
+                        ("matrix", axis, i),
+                        f"{shown(value)} cannot name a cell"
+                        + (f" (its cell id would show {shown(text)})" if text != str(value) else ""),
+                        "a value in a cell id is letters, digits and _ . : % + @ -, at most 100, without spaces, "
+                        "commas, = or /, and not starting with a dot"
+                        + (" (a path's last folder name counts)" if isinstance(value, dict) else ""),
+                    )
+                )
             elif values.index(value) != i:
                 problems.append(Problem(("matrix", axis, i), f"{shown(value)} is listed twice in axis {shown(axis)}"))
     return problems
