@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from niclab import nics
@@ -135,3 +137,63 @@ def test_a_lab_runs_card_prices_stand_over_the_scenarios_and_under_report_prices
     run = RunData(tmp_path, info, [])
     assert prices_of(run) == ({"e1000": 45.0, "rtl8139": 9.0}, "USD")
     assert prices_of(run, {"e1000-82540em": 50}) == ({"e1000": 50.0, "rtl8139": 9.0}, "USD")
+
+
+def test_uri_parameters_that_run_programs_pass_only_when_allowed(tmp_path, capsys):
+    from niclab.cli import main
+
+    path = tmp_path / "lab.yaml"
+    path.write_text(
+        "hosts:\n  rig2: {libvirt: 'qemu+ssh://root@rig2/system?netcat=/opt/nc&keyfile=/root/.ssh/lab'}\n"
+        "cards:\n  - {id: a, host: rig2, pci: '0000:03:00.0', class: e1000}\n"
+    )
+    assert main(["lab", "check", str(path)]) == 1
+    assert "has the parameter netcat=" in capsys.readouterr().err
+    assert main(["lab", "check", "--allow-uri-params", str(path)]) == 0
+    assert load_inventory(path, allow_uri_params=True).hosts["rig2"].libvirt.endswith("keyfile=/root/.ssh/lab")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "qemu+ext:///system?command=/bin/sh",
+        "qemu+tcp://rig2/system",
+        "lxc:///",
+        "qemu+ssh://-oProxyCommand=x/system",
+        "qemu+ssh://-l@rig2/system",
+        "qemu+ssh://rig2/system#x",
+        "qemu+ssh://rig2/../../x",
+        "qemu:///system\n",
+    ],
+)
+def test_other_transports_and_odd_uris_are_refused_even_with_uri_parameters_allowed(uri):
+    text = f"hosts:\n  rig2: {{libvirt: {json.dumps(uri)}}}\n"  # a JSON string is a YAML double-quoted one
+    for allowed in (False, True):
+        with pytest.raises(InventoryError, match=r"lab.yaml:2:\d+: hosts.rig2.libvirt: "):
+            parse_inventory(text, "lab.yaml", allow_uri_params=allowed)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "qemu:///system",
+        "qemu+ssh://root@rig2/system",
+        "qemu+ssh://root@127.0.0.1:2222/system",
+        "qemu+tls://[::1]/system",
+    ],
+)
+def test_the_usual_uris_pass(uri):
+    assert parse_inventory(f"hosts:\n  rig2: {{libvirt: '{uri}'}}\n", "lab.yaml").hosts["rig2"].libvirt == uri
+
+
+def test_an_allowed_class_matches_its_digits():
+    lab = parse_inventory(
+        "classes:\n  dpu: {driver: mlx5_core, pci_id: '15b3:a2d6', allow_class: '0x1200'}\n"
+        "cards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', class: dpu}\n"
+        "  - {id: b, host: localhost, pci: '0000:04:00.0', class: e1000}\n",
+        "lab.yaml",
+    )
+    allowed = lab.allowed_class("a")
+    assert allowed is not None and str(allowed) == "0x1200"
+    assert allowed.matches(0x120000) and allowed.matches(0x1200FF) and not allowed.matches(0x120100)
+    assert lab.allowed_class("b") is None

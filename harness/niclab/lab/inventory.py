@@ -127,7 +127,7 @@ def check_uri(uri: str, allow_params: bool = False) -> tuple[str, str] | None:
             f"{shown_uri} has the parameter{'s' if len(unsafe) > 1 else ''} {names}, which "
             f"{'make' if len(unsafe) > 1 else 'makes'} libvirt run a program or open another socket "
             "as the user niclab runs as (root in lab mode)",
-            "drop it, or pass --allow-uri-params if you trust this inventory",
+            f"drop {'them' if len(unsafe) > 1 else 'it'}, or pass --allow-uri-params if you trust this inventory",
         )
     return None
 

@@ -159,13 +159,11 @@ def motd_script(node: str, cell: Cell, net: NetPlan) -> str:
         port = iface.ports[0].ifname
         what = f"{iface.bond.mode} bond of {', '.join(p.ifname for p in iface.ports)}, " if iface.bond else ""
         extra = f", netem {iface.netem.describe()}" if iface.netem else ""
-        text = (
-            f"  {iface.name}: {what}{model} (driver %s) {iface.address}/{PREFIX} mtu {iface.mtu}{extra}"
-            f" -> {_peers(iface, net)}"
-        )
-        lines.append(
+        before = f"  {iface.name}: {what}{model} (driver "
+        after = f") {iface.address}/{PREFIX} mtu {iface.mtu}{extra} -> {_peers(iface, net)}"
+        lines.append(  # the text is printf's argument, never its format: netem's "loss 1%" stays whole
             f"drv=$(ethtool -i {shlex.quote(port)} 2>/dev/null | sed -n 's/^driver: //p')\n"
-            f'printf {shlex.quote(text + chr(10))} "${{drv:-none}}" >> /etc/motd'
+            f"printf '%s\\n' {shlex.quote(before)}\"${{drv:-none}}\"{shlex.quote(after)} >> /etc/motd"
         )
     others = [line.split()[1] for line in hosts_lines(node, net)[1:]]
     if others:
