@@ -42,6 +42,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from niclab import cli
+from tests.timebox import timebox
 
 ROOT = Path(__file__).resolve().parents[2]
 VALID = sorted((ROOT / "scenarios").glob("*.yaml")) + [
@@ -78,7 +79,7 @@ SEED_LINES = sorted({line for text in SEED_TEXTS for line in text.splitlines() i
 DOC_EXAMPLES = 3000  # mutants of the parsed document, dumped back to YAML (about 5 ms each)
 TEXT_EXAMPLES = 3500  # mutants of the raw bytes (about 4 ms each)
 EXAMPLES = DOC_EXAMPLES + TEXT_EXAMPLES
-SLOW_SECONDS = 10.0  # one mutant that takes longer than this is a failure (an alias bomb, a matrix explosion)
+SLOW_SECONDS = 10.0  # a mutant still running after this is stopped and fails (an alias bomb, a matrix explosion)
 
 FUZZ_SETTINGS = dict(
     deadline=None,
@@ -128,7 +129,7 @@ def validate(data: bytes, work_dir: Path) -> tuple[int, str, str, float]:
     cli.save_crash, cli.build_parser = _reraise, _build_parser
     started = time.monotonic()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with timebox(SLOW_SECONDS, "validate"), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             status = cli.main(["validate", str(path)])
     finally:
         cli.save_crash, cli.build_parser = saved
