@@ -64,10 +64,16 @@ class FakeSysfs:
         netdevs: Sequence[str] = (),
         native: str | None = None,
         override: str | None = None,
+        parent: str | None = None,
     ) -> Path:
         """A PCI device, bound to `driver` (None: unbound). `native` is the driver whose ID table
-        matches it (default: `driver`, unless that is vfio-pci, which matches nothing by ID)."""
+        matches it (default: `driver`, unless that is vfio-pci, which matches nothing by ID). With a
+        `parent` (a bridge added before), the device lies under it and /sys/bus/pci/devices links to it,
+        as in the kernel's /sys/devices/pci0000:00/<bridge>/<device>."""
         path = self.pci / "devices" / pci
+        if parent is not None:
+            path = (self.pci / "devices" / parent).resolve() / pci
+            (self.pci / "devices" / pci).symlink_to(path)
         path.mkdir()
         (path / "vendor").write_text(f"0x{vendor:04x}\n")
         (path / "device").write_text(f"0x{device:04x}\n")
@@ -90,6 +96,29 @@ class FakeSysfs:
                 for name in netdevs:
                     (path / "net" / name).mkdir(parents=True)
         return path
+
+    def add_disk(self, name: str, pci: str | None, under: str = "ata1/host0/target0:0:0/0:0:0:0") -> Path:
+        """A block device in /sys/class/block: a disk of the controller at `pci`, whose `device` link points
+        at a child of the controller (`under`: a SCSI device on an ATA port; "nvme/nvme0" for NVMe), or,
+        when `pci` is None, one without a device (a partition, loop, dm or zram)."""
+        entry = self.sys / "class" / "block" / name
+        entry.mkdir(parents=True)
+        if pci is not None:
+            child = self.pci / "devices" / pci / under
+            (child / "block" / name).mkdir(parents=True)
+            (entry / "device").symlink_to(child)
+        return entry
+
+    def add_interface(self, name: str, pci: str | None, under: str = "") -> Path:
+        """A network interface in /sys/class/net: of the device at `pci` (through a child of it, such as
+        virtio's "virtio0", when `under` names one), or virtual (no device) when `pci` is None."""
+        entry = self.sys / "class" / "net" / name
+        entry.mkdir(parents=True)
+        if pci is not None:
+            target = self.pci / "devices" / pci / under  # "": the device itself
+            target.mkdir(parents=True, exist_ok=True)
+            (entry / "device").symlink_to(target)
+        return entry
 
     def add_iommu(self, name: str = "dmar0", intel_ecap: int | None = None) -> Path:
         """An IOMMU unit: dmarN (Intel, with its ECAP register as the kernel prints it) or ivhdN (AMD)."""

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from niclab import cli
 from niclab.errors import NiclabError
+from niclab.lab import hostnet as hostnet_mod
 from niclab.lab import lease as lease_mod
 from niclab.lab import passthrough
 from niclab.lab.doctor import CardRef, diagnose, diagnose_host, render
@@ -22,7 +24,8 @@ from niclab.lab.hostnet import HostNet
 from niclab.lab.inventory import parse_inventory
 from niclab.lab.lease import Holder, current_user, holder, lease, leases, locked
 from niclab.lab.match import Placement
-from niclab.lab.passthrough import hold_cards
+from niclab.lab.passthrough import card_refs, hold_cards
+from niclab.lab.pciclass import AllowedClass
 from niclab.lab.vfio import Journal, bind_to_vfio, passed_through, restore, restore_all
 from niclab.procs import process_start_time
 from tests.unit.fakesysfs import FakeSysfs
@@ -30,6 +33,10 @@ from tests.unit.fakesysfs import FakeSysfs
 CARD = "0000:03:00.0"
 OTHER = "0000:03:00.1"
 BRIDGE = "0000:00:1c.0"
+NVME = "0000:01:00.0"
+GPU = "0000:00:02.0"
+SATA = "0000:00:17.0"
+ONBOARD = "0000:00:1f.6"
 E1000 = CardRef("wan0", CARD, "e1000", "8086:100e")
 NO_SLEEP: dict[str, Any] = {"sleep": lambda seconds: None}
 
@@ -241,6 +248,171 @@ def test_render_lists_each_card_with_its_fixes(fake):
     text = render(host_report(fake, libvirt=None), diagnose(fake.sysfs(), quiet_net(), [E1000]))
     assert "host\n" in text and "card wan0 (0000:03:00.0, e1000)\n" in text
     assert "FAIL iommu group" in " ".join(text.split()) and "fix: apt install libvirt-daemon-system" in text
+
+
+def one_card_lab(pci: str, class_name: str = "e1000", classes: str = "") -> str:
+    """An inventory with one card on this machine (its libvirt URI is local)."""
+    return (
+        f'name: one-card\nhosts: {{rig1: {{libvirt: "qemu:///system"}}}}\n{classes}'
+        f'cards:\n  - {{id: wan0, host: rig1, pci: "{pci}", class: {class_name}}}\n'
+    )
+
+
+# A hostile inventory's "network card": an NVMe controller under a class that gives its PCI ID.
+NVME_AS_A_CARD = 'classes: {fastnic: {driver: nvme, pci_id: "144d:a808"}}\n'
+
+
+def add_nvme(fake, group: int = 9) -> None:
+    fake.add_device(NVME, vendor=0x144D, device=0xA808, cls=0x010802, driver="nvme", group=group)
+
+
+def test_a_network_controller_shows_its_class_in_words(fake):
+    [report] = diagnose(fake.sysfs(), quiet_net(), [E1000])
+    assert [c.name for c in report.checks] == ["device", "class", "pci id", "iommu group", "driver", "host use"]
+    assert (check(report, "class").status, check(report, "class").detail) == ("ok", "network controller: Ethernet")
+
+
+def test_an_nvme_controller_is_refused_naming_its_class_even_forced(fake):
+    add_nvme(fake)
+    [report] = diagnose(fake.sysfs(), quiet_net(), [CardRef("wan0", NVME, "fastnic", "144d:a808")])
+    cls = check(report, "class")
+    assert cls.status == "fail"
+    assert cls.detail == "0000:01:00.0 is a mass storage controller: NVMe (class 0x010802), not a network controller"
+    assert cls.fix == (
+        "check the inventory's pci with lspci -D -s 0000:01:00.0; a card that reports another class needs "
+        'allow_class: "0x0108" on its class in the inventory'
+    )
+    assert not report.usable(force=True)
+    refusal = report.refusal(force=True)
+    assert refusal is not None and "mass storage controller: NVMe" in refusal
+    # nothing about its group, driver or use: they would read as how to bind it
+    assert [c.name for c in report.checks] == ["device", "class"]
+    text = render(host_report(fake), [report])
+    assert "passthrough" not in text and "pass them through" not in text and "--force" not in text
+
+
+def test_a_controller_of_the_hosts_disk_is_refused_even_when_its_class_is_allowed(fake):
+    add_nvme(fake)
+    fake.add_disk("nvme0n1", NVME, under="nvme/nvme0")
+    card = CardRef("wan0", NVME, "fastnic", "144d:a808", AllowedClass.parse("0x0108"))
+    cls = check(diagnose(fake.sysfs(), quiet_net(), [card])[0], "class")
+    assert cls.status == "fail" and "allow_class" not in cls.fix
+    assert (
+        cls.detail == "0000:01:00.0 is a mass storage controller: NVMe (class 0x010802), with the host's disk nvme0n1"
+    )
+
+
+def test_a_class_the_inventory_allows_passes_the_class_check(fake):
+    fake.add_device(NVME, vendor=0x1234, device=0x5678, cls=0x120000, driver=None, group=9)
+    lab = parse_inventory(
+        one_card_lab(NVME, "accel", 'classes: {accel: {driver: acc, pci_id: "1234:5678", allow_class: "0x12"}}\n'),
+        "lab.yaml",
+    )
+    [ref] = card_refs(lab, ["wan0"])
+    assert ref.allowed_class == AllowedClass.parse("0x12")
+    [report] = diagnose(fake.sysfs(), quiet_net(), [ref])
+    cls = check(report, "class")
+    assert (cls.status, cls.detail) == ("ok", "processing accelerator (class 0x120000), allowed by allow_class 0x12")
+    assert report.ok
+    [unlisted] = diagnose(fake.sysfs(), quiet_net(), [CardRef("wan0", NVME, "accel")])
+    assert check(unlisted, "class").status == "fail"
+
+
+@pytest.fixture
+def doctor_cli(fake, tmp_path, monkeypatch):
+    """`niclab lab doctor --sysfs-root FAKE` in-process, with a virsh that says 9.0.0 and the fake's own routes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "virsh").write_text("#!/bin/sh\necho 9.0.0\n")
+    (bin_dir / "virsh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr(hostnet_mod, "HostNet", quiet_net)  # not this machine's own interfaces
+
+    def run(inventory: str, *extra: str) -> int:
+        lab = tmp_path / "lab.yaml"
+        lab.write_text(inventory)
+        return cli.main(["lab", "doctor", "--lab", str(lab), "--sysfs-root", str(fake.root), *extra])
+
+    return run
+
+
+def test_lab_doctor_exits_1_on_an_nvme_controller_even_forced(fake, doctor_cli, capsys):
+    assert doctor_cli(one_card_lab(CARD)) == 0, capsys.readouterr().out  # the host and a real card pass
+    capsys.readouterr()
+    add_nvme(fake)
+    for extra in ((), ("--force",)):
+        assert doctor_cli(one_card_lab(NVME, "fastnic", NVME_AS_A_CARD), *extra) == 1
+        out = capsys.readouterr().out
+        assert "FAIL class" in " ".join(out.split())
+        assert (
+            "a run would refuse card wan0 (0000:01:00.0): 0000:01:00.0 is a mass storage controller: NVMe "
+            "(class 0x010802), not a network controller" in out
+        )
+
+
+@pytest.mark.parametrize("driver", ["i915", "vfio-pci", None])
+def test_a_group_holding_a_display_controller_is_refused_whatever_its_driver(fake, driver):
+    fake.add_device(GPU, vendor=0x8086, device=0x3E92, cls=0x030000, driver=driver, group=7)
+    [report] = diagnose(fake.sysfs(), quiet_net(), [E1000])
+    group = check(report, "iommu group")
+    assert (group.status, group.detail) == ("fail", "group 7 also holds 0000:00:02.0 (display controller: VGA)")
+    assert "own IOMMU group" in group.fix and "pass them through" not in group.fix
+    assert not report.usable(force=True)
+
+
+def test_a_group_holding_the_hosts_disk_is_refused(fake):
+    fake.add_device(SATA, device=0xA102, cls=0x010601, driver="ahci", group=7)
+    fake.add_disk("sda", SATA)
+    fake.add_disk("sda1", None)  # a partition: no device of its own
+    fake.add_disk("loop0", None)
+    [report] = diagnose(fake.sysfs(), quiet_net(), [E1000])
+    group = check(report, "iommu group")
+    assert group.status == "fail" and "pass them through" not in group.fix
+    assert group.detail == "group 7 also holds 0000:00:17.0 (mass storage controller: SATA (AHCI), disk sda)"
+    assert not report.usable(force=True)
+
+
+def test_a_group_holding_the_default_routes_nic_is_refused(fake):
+    fake.add_device(ONBOARD, device=0x15B7, driver="e1000e", group=7, netdevs=["eno1"])
+    fake.add_interface("eno1", ONBOARD)
+    fake.add_interface("br0", None)
+    net = HostNet(
+        ip_runner([link("eno1", master="br0"), link("br0", "192.0.2.2/24")], [{"dst": "default", "dev": "br0"}])
+    )
+    assert net.default_route_interfaces() == ["br0", "eno1"]
+    [report] = diagnose(fake.sysfs(), net, [E1000])
+    group = check(report, "iommu group")
+    assert group.detail == "group 7 also holds 0000:00:1f.6 (network controller: Ethernet, default route via eno1)"
+    assert not report.usable(force=True)
+
+
+def test_a_group_names_each_device_the_host_needs(fake):
+    fake.add_device(GPU, cls=0x030000, driver="i915", group=7)
+    fake.add_device(SATA, cls=0x010601, driver="ahci", group=7)
+    fake.add_disk("sda", SATA)
+    fake.add_disk("sdb", SATA, under="ata2/host1/target1:0:0/1:0:0:0")
+    detail = check(diagnose(fake.sysfs(), quiet_net(), [E1000])[0], "iommu group").detail
+    assert detail == (
+        "group 7 also holds 0000:00:02.0 (display controller: VGA), "
+        "0000:00:17.0 (mass storage controller: SATA (AHCI), disks sda, sdb)"
+    )
+
+
+def test_a_group_of_bridges_and_vfio_devices_is_viable_though_a_bridge_leads_to_the_hosts_disk(fake):
+    """The disk's controller and the default route's NIC lie behind a bridge of the card's group, in a group
+    of their own: the bridge is not theirs to give away."""
+    fake.add_device(BRIDGE, cls=0x060400, driver="pcieport", group=7)
+    fake.add_device("0000:03:00.2", driver="vfio-pci", group=7)
+    fake.add_device(SATA, cls=0x010601, driver="ahci", group=8, parent=BRIDGE)
+    fake.add_device(ONBOARD, device=0x15B7, driver="e1000e", group=8, netdevs=["eno1"], parent=BRIDGE)
+    fake.add_disk("sda", SATA)
+    fake.add_interface("eno1", ONBOARD)
+    sysfs = fake.sysfs()
+    assert sysfs.blockdevs(SATA) == ["sda"] and sysfs.blockdevs(BRIDGE) == []
+    assert sysfs.netdev_device("eno1") == ONBOARD
+    net = HostNet(ip_runner([link("eno1", "192.0.2.2/24")], [{"dst": "default", "dev": "eno1"}]))
+    [report] = diagnose(sysfs, net, [E1000])
+    assert check(report, "iommu group").detail == "group 7, viable" and report.ok
 
 
 # -- vfio binding and its journal --------------------------------------------------------------------
@@ -485,6 +657,48 @@ def test_an_interface_under_a_child_device_counts_as_the_cards(tmp_path):
 
 
 # -- holding a run's cards ------------------------------------------------------------------------
+
+
+def _nvme_as_the_card(fake):
+    add_nvme(fake)
+    return one_card_lab(NVME, "fastnic", NVME_AS_A_CARD), "mass storage controller: NVMe"
+
+
+def _display_beside_the_card(fake):
+    fake.add_device(GPU, cls=0x030000, driver="vfio-pci", group=7)  # vfio's: the viability check lets it be
+    return one_card_lab(CARD), "0000:00:02.0 (display controller: VGA)"
+
+
+def _disk_beside_the_card(fake):
+    fake.add_device(SATA, cls=0x010601, driver="ahci", group=7)
+    fake.add_disk("sda", SATA)
+    return one_card_lab(CARD), "disk sda"
+
+
+def _default_route_beside_the_card(fake):
+    fake.add_device(ONBOARD, device=0x15B7, driver="e1000e", group=7, netdevs=["eth0"])
+    fake.add_interface("eth0", ONBOARD)  # quiet_net's default route leaves by eth0
+    return one_card_lab(CARD), "default route via eth0"
+
+
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize(
+    "setup", [_nvme_as_the_card, _display_beside_the_card, _disk_beside_the_card, _default_route_beside_the_card]
+)
+def test_hold_cards_refuses_what_the_host_needs_before_any_sysfs_write(fake, tmp_path, monkeypatch, setup, force):
+    inventory, reason = setup(fake)
+    sim = fake.sim()
+    lab = parse_inventory(inventory, "lab.yaml")
+    placement = Placement(cards={("a", 0, 0): lab.card("wan0")}, cables={}, hosts={"a": "rig1"})
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(passthrough, "HostNet", quiet_net)
+    drivers = {name: sim.driver(name) for name in os.listdir(fake.pci / "devices")}
+    with pytest.raises(NiclabError, match="cannot be passed through") as refused:
+        with hold_cards(lab, placement, "run-1", lambda line: None, force=force, sysfs=sim, state=tmp_path / "state"):
+            pass
+    assert reason in str(refused.value)
+    assert sim.writes == [] and not Journal(tmp_path / "state").entries()
+    assert {name: sim.driver(name) for name in drivers} == drivers
 
 
 class ReadOnlySysfs(FakeSysfs):

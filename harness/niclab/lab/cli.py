@@ -1,7 +1,7 @@
 """`niclab lab …`: check an inventory, diagnose a lab host, give cards back after a crash.
 
 niclab lab check LAB_YAML...        the inventory's schema and references (like `niclab validate`)
-niclab lab doctor --lab LAB_YAML    per card on this host: IOMMU, group, driver, host use; the host's set-up
+niclab lab doctor --lab LAB_YAML    per card on this host: class, IOMMU group, driver, host use; the host's set-up
 niclab lab restore                  every card a run left on vfio-pci back to its driver (from the journal)
 niclab lab leases                   which run holds which card
 """
@@ -107,8 +107,9 @@ def add_parser(verbs) -> None:
     doctor = actions.add_parser(
         "doctor",
         help="can this host pass the lab's cards through?",
-        description="Per card on this host: IOMMU group and its viability, driver, whether the host uses it "
-        "(an address, a route); and the host's IOMMU, interrupt remapping, vfio-pci, memlock and libvirt. "
+        description="Per card on this host: its PCI class, its IOMMU group (viable, and holding no display, disk "
+        "or default route's device), driver, whether the host uses it (an address, a route); and the host's IOMMU, "
+        "interrupt remapping, vfio-pci, memlock and libvirt. "
         "Exit 1 if a run would refuse.",
     )
     doctor.add_argument("--lab", required=True, metavar="LAB_YAML")

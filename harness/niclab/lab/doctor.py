@@ -3,7 +3,14 @@
 Every finding is a Check: ok, warn (works, but worth knowing) or fail (passthrough
 will not work, or would hurt the host), with the fix when there is one. A card its
 host relies on (an address, a route) fails the "host use" check: taking it away
-cuts the host off, so only --force takes it.
+cuts the host off, so only --force takes it. Nothing forces the rest: a device
+that is not a network controller (unless its inventory class's allow_class
+says so), or one whose IOMMU group also holds what the host needs whatever its
+driver (a display controller, a disk's controller, the device under the
+default route), is never passed through.
+
+The card checks read the host through a PciReader and a NetReader (Sysfs and
+HostNet on this machine), nothing else.
 """
 
 from __future__ import annotations
@@ -15,8 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from niclab.lab.hostnet import HostNet
-from niclab.lab.sysfs import VFIO_PCI, Sysfs
+from niclab.lab import pciclass
+from niclab.lab.hostnet import NetReader
+from niclab.lab.pciclass import AllowedClass
+from niclab.lab.sysfs import VFIO_PCI, PciReader, Sysfs
 
 Status = Literal["ok", "warn", "fail"]
 HOST_USE = "host use"
@@ -41,16 +50,20 @@ class CardLike(Protocol):
     def class_name(self) -> str: ...
     @property
     def expected_pci_id(self) -> str | None: ...
+    @property
+    def allowed_class(self) -> AllowedClass | None: ...
 
 
 @dataclass(frozen=True)
 class CardRef:
-    """A card to check: its inventory id, PCI address, card class and that class's PCI ID ("8086:100e")."""
+    """A card to check: its inventory id, PCI address, card class, that class's PCI ID ("8086:100e") and
+    the PCI class beyond network controllers it may report (its class's allow_class)."""
 
     id: str
     pci: str
     class_name: str = ""
     expected_pci_id: str | None = None
+    allowed_class: AllowedClass | None = None
 
 
 @dataclass
@@ -175,15 +188,18 @@ def _memlock(limit: int) -> Check:
     )
 
 
-def diagnose(sysfs: Sysfs, hostnet: HostNet, cards: Sequence[CardLike]) -> list[CardReport]:
+def diagnose(sysfs: PciReader, hostnet: NetReader, cards: Sequence[CardLike]) -> list[CardReport]:
     return [CardReport(card, _card_checks(sysfs, hostnet, card)) for card in cards]
 
 
-def _card_checks(sysfs: Sysfs, hostnet: HostNet, card: CardLike) -> list[Check]:
+def _card_checks(sysfs: PciReader, hostnet: NetReader, card: CardLike) -> list[Check]:
     pci = card.pci
     if not sysfs.exists(pci):
         return [Check("device", "fail", f"no PCI device {pci} on this host", "check the inventory's pci")]
-    checks = [Check("device", "ok", f"{pci}, class 0x{sysfs.pci_class(pci):06x}")]
+    code = sysfs.pci_class(pci)
+    checks = [Check("device", "ok", f"{pci}, class 0x{code:06x}"), _class(sysfs, pci, code, card.allowed_class)]
+    if checks[-1].status == "fail":
+        return checks  # not a card: nothing on its group, driver or use, which would read as how to bind it
     found = sysfs.pci_id(pci)
     expected = card.expected_pci_id
     if expected and found.lower() != expected.lower():
@@ -191,7 +207,7 @@ def _card_checks(sysfs: Sysfs, hostnet: HostNet, card: CardLike) -> list[Check]:
         checks.append(Check("pci id", "fail", f"{pci} is {found}, but {what} {expected}", "check the inventory's pci"))
     else:
         checks.append(Check("pci id", "ok", found))
-    checks.append(_group(sysfs, pci))
+    checks.append(_group(sysfs, hostnet, pci))
     driver, override = sysfs.driver(pci), sysfs.driver_override(pci)
     shown = (driver or "unbound") + (f", driver_override {override}" if override else "")
     ready = " (ready for passthrough)" if driver == VFIO_PCI else ""
@@ -200,14 +216,45 @@ def _card_checks(sysfs: Sysfs, hostnet: HostNet, card: CardLike) -> list[Check]:
     return checks
 
 
-def _group(sysfs: Sysfs, pci: str) -> Check:
+def _class(sysfs: PciReader, pci: str, code: int, allowed: AllowedClass | None) -> Check:
+    """A network controller, or the class the inventory allows; never the controller of the host's disk."""
+    why = pciclass.refusal(code, allowed)
+    disks = sysfs.blockdevs(pci)
+    if why is None and not disks:
+        shown = pciclass.describe(code)
+        if not pciclass.is_network(code):
+            shown += f" (class 0x{code:06x}), allowed by allow_class {allowed}"
+        return Check("class", "ok", shown)
+    lspci = f"check the inventory's pci with lspci -D -s {pci}"
+    if disks:
+        why = (why or f"is a {pciclass.describe(code)} (class 0x{code:06x})") + f", with the host's {_disks(disks)}"
+        return Check("class", "fail", f"{pci} {why}", f"{lspci}; the host's disks are never passed through")
+    hint = f'a card that reports another class needs allow_class: "0x{code >> 8:04x}" on its class in the inventory'
+    return Check("class", "fail", f"{pci} {why}", f"{lspci}; {hint}")
+
+
+def _disks(names: list[str]) -> str:
+    return ("disk " if len(names) == 1 else "disks ") + ", ".join(names)
+
+
+def _group(sysfs: PciReader, hostnet: NetReader, pci: str) -> Check:
     group = sysfs.iommu_group(pci)
     if group is None:
         return Check("iommu group", "fail", "none: the IOMMU is off", "see the host's iommu check")
+    others = [other for other in sysfs.group_devices(group) if other != pci]
+    needed = _needed_by_host(sysfs, hostnet, others)
+    if needed:
+        return Check(
+            "iommu group",
+            "fail",
+            f"group {group} also holds {', '.join(needed)}",
+            "move the card to a slot with its own IOMMU group, such as one behind a bridge with ACS; "
+            "never pass the host's disk, display or default route's device through",
+        )
     offenders = [
         f"{other} ({driver})"
-        for other in sysfs.group_devices(group)
-        if other != pci and not sysfs.is_bridge(other) and (driver := sysfs.driver(other)) not in (None, VFIO_PCI)
+        for other in others
+        if not sysfs.is_bridge(other) and (driver := sysfs.driver(other)) not in (None, VFIO_PCI)
     ]
     if offenders:
         return Check(
@@ -219,7 +266,29 @@ def _group(sysfs: Sysfs, pci: str) -> Check:
     return Check("iommu group", "ok", f"group {group}, viable")
 
 
-def _host_use(sysfs: Sysfs, hostnet: HostNet, pci: str) -> Check:
+def _needed_by_host(sysfs: PciReader, hostnet: NetReader, devices: list[str]) -> list[str]:
+    """Those of `devices` the host needs, whatever driver they are on (or none), each with why: a display
+    controller, a disk's controller, the device under the default route."""
+    if not devices:
+        return []
+    routes: dict[str, list[str]] = {}
+    for ifname in hostnet.default_route_interfaces():
+        if (device := sysfs.netdev_device(ifname)) is not None:
+            routes.setdefault(device, []).append(ifname)
+    found = []
+    for other in devices:
+        code = sysfs.pci_class(other)
+        why = [pciclass.describe(code)]
+        if disks := sysfs.blockdevs(other):
+            why.append(_disks(disks))
+        if other in routes:
+            why.append(f"default route via {', '.join(routes[other])}")
+        if len(why) > 1 or pciclass.base(code) == pciclass.DISPLAY:
+            found.append(f"{other} ({', '.join(why)})")
+    return found
+
+
+def _host_use(sysfs: PciReader, hostnet: NetReader, pci: str) -> Check:
     netdevs = sysfs.netdevs(pci)
     reasons = [f"{name} {reason}" for name in netdevs for reason in hostnet.uses(name)]
     if reasons:

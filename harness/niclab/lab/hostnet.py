@@ -2,7 +2,9 @@
 
 Read from `ip -j addr` and `ip -j route` (IPv4 and IPv6, every table). A card
 counts as used when its interface, or a bridge, bond or VLAN built on it,
-carries an address or a route.
+carries an address or a route. The interfaces under the default route (and
+the devices they belong to) are never passed through, nor is a card that
+shares an IOMMU group with one of them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import subprocess
 from collections.abc import Callable
 from functools import cached_property
+from typing import Protocol
 
 from niclab.errors import NiclabError
 
@@ -37,6 +40,14 @@ def _json(text: str, argv: list[str]) -> list[dict]:
     except ValueError:
         raise NiclabError(f"{' '.join(argv)} printed no JSON; is iproute2 older than 4.14?") from None
     return [item for item in data if isinstance(item, dict)]
+
+
+class NetReader(Protocol):
+    """What the doctor's card checks read of a host's networking: HostNet on this machine (or, with a
+    runner that reaches another host, on that one)."""
+
+    def uses(self, ifname: str) -> list[str]: ...
+    def default_route_interfaces(self) -> list[str]: ...
 
 
 class HostNet:
@@ -94,6 +105,23 @@ class HostNet:
                 else:
                     reasons.append(f"carries a route to {route.get('dst')}{where}{via}")
         return list(dict.fromkeys(reasons))  # `ip -6 route show table all` may list one route twice
+
+    def default_route_interfaces(self) -> list[str]:
+        """The interfaces a default route (any table, IPv4 or IPv6) leaves by, and those they are built on,
+        down to the ones a device has: a bridge's ports, a bond's slaves, a VLAN's or macvlan's base."""
+        found = [dev for route in self.routes() if route.get("dst") == "default" for dev in sorted(_route_devs(route))]
+        found = list(dict.fromkeys(found))
+        for name in found:  # grows while iterating
+            for lower in self._lower(name):
+                if lower not in found:
+                    found.append(lower)
+        return found
+
+    def _lower(self, ifname: str) -> list[str]:
+        """What `ifname` is built on: the ports of a bridge or bond, the base of a VLAN."""
+        ports = [link["ifname"] for link in self._links if link.get("master") == ifname]
+        base = next((link.get("link") for link in self._links if link["ifname"] == ifname), None)
+        return ports + ([base] if isinstance(base, str) else [])
 
     def _upper(self, ifname: str) -> list[str]:
         """`ifname` and what is built on it: the bridge or bond it is a port of, VLANs on it, and so on up."""

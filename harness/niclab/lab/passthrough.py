@@ -41,7 +41,9 @@ def card_refs(lab: Inventory, card_ids: list[str]) -> list[CardRef]:
     for card_id in card_ids:
         card = lab.card(card_id)
         found = nics.lookup(card.class_name)
-        refs.append(CardRef(card.id, card.pci, card.class_name, found.pci_id if found else None))
+        refs.append(
+            CardRef(card.id, card.pci, card.class_name, found.pci_id if found else None, lab.allowed_class(card_id))
+        )
     return refs
 
 

@@ -10,13 +10,33 @@ host's own NICs of the same model included.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Protocol
 
 from niclab.errors import NiclabError
 
 VFIO_PCI = "vfio-pci"
 PCI_BRIDGE_CLASS = 0x0604  # class >> 8 of a PCI-to-PCI bridge
 ECAP_IR = 1 << 3  # VT-d extended capability register: interrupt remapping supported
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # a device's directory in /sys/devices
+
+
+class PciReader(Protocol):
+    """What the doctor's card checks read of a host's PCI devices: Sysfs on this machine. Another
+    host's devices are read the same way by an object with these methods."""
+
+    def exists(self, pci: str) -> bool: ...
+    def driver(self, pci: str) -> str | None: ...
+    def driver_override(self, pci: str) -> str | None: ...
+    def pci_id(self, pci: str) -> str: ...
+    def pci_class(self, pci: str) -> int: ...
+    def is_bridge(self, pci: str) -> bool: ...
+    def iommu_group(self, pci: str) -> int | None: ...
+    def group_devices(self, group: int) -> list[str]: ...
+    def netdevs(self, pci: str) -> list[str]: ...
+    def blockdevs(self, pci: str) -> list[str]: ...
+    def netdev_device(self, ifname: str) -> str | None: ...
 
 
 class Sysfs:
@@ -85,6 +105,20 @@ class Sysfs:
             if pci in Path(os.path.realpath(link)).parts and name not in found:
                 found.append(name)
         return found
+
+    def blockdevs(self, pci: str) -> list[str]:
+        """The block devices (disks: "sda", "nvme0n1") whose device this one is, whatever its driver.
+
+        A disk's device in /sys/class/block lies under its controller (ata1/host0/…, nvme/nvme0, virtio1);
+        the nearest PCI device above it is the controller, so a bridge further up holds no disk of its own.
+        Partitions and virtual disks (loop, dm, zram) have no device and are left out.
+        """
+        class_block = self.sys / "class" / "block"
+        return [name for name in _names(class_block) if _nearest_pci(class_block / name / "device") == pci]
+
+    def netdev_device(self, ifname: str) -> str | None:
+        """The PCI device an interface belongs to (the nearest one above it), or None for a virtual one."""
+        return _nearest_pci(self.sys / "class" / "net" / ifname / "device")
 
     # -- the host as a whole -----------------------------------------------
 
@@ -171,6 +205,14 @@ def _link_name(path: Path) -> str | None:
         return os.path.basename(os.readlink(path))
     except OSError:
         return None
+
+
+def _nearest_pci(link: Path) -> str | None:
+    """The last PCI address on the path a class device's `device` link resolves to; None without one."""
+    if not link.is_symlink():
+        return None
+    parts = Path(os.path.realpath(link)).parts
+    return next((part for part in reversed(parts) if _PCI_ADDRESS.fullmatch(part)), None)
 
 
 def _names(directory: Path) -> list[str]:
