@@ -25,6 +25,7 @@ from niclab.lab.hostnet import HostNet
 from niclab.lab.inventory import Inventory
 from niclab.lab.lease import leases
 from niclab.lab.match import Placement
+from niclab.lab.statedir import StateDir
 from niclab.lab.sysfs import Sysfs
 from niclab.lab.vfio import Journal, passed_through
 from niclab.paths import state_dir
@@ -58,12 +59,12 @@ def hold_cards(
     state: Path | None = None,
 ) -> Iterator[None]:
     sysfs = sysfs or Sysfs()
-    state = state or state_dir()
     cards = list(dict.fromkeys(card.id for card in placement.cards.values()))
     local = [c for c in cards if lab.hosts[lab.card(c).host].local]
     with ExitStack() as stack:
+        checked = stack.enter_context(StateDir(state or state_dir()))
         keys = {lease_key(lab, c): c for c in cards}
-        stack.enter_context(leases(state, list(keys), run, wait=wait, progress=progress, cards=keys))
+        stack.enter_context(leases(checked, list(keys), run, wait=wait, progress=progress, cards=keys))
         reports = diagnose(sysfs, HostNet(), card_refs(lab, local)) if local else []
         refusals = [why for report in reports if (why := report.refusal(force)) is not None]
         if refusals:
@@ -71,9 +72,10 @@ def hold_cards(
                 "the lab's cards cannot be passed through: " + "; ".join(refusals) + " (niclab lab doctor says more)"
             )
         if local and os.geteuid() == 0 and sysfs.writable():
-            pcis = [lab.card(c).pci for c in local]
-            progress(f"binding {', '.join(local)} to vfio-pci (journal in {Journal(state).dir})")
-            stack.enter_context(passed_through(sysfs, Journal(state), pcis, run))
+            journal = Journal(checked)
+            allowed = {lab.card(c).pci: lab.allowed_class(c) for c in local}
+            progress(f"binding {', '.join(local)} to vfio-pci (journal in {journal.dir.path})")
+            stack.enter_context(passed_through(sysfs, journal, allowed, run))
         elif local:
             why = "not root" if os.geteuid() != 0 else f"{sysfs.sys} takes no writes (read-only, as in a container)"
             progress(f"{why}: libvirt's managed hostdev binds the cards to vfio-pci and back")
