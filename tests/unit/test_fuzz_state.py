@@ -81,21 +81,26 @@ def hosts(draw) -> dict[str, Any]:
 
 
 @st.composite
-def entries(draw, pcis: list[str]) -> tuple[str, bytes, bool]:
-    """A journal file: its name, its content and whether another user owns it."""
-    target = draw(st.sampled_from([*pcis, MISSING, TRAVERSAL]))
+def entries(draw, devices: dict[str, dict[str, Any]]) -> tuple[str, bytes, bool]:
+    """A journal file: its name, its content and whether another user owns it. Most are well formed and
+    claim what would make root act: the device's own class as allow_class, no driver, vfio-pci."""
+    pcis = sorted(devices)
+    target = draw(st.sampled_from([*pcis, *pcis, *pcis, MISSING, TRAVERSAL]))
     name = draw(
-        st.sampled_from([f"{target}.json", f"{draw(st.sampled_from(pcis))}.json", "0000:3:00.0.json", "x.json"])
+        st.sampled_from([f"{target}.json"] * 5 + [f"{draw(st.sampled_from(pcis))}.json", "0000:3:00.0.json", "x.json"])
+    )
+    own_class = (
+        [f"0x{devices[target]['cls']:06x}", f"0x{devices[target]['cls'] >> 16:02x}"] if target in devices else []
     )
     fields: dict[str, Any] = {
         "pci": target,
-        "driver": draw(st.sampled_from([None, "e1000", "ahci", "nvme", "vfio-pci", "qat", "pcieport"])),
+        "driver": draw(st.sampled_from([None, None, "e1000", "ahci", "nvme", "vfio-pci", "qat", "pcieport"])),
         "driver_override": draw(st.sampled_from([None, None, "vfio-pci", "ahci"])),
         "run": "planted",
         "time": 1.0,
-        "allow_class": draw(st.sampled_from(ALLOWS)),
+        "allow_class": draw(st.sampled_from([*ALLOWS, *own_class, *own_class])),
     }
-    damage = draw(st.sampled_from(["none", "none", "none", "driver", "type", "garbage", "huge", "extra"]))
+    damage = draw(st.sampled_from(["none"] * 6 + ["driver", "type", "garbage", "huge", "extra"]))
     if damage == "driver":
         fields[draw(st.sampled_from(["driver", "driver_override"]))] = draw(
             st.sampled_from(["../../../../outside", "e1000\n", "", "a b", "x" * 65])
@@ -109,7 +114,7 @@ def entries(draw, pcis: list[str]) -> tuple[str, bytes, bool]:
         content = draw(st.sampled_from([b"", b"{", b"[]", b"null", b"\xff\xfe", b"NaN", b'{"pci": 1}']))
     elif damage == "huge":
         content = b" " * (70 * 1024) + content
-    return name, content, draw(st.booleans()) and draw(st.booleans())
+    return name, content, draw(st.integers(0, 7)) == 0
 
 
 def _symlink_names(pcis: list[str]) -> list[str]:
@@ -126,7 +131,7 @@ def examples(draw) -> dict[str, Any]:
     pcis = sorted(host["devices"])
     return {
         **host,
-        "entries": draw(st.lists(entries(pcis), max_size=4)),
+        "entries": draw(st.lists(entries(host["devices"]), max_size=4)),
         "symlinks": draw(
             st.lists(
                 st.tuples(st.sampled_from(_symlink_names(pcis)), st.sampled_from(["victim", "dir", "missing"])),
