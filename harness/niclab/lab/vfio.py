@@ -6,7 +6,15 @@ renamed, directory fsynced). The entry goes away only once the card is back
 on that driver, so after a crash, a power cut included, `niclab lab restore`
 (restore_all) knows what every card was. Binding goes through driver_override,
 never new_id: new_id would hand vfio-pci every device of that model, the host's
-own NICs included.
+own NICs included; and only network controllers are bound, or a device of the
+class the card's inventory class allows (recorded in the entry).
+
+The journal lives in the checked state directory (niclab.lab.statedir), and each
+entry is validated before it is acted on: a file named for the canonical PCI
+address it holds, the fields and types niclab writes, a device present in sysfs
+whose class passes (network, or the allow_class the entry recorded and then on
+vfio-pci now) and that is where niclab's binding leaves a card. An entry that
+fails is reported and left alone; no sysfs write is made for it.
 """
 
 from __future__ import annotations
