@@ -31,6 +31,7 @@ import os
 import pwd
 import secrets
 import stat
+import threading
 from pathlib import Path
 from types import TracebackType
 
@@ -100,6 +101,7 @@ class StateDir:
         self.named_by = named_by
         self._fd: int | None = None
         self._subs: dict[str, StateDir] = {}
+        self._subs_lock = threading.Lock()  # a run's threads share it (leases taken while others wait)
         self._label = "state directory"
 
     # -- opening -----------------------------------------------------------------------------------
@@ -130,13 +132,14 @@ class StateDir:
     def sub(self, name: str) -> StateDir:
         """The subdirectory `name` (created 0700 if missing), checked like the state directory; open as long as
         this one is."""
-        if name not in self._subs:
-            _check_name(name)
-            sub = StateDir(self.path / name, named_by=self.named_by)
-            sub._label = "directory"
-            sub._fd = sub._open_at(self.fd, name, create_mode=0o700)
-            self._subs[name] = sub
-        return self._subs[name]
+        with self._subs_lock:
+            if name not in self._subs:
+                _check_name(name)
+                sub = StateDir(self.path / name, named_by=self.named_by)
+                sub._label = "directory"
+                sub._fd = sub._open_at(self.fd, name, create_mode=0o700)
+                self._subs[name] = sub
+            return self._subs[name]
 
     def _open_top(self) -> int:
         if self.path == Path("/"):
