@@ -157,8 +157,9 @@ def test_two_node_runs_in_the_container_and_the_results_land_on_the_host(lab_ima
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     host_config = inspected[0]["HostConfig"]
-    assert host_config["Privileged"] is False
-    assert not host_config["CapAdd"] and not host_config["Devices"]
+    assert host_config["Privileged"] is False and not host_config["Devices"]
+    assert [cap.removeprefix("CAP_") for cap in host_config["CapDrop"]] == ["ALL"]
+    assert sorted(cap.removeprefix("CAP_") for cap in host_config["CapAdd"]) == ["CHOWN", "SETGID", "SETPCAP", "SETUID"]
     assert host_config["NetworkMode"] == "none" and host_config["Init"] is True
     assert "no-new-privileges:true" in host_config["SecurityOpt"]
 
@@ -177,12 +178,53 @@ def test_two_node_runs_in_the_container_and_the_results_land_on_the_host(lab_ima
     assert metrics(recs)["netperf.TCP_RR.transaction_rate"] > 0
 
 
+def no_capabilities(lines: list[str]) -> bool:
+    """`grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status` says the process has no capability at all."""
+    return len(lines) == 3 and all(line.split()[1] == "0000000000000000" for line in lines)
+
+
 def test_the_container_runs_as_the_clone_owner_without_capabilities(lab_image, user_clone):
     proc = lab(user_clone, "--rm", "lab", "sh", "-c", "id -u; id -g; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status")
     assert proc.returncode == 0, proc.stderr
     uid, gid, *caps = proc.stdout.splitlines()
     assert (int(uid), int(gid)) == (USER, USER)
-    assert len(caps) == 3 and all(line.split()[1] == "0000000000000000" for line in caps), caps
+    assert no_capabilities(caps), caps
+
+
+def test_the_lab_containers_state_directory_is_their_own(lab_image, user_clone):
+    """docker-compose.lab.yml: not the host's /var/lib/niclab, but a volume in which each user has a 0700
+    directory of their own; niclab's checks of it pass."""
+    made_run_libvirt = not Path("/run/libvirt").exists()  # the override mounts it: Docker makes it if missing
+    try:
+        proc = lab(
+            user_clone,
+            "--rm",
+            "lab",
+            "sh",
+            "-c",
+            'niclab lab leases && stat -c "%n %u %a" "$NICLAB_STATE" /var/lib/niclab',
+            files=("docker-compose.lab.yml",),
+        )
+    finally:
+        remove_state_volumes()
+        if made_run_libvirt:
+            shutil.rmtree("/run/libvirt", ignore_errors=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    leases, mine, volume = proc.stdout.splitlines()
+    assert leases == "no card is leased"
+    assert mine == f"/var/lib/niclab/uid-{USER} {USER} 700"
+    assert volume.split()[1] == "0" and int(volume.split()[2], 8) & 0o022 == 0, volume
+
+
+def remove_state_volumes() -> None:
+    """The lab-state volumes docker-compose.lab.yml made (the test's own engine keeps them otherwise)."""
+    listed = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", "label=com.docker.compose.volume=lab-state"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    if listed:
+        subprocess.run(["docker", "volume", "rm", "-f", *listed], capture_output=True)
 
 
 def test_pytest_runs_the_scenario_in_the_container(lab_image, user_clone):
@@ -235,12 +277,10 @@ cables:
 
 
 def test_a_lab_run_from_the_container_drives_the_hosts_libvirtd(lab_image, repo, host_libvirtd, tmp_path):
-    # As root (without polkit, which this host lacks, libvirtd admits only root); leases in a directory of
-    # the test's own rather than the host's /var/lib/niclab.
+    # As root (without polkit, which this host lacks, libvirtd admits only root); leases in the containers'
+    # own volume, never the host's /var/lib/niclab.
     root_clone = clone(repo, tmp_path / "clone", 0)
     (root_clone / "lab.yaml").write_text(FAKE_LAB)
-    (tmp_path / "state").mkdir()
-    env = {"NICLAB_LAB_STATE": str(tmp_path / "state")}
 
     # The container's side of a passthrough run: /sys takes no writes there, and the cells map onto the
     # lab's cards as hostdevs (a dry run: these cards do not exist).
@@ -251,12 +291,13 @@ def test_a_lab_run_from_the_container_drives_the_hosts_libvirtd(lab_image, repo,
         "sh",
         "-c",
         "python3 -c 'from niclab.lab.sysfs import Sysfs; print(\"sys writable:\", Sysfs().writable())' && "
+        "grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status && "  # root, as the checkout's owner: still none
         "niclab run scenarios/nic-shootout.yaml --lab lab.yaml --dry-run",
         files=("docker-compose.lab.yml",),
-        env=env,
     )
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
     assert "sys writable: False" in planned.stdout
+    assert no_capabilities([line for line in planned.stdout.splitlines() if line.startswith("Cap")]), planned.stdout
     assert "cable 0: a/link0 intel-a (e1000 0000:03:00.0 on rig1) <-> b/link0 intel-b" in planned.stdout
     (domain,) = root_clone.glob("runs/dry-run-nic-shootout/nic=e1000/a.xml")
     hostdev = ET.parse(domain).find("devices/hostdev")
@@ -272,7 +313,6 @@ def test_a_lab_run_from_the_container_drives_the_hosts_libvirtd(lab_image, repo,
         "--backend",
         "libvirt",
         files=("docker-compose.lab.yml",),
-        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     recs = records(only_run_dir(root_clone / "runs"))
@@ -280,3 +320,4 @@ def test_a_lab_run_from_the_container_drives_the_hosts_libvirtd(lab_image, repo,
     assert cell["rig"]["backend"] == "libvirt" and set(cell["rig"]["libvirt"]) == {"a", "b"}
     assert metrics(recs)["netperf.TCP_STREAM.throughput_mbps"] > 10
     assert not {d for d in names(virsh("list", "--all", "--name")) if d.startswith("niclab-")}
+    remove_state_volumes()

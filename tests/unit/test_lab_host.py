@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from niclab.lab.lease import Holder, current_user, holder, lease, leases, locked
 from niclab.lab.match import Placement
 from niclab.lab.passthrough import card_refs, hold_cards
 from niclab.lab.pciclass import AllowedClass
+from niclab.lab.statedir import StateDir
 from niclab.lab.vfio import Journal, bind_to_vfio, passed_through, restore, restore_all
 from niclab.procs import process_start_time
 from tests.unit.fakesysfs import FakeSysfs
@@ -81,7 +83,15 @@ def fake(tmp_path):
 
 @pytest.fixture
 def journal(tmp_path):
-    return Journal(tmp_path / "state")
+    with StateDir(tmp_path / "state") as state:
+        yield Journal(state)
+
+
+@pytest.fixture
+def state(tmp_path):
+    """The test's temp dir as a lease state directory."""
+    with StateDir(tmp_path) as state:
+        yield state
 
 
 def host_report(fake, memlock=1 << 40, libvirt="9.0.0"):
@@ -435,11 +445,11 @@ def test_bind_then_restore_returns_the_card_to_its_driver(fake, journal):
 def test_the_journal_is_valid_json_and_written_before_any_sysfs_write(fake, journal):
     sim = fake.sim()
     seen = []
-    sim.before_write = lambda path, text: seen.append(json.loads(journal.path(CARD).read_text())["driver"])
+    sim.before_write = lambda path, text: seen.append(json.loads(Path(journal.path(CARD)).read_text())["driver"])
     bind_to_vfio(sim, journal, CARD, "run-1", **NO_SLEEP)
     assert seen == ["e1000"] * 3  # driver_override, unbind, drivers_probe
     assert [path.rsplit("/", 1)[1] for path, _ in sim.writes] == ["driver_override", "unbind", "drivers_probe"]
-    assert not list(journal.dir.glob(".*"))  # no temp file left
+    assert not list(journal.dir.path.glob(".*"))  # no temp file left
 
 
 def test_a_card_already_on_vfio_stays_there(fake, journal):
@@ -455,11 +465,14 @@ def test_a_card_already_on_vfio_stays_there(fake, journal):
 def test_restore_all_after_an_interrupted_run(fake, journal, repo):
     script = (
         "import os, sys\nfrom pathlib import Path\n"
-        "from niclab.lab.vfio import Journal, passed_through\nfrom tests.unit.fakesysfs import KernelSim\n"
-        "with passed_through(KernelSim(Path(sys.argv[1])), Journal(Path(sys.argv[2])), [sys.argv[3]], 'run-1'):\n"
+        "from niclab.lab.statedir import StateDir\nfrom niclab.lab.vfio import Journal, passed_through\n"
+        "from tests.unit.fakesysfs import KernelSim\n"
+        "with StateDir(Path(sys.argv[2])) as state, passed_through(\n"
+        "    KernelSim(Path(sys.argv[1])), Journal(state), {sys.argv[3]: None}, 'run-1'\n"
+        "):\n"
         "    os._exit(9)  # killed mid-run: no cleanup\n"
     )
-    argv = [sys.executable, "-c", script, str(fake.root), str(journal.dir.parent), CARD]
+    argv = [sys.executable, "-c", script, str(fake.root), str(journal.state.path), CARD]
     done = subprocess.run(argv, cwd=repo, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     assert done.returncode == 9
     sim = fake.sim()
@@ -495,12 +508,12 @@ def test_a_failed_bind_puts_the_card_back_and_says_modprobe(tmp_path, journal, m
 def test_passed_through_restores_every_card_however_the_block_ends(fake, journal):
     fake.add_device(OTHER, driver="e1000", group=8)
     sim = fake.sim()
-    with pytest.raises(RuntimeError), passed_through(sim, journal, [CARD, OTHER], "run-1", **NO_SLEEP):
+    with pytest.raises(RuntimeError), passed_through(sim, journal, {CARD: None, OTHER: None}, "run-1", **NO_SLEEP):
         assert sim.driver(CARD) == sim.driver(OTHER) == "vfio-pci"
         raise RuntimeError("the benchmark failed")
     assert sim.driver(CARD) == sim.driver(OTHER) == "e1000" and journal.entries() == []
     with pytest.raises(NiclabError, match=r"no PCI device 0000:09:00\.0"):  # a later card fails: the first goes back
-        with passed_through(sim, journal, [CARD, "0000:09:00.0"], "run-2", **NO_SLEEP):
+        with passed_through(sim, journal, {CARD: None, "0000:09:00.0": None}, "run-2", **NO_SLEEP):
             pytest.fail("the block must not run")
     assert sim.driver(CARD) == "e1000" and journal.entries() == []
 
@@ -520,65 +533,65 @@ def test_a_restore_that_cannot_rebind_keeps_the_journal_entry(fake, journal):
 # -- leases ------------------------------------------------------------------------------------------
 
 
-def test_a_second_lease_is_refused_naming_the_holder(tmp_path):
-    with lease(tmp_path, CARD, "run-1", card="wan0") as mine:
-        assert holder(tmp_path, CARD) == mine
-        with pytest.raises(NiclabError) as caught, lease(tmp_path, CARD, "run-2", card="wan0"):
+def test_a_second_lease_is_refused_naming_the_holder(state):
+    with lease(state, CARD, "run-1", card="wan0") as mine:
+        assert holder(state, CARD) == mine
+        with pytest.raises(NiclabError) as caught, lease(state, CARD, "run-2", card="wan0"):
             pass
     expected = f"card wan0 (0000:03:00.0) is leased to run run-1 (user {current_user()}, pid {mine.pid}); "
     assert str(caught.value) == expected + "wait for it with --wait, or end that run"
-    assert holder(tmp_path, CARD) is None
-    with lease(tmp_path, CARD, "run-3"):  # free again
+    assert holder(state, CARD) is None
+    with lease(state, CARD, "run-3"):  # free again
         pass
 
 
 def _record(tmp_path, pid: int, start: int | None, at: str | None = None) -> None:
-    (tmp_path / "leases").mkdir(exist_ok=True)
-    stale = Holder("crashed", "someone", pid, start, 0.0, at)
-    (tmp_path / "leases" / f"{CARD}.json").write_text(json.dumps(stale.__dict__))
+    (tmp_path / "leases").mkdir(mode=0o700, exist_ok=True)
+    stale = Holder(run="crashed", user="someone", pid=pid, start=start, since=0.0, at=at)
+    (tmp_path / "leases" / f"{CARD}.json").write_text(stale.model_dump_json())
 
 
-def test_a_stale_holder_is_reclaimed(tmp_path):
+def test_a_stale_holder_is_reclaimed(tmp_path, state):
     gone = subprocess.Popen(["true"])
     gone.wait()
     _record(tmp_path, gone.pid, 12345)  # that process is gone
-    with lease(tmp_path, CARD, "run-2") as mine:
-        assert holder(tmp_path, CARD) == mine
+    with lease(state, CARD, "run-2") as mine:
+        assert holder(state, CARD) == mine
     _record(tmp_path, 1, (process_start_time(1) or 0) + 1)  # a live PID, but another process (start time)
-    with lease(tmp_path, CARD, "run-3") as mine:
-        assert holder(tmp_path, CARD) == mine
+    with lease(state, CARD, "run-3") as mine:
+        assert holder(state, CARD) == mine
 
 
-def test_a_live_holder_counts_even_without_its_flock(tmp_path):
+def test_a_live_holder_counts_even_without_its_flock(tmp_path, state):
     _record(tmp_path, 1, process_start_time(1))  # e.g. the lock file was deleted under it
     with pytest.raises(NiclabError, match=r"leased to run crashed \(user someone, pid 1\)"):
-        with lease(tmp_path, CARD, "run-2"):
+        with lease(state, CARD, "run-2"):
             pass
 
 
-def test_a_holder_in_another_container_counts_while_it_holds_the_flock(tmp_path):
+def test_a_holder_in_another_container_counts_while_it_holds_the_flock(tmp_path, state):
     """Its PID means nothing here (another PID namespace): the flock on the shared lock file decides."""
     elsewhere = "a1b2c3/pid:[4026532999]"
     _record(tmp_path, 1, process_start_time(1), at=elsewhere)  # PID 1 runs here too: not to be trusted
     fd = os.open(tmp_path / "leases" / f"{CARD}.lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # the container's run, alive
-        assert locked(tmp_path, CARD) and not holder(tmp_path, CARD).alive()
+        assert locked(state, CARD) and not holder(state, CARD).alive()
         with pytest.raises(NiclabError, match=r"pid 1, in another container or on another host\)"):
-            with lease(tmp_path, CARD, "run-2"):
+            with lease(state, CARD, "run-2"):
                 pass
     finally:
         os.close(fd)  # the container's run ends
-    assert not locked(tmp_path, CARD)
-    with lease(tmp_path, CARD, "run-3") as mine:  # its record is stale now: reclaimed
-        assert holder(tmp_path, CARD) == mine and mine.at is not None and not mine.elsewhere()
+    assert not locked(state, CARD)
+    with lease(state, CARD, "run-3") as mine:  # its record is stale now: reclaimed
+        assert holder(state, CARD) == mine and mine.at is not None and not mine.elsewhere()
 
 
-def _hold_in_thread(tmp_path, pcis, run, messages):
+def _hold_in_thread(state, pcis, run, messages):
     result: dict = {}
 
     def take():
-        with leases(tmp_path, pcis, run, wait=True, progress=messages.append, interval=0.02) as held:
+        with leases(state, pcis, run, wait=True, progress=messages.append, interval=0.02) as held:
             result["held"] = held
 
     thread = threading.Thread(target=take)
@@ -593,10 +606,10 @@ def _until(condition, seconds: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def test_wait_takes_the_card_once_the_holder_releases_it(tmp_path):
+def test_wait_takes_the_card_once_the_holder_releases_it(state):
     messages: list[str] = []
-    with lease(tmp_path, CARD, "run-1") as first:
-        thread, result = _hold_in_thread(tmp_path, [CARD], "run-2", messages)
+    with lease(state, CARD, "run-1") as first:
+        thread, result = _hold_in_thread(state, [CARD], "run-2", messages)
         _until(lambda: messages)
         time.sleep(0.1)
         assert "held" not in result and len(messages) == 1  # said once, not at every poll
@@ -605,35 +618,35 @@ def test_wait_takes_the_card_once_the_holder_releases_it(tmp_path):
     assert [h.run for h in result["held"]] == ["run-2"]
 
 
-def test_waiting_gives_up_after_the_timeout(tmp_path):
+def test_waiting_gives_up_after_the_timeout(state):
     with (
-        lease(tmp_path, CARD, "run-1"),
+        lease(state, CARD, "run-1"),
         pytest.raises(NiclabError, match=r"still leased to run run-1 \(user .*\) after 0\.1 s of waiting"),
     ):
-        with lease(tmp_path, CARD, "run-2", wait=True, timeout=0.1, interval=0.02):
+        with lease(state, CARD, "run-2", wait=True, timeout=0.1, interval=0.02):
             pass
 
 
-def test_several_cards_are_taken_in_sorted_order_and_released_in_reverse(tmp_path, monkeypatch):
+def test_several_cards_are_taken_in_sorted_order_and_released_in_reverse(state, monkeypatch):
     a, b, c = "0000:03:00.0", "0000:04:00.0", "0000:05:00.0"
     messages: list[str] = []
-    with lease(tmp_path, b, "run-1"):
-        thread, result = _hold_in_thread(tmp_path, [c, a, b, a], "run-2", messages)
+    with lease(state, b, "run-1"):
+        thread, result = _hold_in_thread(state, [c, a, b, a], "run-2", messages)
         _until(lambda: messages)
-        assert holder(tmp_path, a) is not None and holder(tmp_path, c) is None  # a taken, waiting on b, c not yet
+        assert holder(state, a) is not None and holder(state, c) is None  # a taken, waiting on b, c not yet
     thread.join(5)
     assert [h.run for h in result["held"]] == ["run-2"] * 3
-    assert all(holder(tmp_path, pci) is None for pci in (a, b, c))
+    assert all(holder(state, pci) is None for pci in (a, b, c))
     released = []
     real = lease_mod.lease
 
-    def recording(state_dir, pci, *args, **kwargs):
-        with real(state_dir, pci, *args, **kwargs) as held:
+    def recording(state, pci, *args, **kwargs):
+        with real(state, pci, *args, **kwargs) as held:
             yield held
         released.append(pci)
 
     monkeypatch.setattr(lease_mod, "lease", contextmanager(recording))
-    with leases(tmp_path, [b, c, a], "run-3"):
+    with leases(state, [b, c, a], "run-3"):
         pass
     assert released == [c, b, a]
 
@@ -697,7 +710,9 @@ def test_hold_cards_refuses_what_the_host_needs_before_any_sysfs_write(fake, tmp
         with hold_cards(lab, placement, "run-1", lambda line: None, force=force, sysfs=sim, state=tmp_path / "state"):
             pass
     assert reason in str(refused.value)
-    assert sim.writes == [] and not Journal(tmp_path / "state").entries()
+    assert sim.writes == []
+    with StateDir(tmp_path / "state") as state:
+        assert not Journal(state).entries()
     assert {name: sim.driver(name) for name in drivers} == drivers
 
 
@@ -729,4 +744,5 @@ def test_as_root_behind_a_read_only_sys_libvirt_binds_the_cards(tmp_path, monkey
     with hold_cards(lab, placement, "run-1", said.append, sysfs=sysfs, state=tmp_path / "state"):
         assert sysfs.driver(CARD) == "e1000" and sysfs.driver_override(CARD) is None  # nothing written
     assert any("takes no writes" in line and "libvirt's managed hostdev" in line for line in said), said
-    assert not Journal(tmp_path / "state").entries()
+    with StateDir(tmp_path / "state") as state:
+        assert not Journal(state).entries()

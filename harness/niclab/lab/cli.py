@@ -55,16 +55,25 @@ def cmd_doctor(args) -> int:
     return 0 if host.ok and not refused else 1
 
 
+def _state(args):
+    from niclab.lab.statedir import StateDir
+    from niclab.paths import state_dir
+
+    if args.state:
+        return StateDir(Path(args.state), named_by="--state")
+    return StateDir(state_dir())
+
+
 def cmd_restore(args) -> int:
     from niclab.lab.sysfs import Sysfs
     from niclab.lab.vfio import Journal, restore_all
-    from niclab.paths import state_dir
 
-    journal = Journal(Path(args.state) if args.state else state_dir())
-    results = restore_all(Sysfs(Path(args.sysfs_root)), journal)
-    if not results:
-        print(f"nothing to restore (no card in the journal {journal.dir})")
-        return 0
+    with _state(args) as state:
+        journal = Journal(state)
+        results = restore_all(Sysfs(Path(args.sysfs_root)), journal)
+        if not results:
+            print(f"nothing to restore (no card in the journal {journal.dir.path})")
+            return 0
     for result in results:
         if result.ok:
             print(f"{result.pci}: back on {result.driver or 'no driver (it had none)'}")
@@ -74,19 +83,25 @@ def cmd_restore(args) -> int:
 
 
 def cmd_leases(args) -> int:
-    from niclab.lab.lease import holder, lease_dir, locked
-    from niclab.paths import state_dir
+    from niclab.errors import NiclabError
+    from niclab.lab.lease import holder, keys, locked
 
-    state = Path(args.state) if args.state else state_dir()
-    held = []
-    for path in sorted(lease_dir(state).glob("*.json")):
-        record = holder(state, path.stem)
-        if record is not None and (record.alive() or locked(state, path.stem)):
-            held.append(path.stem)
-            print(f"{path.stem}: {record.describe()}")
-    if not held:
+    held, problems = [], 0
+    with _state(args) as state:
+        for key in keys(state):
+            record = holder(state, key)
+            try:
+                taken = record is not None and (record.alive() or locked(state, key))
+            except NiclabError as exc:
+                print(f"{key}: {exc}")
+                problems += 1
+                continue
+            if record is not None and taken:
+                held.append(key)
+                print(f"{key}: {record.describe()}")
+    if not held and not problems:
         print("no card is leased")
-    return 0
+    return 1 if problems else 0
 
 
 def add_parser(verbs) -> None:

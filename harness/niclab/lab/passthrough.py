@@ -13,6 +13,7 @@ started from this machine apart.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -25,8 +26,9 @@ from niclab.lab.hostnet import HostNet
 from niclab.lab.inventory import Inventory
 from niclab.lab.lease import leases
 from niclab.lab.match import Placement
+from niclab.lab.statedir import StateDir
 from niclab.lab.sysfs import Sysfs
-from niclab.lab.vfio import Journal, passed_through
+from niclab.lab.vfio import Journal, Sleep, passed_through
 from niclab.paths import state_dir
 
 
@@ -58,14 +60,17 @@ def hold_cards(
     force: bool = False,
     sysfs: Sysfs | None = None,
     state: Path | None = None,
+    sleep: Sleep = time.sleep,
 ) -> Iterator[None]:
+    """Lease the placement's cards, check those on this machine and, as root, hold them on vfio-pci for the
+    block (each with its inventory class's allow_class). The state directory is opened and checked first."""
     sysfs = sysfs or Sysfs()
-    state = state or state_dir()
     cards = list(dict.fromkeys(card.id for card in placement.cards.values()))
     local = [c for c in cards if lab.hosts[lab.card(c).host].local]
     with ExitStack() as stack:
+        checked = stack.enter_context(StateDir(state or state_dir()))
         keys = {lease_key(lab, c): c for c in cards}
-        stack.enter_context(leases(state, list(keys), run, wait=wait, progress=progress, cards=keys))
+        stack.enter_context(leases(checked, list(keys), run, wait=wait, progress=progress, cards=keys))
         reports = diagnose(sysfs, HostNet(), card_refs(lab, local)) if local else []
         refusals = [why for report in reports if (why := report.refusal(force)) is not None]
         if refusals:
@@ -73,9 +78,10 @@ def hold_cards(
                 "the lab's cards cannot be passed through: " + "; ".join(refusals) + " (niclab lab doctor says more)"
             )
         if local and os.geteuid() == 0 and sysfs.writable():
-            pcis = [lab.card(c).pci for c in local]
-            progress(f"binding {', '.join(local)} to vfio-pci (journal in {Journal(state).dir})")
-            stack.enter_context(passed_through(sysfs, Journal(state), pcis, run))
+            journal = Journal(checked)
+            allowed = {lab.card(c).pci: lab.allowed_class(c) for c in local}
+            progress(f"binding {', '.join(local)} to vfio-pci (journal in {journal.dir.path})")
+            stack.enter_context(passed_through(sysfs, journal, allowed, run, sleep=sleep))
         elif local:
             why = "not root" if os.geteuid() != 0 else f"{sysfs.sys} takes no writes (read-only, as in a container)"
             progress(f"{why}: libvirt's managed hostdev binds the cards to vfio-pci and back")
