@@ -35,8 +35,8 @@ def netpipe_curve(cell: CellData) -> list[list[float]] | None:
 def _mtu_of(cell: CellData) -> int | None:
     value = cell.params.get("mtu")
     try:
-        return int(value) if value is not None else None
-    except ValueError:
+        return int(value) if isinstance(value, int | float | str) else None
+    except (ValueError, OverflowError):  # not a number, or inf
         return None
 
 
@@ -188,7 +188,7 @@ def mtu_lines(run: RunData) -> Plot | None:
         return None
     figure, ax = new_figure()
     for i, (card, values) in enumerate(points.items()):
-        values.sort()
+        values.sort(key=lambda v: v[0])
         ax.errorbar(
             [v[0] for v in values],
             [v[1] for v in values],
@@ -212,7 +212,7 @@ def bonding_plot(run: RunData) -> Plot | None:
         for s in cell.summaries:
             if s["name"] != "netperf.TCP_STREAM.throughput_mbps":
                 continue
-            ports = cell.nic_of(s["runs"][0], s["client"]).get("ports", 1) if s.get("runs") else 1
+            ports = (cell.nic_of(s["runs"][0], s["client"]).get("ports") or 1) if s["runs"] else 1
             series.setdefault(cell.card, {})[ports] = s["mean"]
     series = {card: values for card, values in series.items() if len(values) > 1 and 1 in values}
     if not series:
@@ -280,7 +280,7 @@ def sweep_lines(run: RunData) -> list[Plot]:
                 continue
             figure, ax = new_figure()
             for i, (label, points) in enumerate(lines.items()):
-                points.sort()
+                points.sort(key=lambda p: p[0])
                 ax.errorbar(
                     [p[0] for p in points],
                     [p[1] for p in points],
