@@ -334,7 +334,9 @@ def cmd_compare(args) -> int:
     render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]
     text = render(changes, base, new, args.threshold, args.alpha)
     if args.out:
-        Path(args.out).write_text(text + ("" if text.endswith("\n") else "\n"))
+        from niclab.atomic import write_text
+
+        write_text(Path(args.out), text + ("" if text.endswith("\n") else "\n"))
         print(args.out)
     else:
         print(text)

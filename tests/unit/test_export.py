@@ -61,3 +61,29 @@ def test_report_compare_and_export_read_a_killed_run_and_say_a_line_was_dropped(
     assert main(["compare", str(base), str(new)]) in (0, 1)
     captured = capsys.readouterr()
     assert "the last line is cut off" in captured.err and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize(
+    "value, cell",
+    [
+        ("=1+1", "'=1+1"),
+        ("+1", "'+1"),
+        ("-1", "'-1"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("\tx", "'\tx"),
+        ("\rx", "'\rx"),
+        ("e1000", "e1000"),
+        ("a=b", "a=b"),
+        (-1.5, -1.5),
+        (-3, -3),
+        (None, None),
+        (False, False),
+        ([-1.5, 2.0], "-1.5;2.0"),
+        (["=x", "y"], "'=x;y"),
+        ({"build": "=x"}, "{'build': '=x'}"),
+    ],
+)
+def test_a_csv_cell_that_a_spreadsheet_would_run_starts_with_a_quote(value, cell):
+    from niclab import csvsafe
+
+    assert csvsafe.cell(value) == cell
