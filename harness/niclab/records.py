@@ -49,6 +49,7 @@ MAX_RESULTS_BYTES = 1 << 30  # results.jsonl: a sweep of 20,000 cells is about 5
 MAX_INFO_BYTES = 64 << 20  # run.json
 MAX_LINE_BYTES = 64 << 20  # one record of results.jsonl
 MAX_DEPTH = 64  # levels of nested objects and arrays in a record; the runner's go about 6 deep
+SHOWN_LEVELS = 8  # of a path into a record, in a message
 MAX_INT = 2**64  # whole numbers beyond this are refused (they do not fit a float, and no counter gets there)
 
 Warn = Callable[[str], None]
@@ -310,6 +311,8 @@ class SummaryRecord(_Record):
     def _interval(self) -> SummaryRecord:
         if (self.ci_low is None) != (self.ci_high is None):
             raise ValueError("ci_low and ci_high are both numbers or both null")
+        if self.ci_low is not None and self.ci_high is not None and self.ci_low > self.ci_high:
+            raise ValueError(f"ci_low {self.ci_low:g} is above ci_high {self.ci_high:g}")
         return self
 
 
@@ -445,16 +448,17 @@ def shown(value: Any, limit: int = 40) -> str:
 
 
 def where(loc: tuple) -> str:
-    """A path into a record as a message names it: nics.a.ports, samples[3], offloads['rx on']."""
+    """A path into a record as a message names it: nics.a.ports, samples[3], offloads['rx on'];
+    past SHOWN_LEVELS steps it ends in …."""
     parts = []
-    for step in loc:
+    for step in loc[:SHOWN_LEVELS]:
         if isinstance(step, int):
             parts.append(f"[{step}]")
         elif _NAME.fullmatch(step):
             parts.append(("." if parts else "") + step)
         else:
             parts.append(f"[{shown(step)}]")
-    return "".join(parts)
+    return "".join(parts) + ("…" if len(loc) > SHOWN_LEVELS else "")
 
 
 def _suspect(data: bytes) -> tuple[bool, bool]:
@@ -514,7 +518,7 @@ def _problem(error: Any, kind: str) -> str:
         inside = where(loc[:-1])
         return f"{prefix}{inside + ' ' if inside else ''}without {shown(loc[-1])}"
     message = error["msg"]
-    message = message.removeprefix("Value error, ").removeprefix("Input ")
+    message = re.sub(r" or instance of \w+", "", message.removeprefix("Value error, ").removeprefix("Input "))
     named = where(loc)
     if error["type"] in ("model_type", "model_attributes_type", "dict_type") and not loc:
         return f"{prefix.strip() or 'the file'}: not a JSON object"
@@ -567,7 +571,7 @@ def _why_not_json(exc: Exception) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return f"not UTF-8: byte 0x{exc.object[exc.start]:02x} at column {exc.start + 1}"
     if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at column {exc.colno}"
+        return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
     return str(exc)
 
 

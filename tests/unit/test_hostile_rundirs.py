@@ -61,11 +61,12 @@ def first(records: list[dict], kind: str) -> int:
     return next(i for i, r in enumerate(records) if r["type"] == kind)
 
 
-def refused(capsys, cache: Path, argv: list[str], expected: str) -> None:
-    """The command exits 1 with exactly one line on stderr, `niclab: <expected>`, and leaves no crash file."""
-    status = main(argv)
+def refused(capsys, cache: Path, argv: list[str], expected: str, status: int = 1) -> None:
+    """The command exits 1 (or `status`) with exactly one line on stderr, `niclab: <expected>`, and leaves no
+    crash file."""
+    found = main(argv)
     err = capsys.readouterr().err
-    assert (status, err) == (1, f"niclab: {expected}\n")
+    assert (found, err) == (status, f"niclab: {expected}\n")
     assert "Traceback" not in err and "bug" not in err
     assert not (cache / "crashes").exists()
 
@@ -239,3 +240,33 @@ def test_csv_export_escapes_formulas_and_parquet_keeps_the_raw_value(run, cache,
     assert main(["export", str(run), "--format", "parquet", "--out", str(tmp_path / "m.parquet")]) == 0
     table = pq.read_table(tmp_path / "m.parquet").to_pylist()
     assert table[0]["benchmark"] == formula and table[0]["unit"] == "@SUM(1+1)"
+
+
+# -- found by the fuzzer (tests/unit/test_fuzz_rundirs.py) -------------------------------------------------------
+
+
+def test_values_matplotlib_cannot_draw_leave_their_figures_out_and_say_so(tmp_path, cache, capsys):
+    run = tmp_path / "nfs"
+    shutil.copytree(RUNS / "nfs", run)
+    records = lines(run)
+    records[first(records, "summary")]["mean"] = -1.7e308  # finite, but no axis reaches from there to 100
+    rewrite(run, records)
+    assert main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text()
+    assert "Not drawn: fio over NFS (values too far apart or too large to plot)." in page
+    assert not (cache / "crashes").exists()
+
+
+def test_a_cell_id_with_a_newline_is_quoted_on_one_line(run, cache, capsys):
+    records = lines(run)
+    for record in records:
+        record["cell"] = record["cell"].replace("nic=", "nic=\n", 1)
+    rewrite(run, records)
+    (run / "run.json").unlink()
+    refused(
+        capsys,
+        cache,
+        ["compare", str(run), "--cells", "nic=e1000", "nic=rtl8139"],
+        f"{run} has no cell 'nic=e1000'; did you mean 'nic=\\ne1000'? its cells: 'nic=\\nrtl8139', 'nic=\\ne1000'",
+        status=2,  # a usage error: the cell asked for is not there
+    )

@@ -68,8 +68,10 @@ class RunData:
                 return cell
         ids = [c.id for c in self.cells]
         close = difflib.get_close_matches(cell_id, ids, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        raise UsageError(f"{self.path} has no cell {cell_id!r}; {hint}its cells: {', '.join(ids) or 'none'}")
+        hint = f"did you mean {_shown(close[0], quoted=True)}? " if close else ""
+        listed = ", ".join(map(_shown, ids[:CELLS_LISTED]))
+        listed += f", … ({len(ids)} in all)" if len(ids) > CELLS_LISTED else ""
+        raise UsageError(f"{self.path} has no cell {cell_id!r}; {hint}its cells: {listed or 'none'}")
 
     @property
     def axes(self) -> list[str]:
@@ -78,6 +80,16 @@ class RunData:
         for cell in self.cells:
             names += [k for k in cell.params if k not in names]
         return names
+
+
+CELLS_LISTED = 20  # in a message that lists a run's cells
+
+
+def _shown(cell_id: str, quoted: bool = False) -> str:
+    """A cell id from a run directory, in a one-line message: as it is if printable, else as Python writes it."""
+    if cell_id.isprintable() and len(cell_id) < 200:
+        return f"'{cell_id}'" if quoted else cell_id
+    return repr(cell_id[:200])
 
 
 def params_of(cell_id: str) -> dict:

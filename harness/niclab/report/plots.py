@@ -6,6 +6,8 @@ repeats, the run whose peak is the median stands for its cell.
 
 from __future__ import annotations
 
+import math
+
 from niclab.report.data import CellData, RunData
 from niclab.report.figures import COLORS, Plot, bytes_axis, grouped_bars, new_figure, to_plot
 
@@ -18,9 +20,11 @@ NFS_PATTERNS = (
 
 
 def half_width(summary: dict | None) -> float | None:
+    """Half the width of the summary's interval, for an error bar (None: no interval, or one too wide to draw)."""
     if not summary or summary["n"] < 2 or summary.get("ci_low") is None:
         return None
-    return (summary["ci_high"] - summary["ci_low"]) / 2
+    half = (summary["ci_high"] - summary["ci_low"]) / 2
+    return half if math.isfinite(half) else None
 
 
 def netpipe_curve(cell: CellData) -> list[list[float]] | None:
