@@ -431,7 +431,9 @@ def open_regular(path: Path, limit: int) -> BinaryIO:
 
 
 def _size(count: int) -> str:
-    return f"{count >> 30} GiB" if count >= 1 << 30 else f"{count >> 20} MiB"
+    if count >= 1 << 30:
+        return f"{count / (1 << 30):g} GiB"
+    return f"{count / (1 << 20):g} MiB" if count >= 1 << 20 else f"{count:,} bytes"
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,40}")

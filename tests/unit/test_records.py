@@ -156,3 +156,23 @@ def test_a_missing_run_json_is_none_and_a_damaged_one_one_line(tmp_path):
     (tmp_path / "run.json").write_text('{"cells": "nic=e1000"}')
     with pytest.raises(RunDirError, match=r"run.json: cells: should be a valid list, not 'nic=e1000'$"):
         read_run_info(tmp_path / "run.json")
+
+
+def test_a_file_or_a_line_over_its_limit_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(records, "MAX_RESULTS_BYTES", 16384)
+    monkeypatch.setattr(records, "MAX_INFO_BYTES", 1024)
+    cell = json.dumps(line_of("cell"))  # about 3 kB
+    path = tmp_path / "results.jsonl"
+    path.write_text(cell + "\n" + json.dumps({**line_of("cell"), "x": "y" * 5000}) + "\n")
+    found = read_results(path)
+    assert next(found)[0] == 1  # the first line is read before the second is looked at
+    with pytest.raises(RunDirError, match=r"results.jsonl:2: the line is longer than 4,096 bytes$"):
+        next(found)
+    path.write_text((cell + "\n") * 6)
+    with pytest.raises(RunDirError, match=r"results.jsonl: [\d,]+ bytes, more than the 16,384 bytes niclab reads$"):
+        list(read_results(path))
+    (tmp_path / "run.json").write_text(json.dumps({"scenario_text": "x" * 2000}))
+    with pytest.raises(RunDirError, match=r"run.json: 2,\d+ bytes, more than the 1,024 bytes niclab reads$"):
+        read_run_info(tmp_path / "run.json")
+    assert records._size(1 << 30) == "1 GiB" and records._size(64 << 20) == "64 MiB"
