@@ -38,7 +38,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, Literal
+from typing import Annotated, Any, BinaryIO, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError, model_validator
 
@@ -438,8 +438,7 @@ def _size(count: int) -> str:
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,40}")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # how a lone surrogate reaches a JSON text
-# how inf, nan and huge numbers reach one: NaN, Infinity, 1e400, or 20 digits and more (2**64 has 20)
-_ODD_NUMBER = re.compile(rb"NaN|Infinity|[eE][+-]?[0-9]{3}|[0-9]{20}")
+_NUMBER_BYTES = bytes.maketrans(b"0123456789E-", b"0000000000e+")  # digits as 0, exponents as e, signs as +
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -463,23 +462,31 @@ def where(loc: tuple) -> str:
     return "".join(parts) + ("…" if len(loc) > SHOWN_LEVELS else "")
 
 
-def _suspect(data: bytes) -> tuple[bool, bool]:
-    """Whether a JSON text may hold values `_odd_value` looks for, and text with lone surrogates.
+class Suspects(NamedTuple):
+    """What a JSON text may hold that a record may not, judged on its bytes (cheap: most records need no walk)."""
 
-    Cheap tests on the bytes, so that most records need no walk: nesting past MAX_DEPTH takes as
-    many brackets, a number that is not finite or too large takes one of _ODD_NUMBER's forms.
-    """
-    surrogates = _SURROGATE_ESCAPE.search(data) is not None
-    deep = data.count(b"[") + data.count(b"{") >= MAX_DEPTH
-    return surrogates or deep or _ODD_NUMBER.search(data) is not None, surrogates
+    deep: bool  # nesting past MAX_DEPTH takes at least as many brackets
+    numbers: bool  # inf, nan or a whole number past MAX_INT: NaN, Infinity, 1e400, or 20 digits in a row
+    surrogates: bool  # a lone surrogate comes as an escape, \ud800 to \udfff
+
+    @classmethod
+    def of(cls, data: bytes) -> Suspects:
+        digits = data.translate(_NUMBER_BYTES)
+        return cls(
+            data.count(b"[") + data.count(b"{") >= MAX_DEPTH,
+            b"NaN" in data or b"Infinity" in data or b"0" * 20 in digits or b"0e000" in digits or b"0e+000" in digits,
+            b"\\u" in data and _SURROGATE_ESCAPE.search(data) is not None,
+        )
 
 
-def _odd_value(value: Any, surrogates: bool) -> tuple[tuple, str] | None:
+def _odd_value(value: Any, suspects: Suspects) -> tuple[tuple, str] | None:
     """The first value of a parsed JSON text that a record may not hold, and what is wrong with it.
 
     Nesting deeper than MAX_DEPTH, inf and nan (Python's json reads Infinity, NaN and 1e400 so),
     whole numbers beyond MAX_INT, and text with a lone surrogate (not Unicode: no file can hold it).
+    Only containers are visited unless numbers or text are suspect.
     """
+    scalars = suspects.numbers or suspects.surrogates
     stack: list[tuple[Any, tuple, int]] = [(value, (), 0)]
     while stack:
         item, at, depth = stack.pop()
@@ -487,8 +494,10 @@ def _odd_value(value: Any, surrogates: bool) -> tuple[tuple, str] | None:
             if depth >= MAX_DEPTH:
                 return at, f"is nested more than {MAX_DEPTH} levels deep"
             pairs = item.items() if isinstance(item, dict) else enumerate(item)
-            stack.extend(reversed([(v, (*at, k), depth + 1) for k, v in pairs]))
-            if surrogates and isinstance(item, dict):
+            stack.extend(
+                reversed([(v, (*at, k), depth + 1) for k, v in pairs if scalars or isinstance(v, dict | list)])
+            )
+            if suspects.surrogates and isinstance(item, dict):
                 stack.extend((k, (*at, k), depth + 1) for k in item)
         elif isinstance(item, float):
             if not math.isfinite(item):
@@ -496,7 +505,7 @@ def _odd_value(value: Any, surrogates: bool) -> tuple[tuple, str] | None:
         elif isinstance(item, int) and not isinstance(item, bool):
             if abs(item) > MAX_INT:
                 return at, "is a whole number too large (more than 2**64)"
-        elif surrogates and isinstance(item, str) and _SURROGATE.search(item):
+        elif suspects.surrogates and isinstance(item, str) and _SURROGATE.search(item):
             return at, "holds a lone surrogate (\\ud800-\\udfff), which is not text"
     return None
 
@@ -562,9 +571,9 @@ def read_results(path: Path, warn: Warn = warn_on_stderr) -> Iterator[tuple[int,
                 raise RunDirError(
                     f"{path}:{number}: not a results record ({_why_not_json(exc)}); the file is damaged"
                 ) from None
-            suspect = _suspect(line)
+            suspects = Suspects.of(line)
             del line
-            yield number, _validated(record, path, number, suspect)
+            yield number, _validated(record, path, number, suspects)
 
 
 def _why_not_json(exc: Exception) -> str:
@@ -577,12 +586,12 @@ def _why_not_json(exc: Exception) -> str:
     return str(exc)
 
 
-def _validated(record: Any, path: Path, number: int, suspect: tuple[bool, bool]) -> Record:
+def _validated(record: Any, path: Path, number: int, suspects: Suspects) -> Record:
     at = f"{path}:{number}"
     if not isinstance(record, dict):
         raise RunDirError(f"{at}: not a results record (a JSON {type(record).__name__}, not an object)")
     kind = _kind(record)
-    if suspect[0] and (odd := _odd_value(record, suspect[1])) is not None:
+    if any(suspects) and (odd := _odd_value(record, suspects)) is not None:
         raise RunDirError(f"{at}: {kind} {where(odd[0]) or '(the whole record)'} {odd[1]}")
     try:
         model = _RECORD.validate_python(record)
@@ -614,11 +623,11 @@ def read_run_info(path: Path) -> RunInfoRecord | None:
         info = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
         raise RunDirError(f"{path}: not a run description ({_why_not_json(exc)}); the file is damaged") from None
-    suspect = _suspect(data)
+    suspects = Suspects.of(data)
     del data
     if not isinstance(info, dict):
         raise RunDirError(f"{path}: not a run description (a JSON {type(info).__name__}, not an object)")
-    if suspect[0] and (odd := _odd_value(info, suspect[1])) is not None:
+    if any(suspects) and (odd := _odd_value(info, suspects)) is not None:
         raise RunDirError(f"{path}: {where(odd[0])} {odd[1]}")
     try:
         model = RunInfoRecord.model_validate(info)
