@@ -304,6 +304,9 @@ def cmd_report(args) -> int:
             raise UsageError(f"{args.prices}: cannot read prices ({exc})") from None
         if not isinstance(prices, dict):
             raise UsageError(f"{args.prices}: prices are a mapping of NIC model to price, e.g. {{e1000: 35}}")
+        for model, price in prices.items():
+            if isinstance(price, bool) or not isinstance(price, int | float):
+                raise UsageError(f"{args.prices}: {model}: {price!r} is not a price; give a number, e.g. 35")
     runs = [Path(p) for p in args.runs]
     out = Path(args.out) if args.out else (runs[0] / "report.html" if len(runs) == 1 else Path("report.html"))
     print(report_runs(runs, out, prices))
@@ -331,7 +334,9 @@ def cmd_compare(args) -> int:
     render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]
     text = render(changes, base, new, args.threshold, args.alpha)
     if args.out:
-        Path(args.out).write_text(text + ("" if text.endswith("\n") else "\n"))
+        from niclab.atomic import write_text
+
+        write_text(Path(args.out), text + ("" if text.endswith("\n") else "\n"))
         print(args.out)
     else:
         print(text)

@@ -114,8 +114,11 @@ def _by_repeat(cell: CellData, summary: dict) -> dict[int, tuple[str, float]]:
     runs, samples = summary["runs"], summary["samples"]
     found = {}
     for run_id, value in zip(runs, samples, strict=False):
-        repeat = cell.runs.get(run_id, {}).get("repeat") or int(run_id.rpartition(".")[2])
-        found[repeat] = (run_id, value)
+        number = run_id.rpartition(".")[2]
+        named = int(number) if number.isdecimal() and len(number) < 10 else None
+        repeat = cell.runs.get(run_id, {}).get("repeat") or named
+        if repeat is not None:  # a sample of no known repeat pairs with nothing
+            found[repeat] = (run_id, value)
     return found
 
 

@@ -24,13 +24,12 @@ import re
 import string
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from niclab import __version__
-from niclab.errors import NiclabError
+from niclab.records import Warn, as_dict, read_results, warn_on_stderr
 
 
 def utc_now() -> str:
@@ -156,34 +155,11 @@ class RunDir:
         raise RuntimeError(f"too many raw files named {name} in {directory}")
 
 
-def _warn(message: str) -> None:
-    print(f"niclab: warning: {message}", file=sys.stderr)
-
-
-def read_records(path: Path, warn: Callable[[str], None] = _warn) -> list[dict]:
-    """Every record of a results.jsonl.
+def read_records(path: Path, warn: Warn = warn_on_stderr) -> list[dict]:
+    """Every record of a results.jsonl, validated (niclab.records), as plain mappings.
 
     A killed run can leave its last line cut off: that line is dropped, and
-    `warn` says so. A damaged line anywhere else is an error naming the line.
+    `warn` says so. A damaged line anywhere else, a file that is not a regular
+    file or is too large: a RunDirError naming the file and line.
     """
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise NiclabError(f"{path}: cannot read it ({exc.strerror})") from None
-    lines = text.split("\n")
-    last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
-    records = []
-    for n, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as exc:
-            if n == last and not text.endswith("\n"):
-                warn(f"{path}: the last line is cut off (the run was killed while writing it); dropped it")
-                break
-            raise NiclabError(f"{path}:{n + 1}: not a results record ({exc}); the file is damaged") from None
-        records.append(record)
-    return records
+    return [as_dict(record) for _, record in read_results(path, warn)]

@@ -1,6 +1,7 @@
 """niclab export on a real run (tests/data/runs/nic-shootout)."""
 
 import csv
+import json
 import shutil
 
 import pyarrow.parquet as pq
@@ -28,15 +29,16 @@ def test_csv_and_parquet_carry_every_measurement_with_its_cell(data_dir, tmp_pat
     assert tcp["n"] == 3 and len(tcp["samples"]) == 3 and tcp["ci_low"] < tcp["mean"] < tcp["ci_high"]
 
 
-def test_a_cut_off_last_line_is_dropped_with_a_warning(tmp_path, capsys):
+def test_a_cut_off_last_line_is_dropped_with_a_warning(data_dir, tmp_path, capsys):
     from niclab.errors import NiclabError
     from niclab.results import read_records
 
+    cell, run = (data_dir / "runs" / "bonding" / "results.jsonl").read_text().splitlines()[:2]
     results = tmp_path / "results.jsonl"
-    results.write_text('{"type": "cell", "cell": "x"}\n{"type": "measurement", "cell": "x", "val')
-    assert read_records(results) == [{"type": "cell", "cell": "x"}]
+    results.write_text(f"{cell}\n{run[:-40]}")
+    assert read_records(results) == [json.loads(cell)]
     assert "the last line is cut off" in capsys.readouterr().err
-    results.write_text('{"type": "cell"}\n{"type": \n{"type": "run"}\n')
+    results.write_text(f'{cell}\n{{"type": \n{run}\n')
     with pytest.raises(NiclabError, match=r"results.jsonl:2: not a results record"):
         read_records(results)
 
@@ -59,3 +61,29 @@ def test_report_compare_and_export_read_a_killed_run_and_say_a_line_was_dropped(
     assert main(["compare", str(base), str(new)]) in (0, 1)
     captured = capsys.readouterr()
     assert "the last line is cut off" in captured.err and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize(
+    "value, cell",
+    [
+        ("=1+1", "'=1+1"),
+        ("+1", "'+1"),
+        ("-1", "'-1"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("\tx", "'\tx"),
+        ("\rx", "'\rx"),
+        ("e1000", "e1000"),
+        ("a=b", "a=b"),
+        (-1.5, -1.5),
+        (-3, -3),
+        (None, None),
+        (False, False),
+        ([-1.5, 2.0], "-1.5;2.0"),
+        (["=x", "y"], "'=x;y"),
+        ({"build": "=x"}, "{'build': '=x'}"),
+    ],
+)
+def test_a_csv_cell_that_a_spreadsheet_would_run_starts_with_a_quote(value, cell):
+    from niclab import csvsafe
+
+    assert csvsafe.cell(value) == cell

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from niclab import __version__
 from niclab.report import cost, findings, plots, provenance
@@ -20,6 +22,7 @@ class RunSection:
     table: Table
     plots: dict[str, list[Plot]]
     missing: list[str]  # sections these runs have no data for
+    undrawn: list[str]  # sections whose figures matplotlib could not draw (values such as 1e308 beside 1)
     costs: list[cost.CostRow]
     currency: str
     expectations: list[dict]
@@ -36,18 +39,33 @@ class Report:
     findings: list[findings.Finding]
 
 
+def _drawn(title: str, make: Callable[[RunData], Any], run: RunData, undrawn: list[str]) -> list[Plot]:
+    """A section's figures; none when matplotlib cannot draw the run's values (a run directory is
+    untrusted: a mean of 1e308 beside one of 1 leaves no tick to place), and the section says so."""
+    try:
+        made = make(run)
+    except (ValueError, ArithmeticError):
+        undrawn.append(title)
+        return []
+    return [p for p in (made if isinstance(made, list) else [made]) if p]
+
+
 def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report:
     """A report of the runs; runs of one scenario (shards of a sweep) become one section."""
     runs = merge_runs(runs)
     sections = []
     for run in runs:
+        undrawn: list[str] = []
         figures = {
-            "NetPIPE curves": plots.netpipe_plots(run),
-            "throughput, latency and CPU": plots.throughput_bars(run),
-            "throughput against MTU": [p for p in [plots.mtu_lines(run)] if p],
-            "bonding": [p for p in [plots.bonding_plot(run)] if p],
-            "fio over NFS": [p for p in [plots.nfs_plot(run)] if p],
-            "against a swept setting": plots.sweep_lines(run),
+            title: _drawn(title, make, run, undrawn)
+            for title, make in (
+                ("NetPIPE curves", plots.netpipe_plots),
+                ("throughput, latency and CPU", plots.throughput_bars),
+                ("throughput against MTU", plots.mtu_lines),
+                ("bonding", plots.bonding_plot),
+                ("fio over NFS", plots.nfs_plot),
+                ("against a swept setting", plots.sweep_lines),
+            )
         }
         known, currency = cost.prices_of(run, prices)
         sections.append(
@@ -55,7 +73,8 @@ def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report
                 run=run,
                 table=summary_table(run),
                 plots={k: v for k, v in figures.items() if v},
-                missing=[k for k, v in figures.items() if not v],
+                missing=[k for k, v in figures.items() if not v and k not in undrawn],
+                undrawn=undrawn,
                 costs=cost.cost_rows(run, known),
                 currency=currency,
                 expectations=[e for c in run.cells for e in c.expectations],

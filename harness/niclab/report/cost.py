@@ -10,11 +10,10 @@ NetPIPE's peak, lmbench bw_tcp, netperf UDP received).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-import yaml
-
-from niclab import nics
+from niclab import nics, yamlpos
 from niclab.report.data import RunData
 
 PEAK_METRICS = (
@@ -38,17 +37,34 @@ class CostRow:
         return self.price / self.peak_mbps
 
 
-def prices_of(run: RunData, extra: dict[str, float] | None = None) -> tuple[dict[str, float], str]:
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
     try:
-        scenario = yaml.safe_load(run.info.get("scenario_text", "")) or {}
-    except yaml.YAMLError:
+        price = float(value)
+    except OverflowError:
+        return None
+    return price if math.isfinite(price) else None
+
+
+def prices_of(run: RunData, extra: dict[str, float] | None = None) -> tuple[dict[str, float], str]:
+    """The card prices and their currency; the scenario text is the run's (untrusted: read with
+    niclab.yamlpos's limits, and what is not a price of a card is left out)."""
+    try:
+        scenario = yamlpos.load(run.info.get("scenario_text") or "")[0]
+    except yamlpos.YamlError:
+        scenario = None
+    if not isinstance(scenario, dict):
         scenario = {}
+    given = scenario.get("prices")
     prices = {}
     lab = (run.info.get("lab") or {}).get("prices") or {}
-    for model, price in {**(scenario.get("prices") or {}), **lab, **(extra or {})}.items():
+    for model, price in {**(given if isinstance(given, dict) else {}), **lab, **(extra or {})}.items():
         found = nics.lookup(str(model))
-        prices[found.name if found else str(model)] = float(price)
-    return prices, str(scenario.get("currency") or "")
+        if (number := _number(price)) is not None:
+            prices[found.name if found else str(model)] = number
+    currency = scenario.get("currency")
+    return prices, currency if isinstance(currency, str) else ""
 
 
 def cost_rows(run: RunData, prices: dict[str, float]) -> list[CostRow]:

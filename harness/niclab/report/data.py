@@ -7,12 +7,22 @@ its records are grouped per cell: provenance, summaries, measurements, runs.
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from niclab.errors import UsageError
-from niclab.results import read_records
+from niclab.records import (
+    CellEndRecord,
+    CellRecord,
+    ErrorRecord,
+    ExpectationRecord,
+    MeasurementRecord,
+    RunRecord,
+    SummaryRecord,
+    as_dict,
+    read_results,
+    read_run_info,
+)
 
 
 @dataclass
@@ -50,7 +60,7 @@ class RunData:
 
     @property
     def scenario(self) -> str:
-        return self.info.get("scenario", self.path.name)
+        return self.info.get("scenario") or self.path.name
 
     def cell(self, cell_id: str) -> CellData:
         for cell in self.cells:
@@ -58,8 +68,10 @@ class RunData:
                 return cell
         ids = [c.id for c in self.cells]
         close = difflib.get_close_matches(cell_id, ids, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        raise UsageError(f"{self.path} has no cell {cell_id!r}; {hint}its cells: {', '.join(ids) or 'none'}")
+        hint = f"did you mean {_shown(close[0], quoted=True)}? " if close else ""
+        listed = ", ".join(map(_shown, ids[:CELLS_LISTED]))
+        listed += f", … ({len(ids)} in all)" if len(ids) > CELLS_LISTED else ""
+        raise UsageError(f"{self.path} has no cell {cell_id!r}; {hint}its cells: {listed or 'none'}")
 
     @property
     def axes(self) -> list[str]:
@@ -70,6 +82,16 @@ class RunData:
         return names
 
 
+CELLS_LISTED = 20  # in a message that lists a run's cells
+
+
+def _shown(cell_id: str, quoted: bool = False) -> str:
+    """A cell id from a run directory, in a one-line message: as it is if printable, else as Python writes it."""
+    if cell_id.isprintable() and len(cell_id) < 200:
+        return f"'{cell_id}'" if quoted else cell_id
+    return repr(cell_id[:200])
+
+
 def params_of(cell_id: str) -> dict:
     """A cell's parameters from its id (nic=e1000,mtu=9000), as text, for cells with no records yet."""
     if cell_id == "default":
@@ -78,34 +100,30 @@ def params_of(cell_id: str) -> dict:
 
 
 def load_run(path: Path) -> RunData:
+    """A run directory's records, validated (niclab.records): a damaged file is one RunDirError line."""
     results = path / "results.jsonl"
-    if not results.is_file():
+    if not results.exists() and not results.is_symlink():
         raise UsageError(f"{path} is not a niclab run directory (it has no results.jsonl)")
-    try:
-        info = json.loads((path / "run.json").read_text())
-    except (OSError, ValueError):
-        info = {}
+    found = read_run_info(path / "run.json")
+    info = as_dict(found) if found is not None else {}
     cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.get("cells", [])}
-    for record in read_records(results):
-        cid = record.get("cell")
-        if cid is None:
-            continue
-        cell = cells.setdefault(cid, CellData(cid, {}))
-        cell.params = record.get("params", cell.params)
-        kind = record.get("type")
-        if kind == "cell":
+    for _, model in read_results(results):
+        record = as_dict(model)
+        cell = cells.setdefault(model.cell, CellData(model.cell, {}))
+        cell.params = model.params
+        if isinstance(model, CellRecord):
             cell.facts = record
-        elif kind == "cell_end":
+        elif isinstance(model, CellEndRecord):
             cell.end = record
-        elif kind == "summary":
+        elif isinstance(model, SummaryRecord):
             cell.summaries.append(record)
-        elif kind == "measurement":
+        elif isinstance(model, MeasurementRecord):
             cell.measurements.append(record)
-        elif kind == "run":
-            cell.runs[record["run"]] = record
-        elif kind == "error":
+        elif isinstance(model, RunRecord):
+            cell.runs[model.run] = record
+        elif isinstance(model, ErrorRecord):
             cell.errors.append(record)
-        elif kind == "expectation":
+        elif isinstance(model, ExpectationRecord):
             cell.expectations.append(record)
     return RunData(path, info, list(cells.values()))
 

@@ -6,6 +6,8 @@ repeats, the run whose peak is the median stands for its cell.
 
 from __future__ import annotations
 
+import math
+
 from niclab.report.data import CellData, RunData
 from niclab.report.figures import COLORS, Plot, bytes_axis, grouped_bars, new_figure, to_plot
 
@@ -18,9 +20,11 @@ NFS_PATTERNS = (
 
 
 def half_width(summary: dict | None) -> float | None:
+    """Half the width of the summary's interval, for an error bar (None: no interval, or one too wide to draw)."""
     if not summary or summary["n"] < 2 or summary.get("ci_low") is None:
         return None
-    return (summary["ci_high"] - summary["ci_low"]) / 2
+    half = (summary["ci_high"] - summary["ci_low"]) / 2
+    return half if math.isfinite(half) else None
 
 
 def netpipe_curve(cell: CellData) -> list[list[float]] | None:
@@ -35,8 +39,8 @@ def netpipe_curve(cell: CellData) -> list[list[float]] | None:
 def _mtu_of(cell: CellData) -> int | None:
     value = cell.params.get("mtu")
     try:
-        return int(value) if value is not None else None
-    except ValueError:
+        return int(value) if isinstance(value, int | float | str) else None
+    except (ValueError, OverflowError):  # not a number, or inf
         return None
 
 
@@ -188,7 +192,7 @@ def mtu_lines(run: RunData) -> Plot | None:
         return None
     figure, ax = new_figure()
     for i, (card, values) in enumerate(points.items()):
-        values.sort()
+        values.sort(key=lambda v: v[0])
         ax.errorbar(
             [v[0] for v in values],
             [v[1] for v in values],
@@ -212,7 +216,7 @@ def bonding_plot(run: RunData) -> Plot | None:
         for s in cell.summaries:
             if s["name"] != "netperf.TCP_STREAM.throughput_mbps":
                 continue
-            ports = cell.nic_of(s["runs"][0], s["client"]).get("ports", 1) if s.get("runs") else 1
+            ports = (cell.nic_of(s["runs"][0], s["client"]).get("ports") or 1) if s["runs"] else 1
             series.setdefault(cell.card, {})[ports] = s["mean"]
     series = {card: values for card, values in series.items() if len(values) > 1 and 1 in values}
     if not series:
@@ -280,7 +284,7 @@ def sweep_lines(run: RunData) -> list[Plot]:
                 continue
             figure, ax = new_figure()
             for i, (label, points) in enumerate(lines.items()):
-                points.sort()
+                points.sort(key=lambda p: p[0])
                 ax.errorbar(
                     [p[0] for p in points],
                     [p[1] for p in points],

@@ -7,6 +7,7 @@ from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from niclab.atomic import write_text
 from niclab.report.build import Report
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -30,8 +31,6 @@ def render_html(report: Report) -> str:
 
 
 def write_report(report: Report, out: Path) -> Path:
+    """The page at `out`, whole or not at all, never written through a symlink there (niclab.atomic)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(render_html(report))
-    tmp.replace(out)
-    return out
+    return write_text(out, render_html(report))

@@ -3,7 +3,8 @@
 As the NIC studies printed it: `tcp`, `udp send`, `udp receive`, `rr` and
 the rest of the headline metrics down the side, the cards across, each value
 the mean with ± its confidence interval's half width, the unit in the row.
-The same table comes as CSV and as Markdown.
+The same table comes as CSV (its text escaped for spreadsheets, niclab.csvsafe)
+and as Markdown.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import csv
 import io
 from dataclasses import dataclass
 
+from niclab import csvsafe
 from niclab.facts import drivers_line
 from niclab.report.data import RunData
 from niclab.table import format_value, metric_label
@@ -61,10 +63,10 @@ class Table:
     def csv(self) -> str:
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["test", "unit"] + [h for c in self.columns for h in (c, f"{c} ±")])
+        writer.writerow(["test", "unit"] + [csvsafe.text(h) for c in self.columns for h in (c, f"{c} ±")])
         for test, unit, cells in self.rows:
             writer.writerow(
-                [test, unit]
+                [csvsafe.text(test), csvsafe.text(unit)]
                 + [
                     v
                     for c in cells

@@ -1,0 +1,178 @@
+"""The record models (niclab.records) are the results format: what the runner writes, and what was captured, loads.
+
+The runner runs through the replay fake (tests/fakes.py, as tests/unit/test_runner.py does) and every line
+it writes to results.jsonl, and its run.json, must validate; so must the run directories shipped in
+tests/data/runs. Then the reader's own rules: versions, messages that name the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from niclab import records
+from niclab.records import RunDirError, read_results, read_run_info
+from niclab.results import RunDir, RunInfo
+from niclab.runner import Runner
+from niclab.scenario import load_scenario
+from tests.fakes import FakeBackend, Replay
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
+
+SCENARIO = """\
+name: fake-two-node
+nodes: [a, b]
+links:
+  - between: [a, b]
+    nic: e1000
+repeat: 2
+benchmarks:
+  - netperf: {test: TCP_STREAM, seconds: 5}
+  - netperf: {test: TCP_RR, seconds: 5}
+expect:
+  - netperf.TCP_STREAM.throughput_mbps > 1
+  - netperf.TCP_RR.transaction_rate > 1e12
+"""
+
+
+@pytest.fixture(scope="module")
+def replay() -> Replay:
+    return Replay.load()
+
+
+def run_through_the_fake(tmp_path: Path, backend: FakeBackend) -> Path:
+    tmp_path.mkdir()
+    path = tmp_path / "scenario.yaml"
+    path.write_text(SCENARIO)
+    scenario = load_scenario(path)
+    run_path = tmp_path / "run"
+    run_path.mkdir()
+    info = RunInfo(
+        scenario=scenario.name,
+        scenario_file=str(path),
+        scenario_text=SCENARIO,
+        cells=[c.id for c in scenario.cells],
+        backend=backend.name,
+        command=["niclab", "run"],
+    )
+    Runner(backend, RunDir(run_path), info, lambda line: None).run(scenario.cells)
+    return run_path
+
+
+def validated_kinds(run_dir: Path) -> list[str]:
+    lines = [line for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()]
+    found = list(read_results(run_dir / "results.jsonl"))
+    assert len(found) == len(lines)
+    for (_, model), line in zip(found, lines, strict=True):
+        assert records.as_dict(model) == json.loads(line)  # nothing lost, nothing added
+    info = read_run_info(run_dir / "run.json")
+    assert info is not None and records.as_dict(info) == json.loads((run_dir / "run.json").read_text())
+    return [model.type for _, model in found]
+
+
+def test_every_record_the_runner_writes_validates(tmp_path, replay):
+    good = FakeBackend(replay)
+    kinds = validated_kinds(run_through_the_fake(tmp_path / "good", good))
+    failing = FakeBackend(replay)
+    failing.when(r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR ", node="a", raises=RuntimeError("replayed bug"))
+    kinds += validated_kinds(run_through_the_fake(tmp_path / "failing", failing))
+    assert set(kinds) == set(records.KINDS)  # the two runs wrote every kind of record
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RUNS.iterdir()))
+def test_the_shipped_run_directories_load(name):
+    lines = [line for line in (RUNS / name / "results.jsonl").read_text().splitlines() if line.strip()]
+    assert len(list(read_results(RUNS / name / "results.jsonl"))) == len(lines)
+    info = read_run_info(RUNS / name / "run.json")
+    assert info is not None and info.cells and info.version == 1
+
+
+def line_of(kind: str) -> dict:
+    for line in (RUNS / "nic-shootout" / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["type"] == kind:
+            return record
+    raise LookupError(kind)
+
+
+def problem(tmp_path: Path, record: dict | str) -> str:
+    path = tmp_path / "results.jsonl"
+    path.write_text((record if isinstance(record, str) else json.dumps(record)) + "\n")
+    with pytest.raises(RunDirError) as caught:
+        list(read_results(path))
+    return str(caught.value).removeprefix(f"{path}:1: ")
+
+
+def test_a_defect_is_named_by_its_field(tmp_path):
+    run = line_of("run")
+    del run["nics"]["a"]
+    run["nics"]["a"] = {"ports": "2"}
+    assert problem(tmp_path, run) == "run nics.a.ports: should be a valid integer, not '2'"
+    summary = line_of("summary")
+    summary["ci_high"] = None
+    assert problem(tmp_path, summary) == "summary ci_low and ci_high are both numbers or both null"
+    summary = line_of("summary")
+    del summary["mean"]
+    assert problem(tmp_path, summary) == "summary without 'mean'"
+    counters = line_of("run")
+    del counters["counters"]["a"]["link0"]["interrupts_per_cpu"]
+    counters["counters"]["a"]["link0"]["interrupts_per_cpu"] = [1, 2.5]
+    assert problem(tmp_path, counters) == (
+        "run counters.a.link0.interrupts_per_cpu[1]: should be a valid integer, not 2.5"
+    )
+    assert problem(tmp_path, {**line_of("cell"), "type": "cel"}).startswith("unknown record type 'cel'; the types")
+    assert problem(tmp_path, {"cell": "x"}) == "a record without 'type'"
+    assert problem(tmp_path, "[1, 2]") == "not a results record (a JSON list, not an object)"
+
+
+def test_numbers_that_are_not_finite_and_odd_text_are_refused_where_they_are(tmp_path):
+    summary = json.dumps(line_of("summary"))
+    samples = summary.index('"samples": [') + len('"samples": [')
+    assert problem(tmp_path, summary[:samples] + "NaN, " + summary[samples:]) == "summary samples[0] is nan"
+    assert problem(tmp_path, summary.replace('"n": 3', '"n": 1e999')) == "summary n is inf"
+    assert problem(tmp_path, summary.replace('"n": 3', '"n": -Infinity')) == "summary n is -inf"
+    huge = summary.replace('"n": 3', '"n": 1' + "0" * 25)
+    assert problem(tmp_path, huge) == "summary n is a whole number too large (more than 2**64)"
+    lone = summary.replace('"unit": "Mbit/s"', '"unit": "Mbit/\\udc80s"')
+    assert problem(tmp_path, lone) == "summary unit holds a lone surrogate (\\ud800-\\udfff), which is not text"
+    deep = {**line_of("measurement"), "extra": {"curve": [], "x": json.loads("[" * 70 + "]" * 70)}}
+    assert problem(tmp_path, deep) == "measurement extra.x" + "[0]" * 6 + "… is nested more than 64 levels deep"
+
+
+def test_a_newer_format_is_refused_with_a_hint_and_version_1_is_the_default(tmp_path):
+    assert problem(tmp_path, {**line_of("cell"), "version": 2}) == (
+        "written in results format version 2; this niclab reads version 1: update niclab"
+    )
+    assert read_run_info(RUNS / "bonding" / "run.json").version == 1
+    (tmp_path / "run.json").write_text(json.dumps({"version": 7, "cells": []}))
+    with pytest.raises(RunDirError, match=r"run.json: written in results format version 7"):
+        read_run_info(tmp_path / "run.json")
+
+
+def test_a_missing_run_json_is_none_and_a_damaged_one_one_line(tmp_path):
+    assert read_run_info(tmp_path / "run.json") is None
+    (tmp_path / "run.json").write_text('{"cells": "nic=e1000"}')
+    with pytest.raises(RunDirError, match=r"run.json: cells: should be a valid list, not 'nic=e1000'$"):
+        read_run_info(tmp_path / "run.json")
+
+
+def test_a_file_or_a_line_over_its_limit_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(records, "MAX_RESULTS_BYTES", 16384)
+    monkeypatch.setattr(records, "MAX_INFO_BYTES", 1024)
+    cell = json.dumps(line_of("cell"))  # about 3 kB
+    path = tmp_path / "results.jsonl"
+    path.write_text(cell + "\n" + json.dumps({**line_of("cell"), "x": "y" * 5000}) + "\n")
+    found = read_results(path)
+    assert next(found)[0] == 1  # the first line is read before the second is looked at
+    with pytest.raises(RunDirError, match=r"results.jsonl:2: the line is longer than 4,096 bytes$"):
+        next(found)
+    path.write_text((cell + "\n") * 6)
+    with pytest.raises(RunDirError, match=r"results.jsonl: [\d,]+ bytes, more than the 16,384 bytes niclab reads$"):
+        list(read_results(path))
+    (tmp_path / "run.json").write_text(json.dumps({"scenario_text": "x" * 2000}))
+    with pytest.raises(RunDirError, match=r"run.json: 2,\d+ bytes, more than the 1,024 bytes niclab reads$"):
+        read_run_info(tmp_path / "run.json")
+    assert records._size(1 << 30) == "1 GiB" and records._size(64 << 20) == "64 MiB"
