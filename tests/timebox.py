@@ -4,8 +4,9 @@
         cli.main([...])
 
 SIGALRM (ITIMER_REAL) interrupts the block, a blocking open() of a FIFO or a read that never ends
-included, and `Hang` says what hung and for how long. Not reentrant; the main thread only (pytest runs
-tests there).
+included. The interruption is a BaseException inside the block, so no `except Exception` in the code
+under test swallows it; the block's caller gets `Hang` (an AssertionError: a test failure) saying what
+hung and for how long. Not reentrant; the main thread only (pytest runs tests there).
 """
 
 from __future__ import annotations
@@ -19,15 +20,22 @@ class Hang(AssertionError):
     """The block ran past its limit."""
 
 
+class _Expired(BaseException):
+    """Raised inside the block when the limit passes."""
+
+
+def _expired(signum, frame):
+    raise _Expired()
+
+
 @contextmanager
 def timebox(seconds: float, what: str) -> Iterator[None]:
-    def expired(signum, frame):
-        raise Hang(f"{what} took over {seconds:g} s (a hang)")
-
-    previous = signal.signal(signal.SIGALRM, expired)
+    previous = signal.signal(signal.SIGALRM, _expired)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
+    except _Expired:
+        raise Hang(f"{what} took over {seconds:g} s (a hang)") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from niclab import __version__
+from niclab import __version__, atomic
 from niclab.records import Warn, as_dict, read_results, warn_on_stderr
 
 
@@ -134,9 +134,7 @@ class RunDir:
         return self.path / "raw" / cell_dirname(cell)
 
     def write_info(self, info: RunInfo) -> None:
-        tmp = self.path / "run.json.tmp"
-        tmp.write_text(json.dumps(asdict(info), indent=2) + "\n")
-        tmp.replace(self.path / "run.json")
+        atomic.write_text(self.path / "run.json", json.dumps(asdict(info), indent=2) + "\n")
 
     def append(self, record: dict[str, Any]) -> None:
         with self.results.open("a") as sink:
@@ -149,9 +147,12 @@ class RunDir:
         directory.mkdir(parents=True, exist_ok=True)
         for n in range(1, 10000):
             path = directory / f"{name}-{n}.txt"
-            if not path.exists():
-                path.write_text(text)
-                return path
+            try:
+                with open(path, "x") as sink:  # O_CREAT|O_EXCL: never an existing file, nor a symlink's target
+                    sink.write(text)
+            except FileExistsError:
+                continue
+            return path
         raise RuntimeError(f"too many raw files named {name} in {directory}")
 
 

@@ -52,6 +52,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from niclab import cli
+from tests.timebox import timebox
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "tests" / "data" / "runs"
@@ -531,10 +532,6 @@ def plants(draw) -> dict[str, str]:
 # -- running one example ---------------------------------------------------------------------------------------
 
 
-class Hang(BaseException):
-    """An example ran past SLOW_SECONDS (a BaseException: cli.main must not catch it)."""
-
-
 def _reraise(exc: BaseException) -> str:
     """Stands in for cli.save_crash: an unexpected exception fails the test with its own traceback."""
     raise exc
@@ -607,33 +604,26 @@ def snapshot(example: Example) -> dict[str, tuple]:
     return found
 
 
-def _alarm(signum, frame) -> None:
-    raise Hang()
-
-
 def run_cli(argv: list[str]) -> tuple[int, str, str, float]:
     """`niclab ARGV` in-process under a SLOW_SECONDS timer: (status, stdout, stderr, seconds)."""
     out_bytes, err_bytes = io.BytesIO(), io.BytesIO()
     out = io.TextIOWrapper(out_bytes, encoding="utf-8", errors="strict")  # as the real stdout: strict UTF-8
     err = io.TextIOWrapper(err_bytes, encoding="utf-8", errors="backslashreplace")
-    saved = cli.save_crash, cli.build_parser, signal.getsignal(signal.SIGALRM), signal.getsignal(signal.SIGTERM)
+    saved = cli.save_crash, cli.build_parser, signal.getsignal(signal.SIGTERM)
     cli.save_crash, cli.build_parser = _reraise, _build_parser
-    signal.signal(signal.SIGALRM, _alarm)
     started = time.monotonic()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        with (
+            timebox(SLOW_SECONDS, f"niclab {' '.join(argv)}"),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore")  # scipy's and matplotlib's remarks on odd numbers
-            signal.setitimer(signal.ITIMER_REAL, SLOW_SECONDS)
-            try:
-                status = cli.main(argv)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-    except Hang:
-        pytest.fail(f"niclab {' '.join(argv)} took more than {SLOW_SECONDS:g} s")
+            status = cli.main(argv)
     finally:
         cli.save_crash, cli.build_parser = saved[:2]
-        signal.signal(signal.SIGALRM, saved[2])
-        signal.signal(signal.SIGTERM, saved[3])  # cli.main sets its own
+        signal.signal(signal.SIGTERM, saved[2])  # cli.main sets its own
     seconds = time.monotonic() - started
     out.flush()
     err.flush()

@@ -80,6 +80,11 @@ DOC_EXAMPLES = 3000  # mutants of the parsed document, dumped back to YAML (abou
 TEXT_EXAMPLES = 3500  # mutants of the raw bytes (about 4 ms each)
 EXAMPLES = DOC_EXAMPLES + TEXT_EXAMPLES
 SLOW_SECONDS = 10.0  # a mutant still running after this is stopped and fails (an alias bomb, a matrix explosion)
+# The directed tests below feed values of 100,000+ characters, nesting thousands deep and alias bombs: each is
+# stopped and fails after GUARD_SECONDS. They take 0.01 to 2 s here; anything quadratic in their size (a
+# regular expression that backtracks, a loop over a loop) takes minutes. The guard is the only time limit:
+# beside a busy process the same work takes two or three times as long, and must still pass.
+GUARD_SECONDS = 30.0
 
 FUZZ_SETTINGS = dict(
     deadline=None,
@@ -117,8 +122,9 @@ def work_dir(tmp_path):
         yield Path(name)
 
 
-def validate(data: bytes, work_dir: Path) -> tuple[int, str, str, float]:
-    """Write `data` to a file and run `niclab validate` on it in-process: (status, stdout, stderr, seconds)."""
+def validate(data: bytes, work_dir: Path, limit: float = SLOW_SECONDS) -> tuple[int, str, str, float]:
+    """Write `data` to a file and run `niclab validate` on it in-process, stopped after `limit` seconds:
+    (status, stdout, stderr, seconds)."""
     path = work_dir / "fuzz.yaml"
     path.write_bytes(data)
     out_bytes, err_bytes = io.BytesIO(), io.BytesIO()
@@ -129,7 +135,7 @@ def validate(data: bytes, work_dir: Path) -> tuple[int, str, str, float]:
     cli.save_crash, cli.build_parser = _reraise, _build_parser
     started = time.monotonic()
     try:
-        with timebox(SLOW_SECONDS, "validate"), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with timebox(limit, "validate"), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             status = cli.main(["validate", str(path)])
     finally:
         cli.save_crash, cli.build_parser = saved
@@ -144,9 +150,8 @@ POSITIONLESS = re.compile(r"\(top level\): the file is (empty|[\d,]+ bytes;) ")
 
 
 def check(data: bytes, work_dir: Path) -> int:
-    status, out, err, seconds = validate(data, work_dir)
+    status, out, err, _ = validate(data, work_dir)
     name = str(work_dir / "fuzz.yaml")
-    assert seconds < SLOW_SECONDS, f"validate took {seconds:.1f} s"
     assert "Traceback" not in err and "internal error" not in err and "bug in niclab" not in err, err
     assert status in (0, 1), (status, out, err)
     if status == 0:
@@ -925,7 +930,7 @@ def test_every_seed_is_valid_or_cleanly_rejected(work_dir):
 def _validate_measured(text: str, work_dir: Path) -> tuple[int, str, float, int]:
     tracemalloc.start()
     try:
-        status, _, err, seconds = validate(text.encode(), work_dir)
+        status, _, err, seconds = validate(text.encode(), work_dir, GUARD_SECONDS)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -946,10 +951,9 @@ BASE = "name: x\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n"
     ids=["flow-list", "flow-map", "block-map", "block-list"],
 )
 def test_deep_nesting_is_rejected_not_a_recursion_error(text, work_dir):
-    status, err, seconds, _ = _validate_measured(text, work_dir)
+    status, err, _, _ = _validate_measured(text, work_dir)
     assert status == 1
     assert re.search(r"fuzz\.yaml:\d+:\d+: description\S*: lists and mappings are nested more than 64", err), err
-    assert seconds < 5
 
 
 @pytest.mark.parametrize(
@@ -971,36 +975,32 @@ def test_deep_nesting_is_rejected_not_a_recursion_error(text, work_dir):
     ids=["laughs-9x9", "doubling-30", "merge-keys", "block-doubling", "classic-billion-laughs"],
 )
 def test_alias_bombs_are_rejected_fast(text, work_dir):
-    status, err, seconds, peak = _validate_measured(text, work_dir)
+    status, err, _, peak = _validate_measured(text, work_dir)
     assert status == 1
     assert re.search(r"fuzz\.yaml:\d+:\d+: .*alias", err), err
-    assert seconds < 2, f"{seconds:.1f} s"
     assert peak < 200 * 2**20, f"{peak / 2**20:.0f} MiB"
 
 
 @pytest.mark.parametrize("text", ["a: &a [x, *a]\n", "a: &a {k: *a}\n", "a: &a {<<: *a}\n", "a: &a !!set {? *a}\n"])
 def test_recursive_aliases_are_rejected(text, work_dir):
-    status, err, seconds, _ = _validate_measured(text, work_dir)
+    status, err, _, _ = _validate_measured(text, work_dir)
     assert status == 1
     assert re.search(r"fuzz\.yaml:1:\d+: ", err), err
-    assert seconds < 2
 
 
 def test_a_huge_matrix_is_rejected_before_it_is_expanded(work_dir):
     axes = "".join(f"  x{i}: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n" for i in range(12))  # 10**12 cells
     text = BASE + "description: '" + "".join(f"${{x{i}}}" for i in range(12)) + "'\nmatrix:\n" + axes
-    status, err, seconds, _ = _validate_measured(text, work_dir)
+    status, err, _, _ = _validate_measured(text, work_dir)
     assert status == 1
     assert re.search(r"fuzz\.yaml:\d+:\d+: matrix: the matrix has 1,000,000,000,000 combinations", err), err
-    assert seconds < 2
 
 
 def test_a_chain_of_aliases_is_as_deep_as_its_expansion(work_dir):
     chain = "a0: &a0 [x]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 200))  # 200 levels, 200 values
-    status, err, seconds, _ = _validate_measured(BASE + chain, work_dir)
+    status, err, _, _ = _validate_measured(BASE + chain, work_dir)
     assert status == 1
     assert re.search(r"fuzz\.yaml:\d+:\d+: a\d+: through its aliases this value is nested more than 64", err), err
-    assert seconds < 2
 
 
 NODES = ", ".join(f"n{i}" for i in range(5000))
@@ -1031,17 +1031,15 @@ STRANGERS = ", ".join(f"m{i}" for i in range(2000))
     ],
 )
 def test_long_values_take_linear_time_and_short_messages(text, work_dir):
-    status, err, seconds, _ = _validate_measured(text, work_dir)
+    status, err, _, _ = _validate_measured(text, work_dir)
     assert status in (0, 1), err
-    assert seconds < 3, f"{seconds:.1f} s"
     assert max((len(line) for line in err.splitlines()), default=0) < 1000, "a message quotes a whole long value"
 
 
 def test_an_oversized_file_is_rejected_before_it_is_parsed(work_dir):
     text = BASE + "description: '" + "x" * 600_000 + "'\n"
-    status, err, seconds, _ = _validate_measured(text, work_dir)
+    status, err, _, _ = _validate_measured(text, work_dir)
     assert status == 1
     assert err.endswith(
         f"fuzz.yaml: (top level): the file is {len(text):,} bytes; a scenario file is at most 512 KiB\n"
     )
-    assert seconds < 1

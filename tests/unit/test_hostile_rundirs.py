@@ -117,8 +117,9 @@ def test_a_failed_write_leaves_no_temp_file_and_the_target_as_it_was(run, capsys
 # -- reading: no FIFO, device or symlink ---------------------------------------------------------------------
 
 
-def cli_in_a_child(argv: list[str], cache: Path, seconds: float = 20) -> tuple[int, str, float]:
-    """`niclab ARGV` in a child process with 1 GiB of address space: (status, stderr, seconds)."""
+def cli_in_a_child(argv: list[str], cache: Path, seconds: float = 60) -> tuple[int, str, float]:
+    """`niclab ARGV` in a child process with 1 GiB of address space, killed after `seconds` (a hang: a
+    refusal takes a second or two, a FIFO waits for ever): (status, stderr, seconds)."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
@@ -140,14 +141,14 @@ def test_a_fifo_for_run_json_is_refused_at_once(run, cache):
     (run / "run.json").unlink()
     os.mkfifo(run / "run.json")
     try:
-        status, err, seconds = cli_in_a_child(["report", str(run)], cache)
+        status, err, _ = cli_in_a_child(["report", str(run)], cache)
     except subprocess.TimeoutExpired:
         pytest.fail("niclab report waited on a FIFO for run.json")
     assert (status, err) == (
         1,
         f"niclab: {run}/run.json: a FIFO, not a regular file; niclab reads only regular files in a run directory\n",
     )
-    assert not (cache / "crashes").exists() and seconds < 15
+    assert not (cache / "crashes").exists()
 
 
 @pytest.mark.parametrize("name", ["run.json", "results.jsonl"])
@@ -155,14 +156,14 @@ def test_a_symlink_to_dev_zero_is_refused_at_once(run, cache, name):
     (run / name).unlink()
     (run / name).symlink_to("/dev/zero")
     try:
-        status, err, seconds = cli_in_a_child(["report", str(run)], cache)
+        status, err, _ = cli_in_a_child(["report", str(run)], cache)
     except subprocess.TimeoutExpired:
         pytest.fail(f"niclab report read /dev/zero as {name} without end")
     assert (status, err) == (
         1,
         f"niclab: {run}/{name}: a symbolic link; niclab reads only regular files in a run directory\n",
     )
-    assert not (cache / "crashes").exists() and seconds < 15
+    assert not (cache / "crashes").exists()
 
 
 def test_a_directory_for_run_json_is_one_line(run, cache, capsys):
@@ -245,6 +246,7 @@ def test_csv_export_escapes_formulas_and_parquet_keeps_the_raw_value(run, cache,
 # -- found by the fuzzer (tests/unit/test_fuzz_rundirs.py) -------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # matplotlib's overflow in its tick arithmetic, on purpose
 def test_values_matplotlib_cannot_draw_leave_their_figures_out_and_say_so(tmp_path, cache, capsys):
     run = tmp_path / "nfs"
     shutil.copytree(RUNS / "nfs", run)
@@ -270,3 +272,21 @@ def test_a_cell_id_with_a_newline_is_quoted_on_one_line(run, cache, capsys):
         f"{run} has no cell 'nic=e1000'; did you mean 'nic=\\ne1000'? its cells: 'nic=\\nrtl8139', 'nic=\\ne1000'",
         status=2,  # a usage error: the cell asked for is not there
     )
+
+
+def test_the_runner_writes_run_json_and_raw_output_through_no_symlink(tmp_path):
+    """A run directory is the runner's own (0700), and still: run.json's temp file and the raw files are fresh."""
+    from niclab.results import RunDir, RunInfo
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside\n")
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    (run.path / "run.json.tmp").symlink_to(outside)
+    run.raw_dir("nic=e1000").mkdir(parents=True)
+    (run.raw_dir("nic=e1000") / "netperf-1.txt").symlink_to(outside)
+    run.write_info(RunInfo("s", "s.yaml", "", ["nic=e1000"], "qemu"))
+    saved = run.save_raw("nic=e1000", "netperf", "output\n")
+    assert outside.read_text() == "outside\n"
+    assert saved.name == "netperf-2.txt" and saved.read_text() == "output\n"
+    assert json.loads((run.path / "run.json").read_text())["scenario"] == "s"

@@ -26,3 +26,12 @@ def test_a_busy_loop_is_stopped_and_a_quick_block_is_not():
     with timebox(5, "quick"):
         assert sum(range(10)) == 45
     time.sleep(0.1)  # no alarm left armed: it would raise here
+
+
+def test_code_that_catches_every_exception_is_stopped_all_the_same():
+    with pytest.raises(Hang), timebox(0.2, "swallower"):
+        while True:
+            try:
+                time.sleep(1)
+            except Exception:  # what cli.main does with an unexpected exception
+                pass
