@@ -19,7 +19,7 @@ from niclab.cli import main
 from niclab.errors import NiclabError
 from niclab.filelock import locked as file_locked
 from niclab.lab import passthrough
-from niclab.lab.inventory import parse_inventory
+from niclab.lab.inventory import InventoryError, parse_inventory
 from niclab.lab.lease import holder, lease
 from niclab.lab.match import Placement
 from niclab.lab.passthrough import hold_cards
@@ -33,6 +33,7 @@ CARD = "0000:03:00.0"
 SATA = "0000:00:17.0"
 NVME = "0000:01:00.0"
 ACCEL = "0000:05:00.0"
+DISPLAY = "0000:00:02.0"
 NOBODY = 65534
 NO_SLEEP: dict[str, Any] = {"sleep": lambda seconds: None}
 LEFT_ALONE = "left alone: check the card and delete the entry by hand"
@@ -117,11 +118,9 @@ def test_a_planted_entry_naming_a_sata_controller_is_left_alone(fake, state, sta
     results = {r.pci: r for r in restore_all(sim, Journal(state), **NO_SLEEP)}
     assert results[CARD].ok and sim.driver(CARD) == "e1000"  # the other entries are still restored
     sata = results[SATA]
-    where = " on ahci, not on vfio-pci where niclab would have put it"
-    why = ", not a network controller" if allow_class is None else where
-    assert not sata.ok and sata.error == (
+    assert not sata.ok and sata.error == (  # no allow_class makes a disk's controller passable (pciclass.NEVER)
         f"journal entry {state_path}/vfio/{SATA}.json: device {SATA} is a mass storage controller: SATA (AHCI) "
-        f"(class 0x010601){why}; {LEFT_ALONE}"
+        f"(class 0x010601), not a network controller; {LEFT_ALONE}"
     )
     assert touches(sim.writes, SATA) == [] and sim.driver(SATA) == "ahci"
     assert (state_path / "vfio" / f"{SATA}.json").exists()  # the entry stays, for a person to look at
@@ -566,3 +565,15 @@ def test_passed_through_refuses_the_sata_controller_before_journaling(fake, stat
         "function, needs allow_class: on its inventory class)"
     )
     assert sim.writes == [] and list((state_path / "vfio").iterdir()) == []
+
+
+@pytest.mark.parametrize("allow", ["0x03", "0x030000"])
+def test_no_allowance_binds_the_hosts_display(fake, state, allow):
+    """An inventory may not allow what the host runs on (it refuses allow_class 0x03), nor may the binding."""
+    fake.add_device(DISPLAY, cls=0x030000, driver="i915", group=12)
+    sim = fake.sim()
+    with pytest.raises(NiclabError, match=r"is a display controller: VGA \(class 0x030000\), not a network controller"):
+        bind_to_vfio(sim, Journal(state), DISPLAY, "run-1", allowed=AllowedClass.parse(allow), **NO_SLEEP)
+    assert sim.writes == [] and sim.driver(DISPLAY) == "i915"
+    with pytest.raises(InventoryError, match=r"allow_class 0x03\S* would let niclab pass a display controller through"):
+        parse_inventory(LAB.format(pci=DISPLAY, cls="accel", allow=f', allow_class: "{allow}"'), "lab.yaml")

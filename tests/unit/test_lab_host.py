@@ -289,8 +289,8 @@ def test_an_nvme_controller_is_refused_naming_its_class_even_forced(fake):
     assert cls.status == "fail"
     assert cls.detail == "0000:01:00.0 is a mass storage controller: NVMe (class 0x010802), not a network controller"
     assert cls.fix == (
-        "check the inventory's pci with lspci -D -s 0000:01:00.0; a card that reports another class needs "
-        'allow_class: "0x0108" on its class in the inventory'
+        "check the inventory's pci with lspci -D -s 0000:01:00.0; a host's disks, display, memory, bridges, "
+        "system peripherals, input devices and USB or SMBus controllers are never passed through"
     )
     assert not report.usable(force=True)
     refusal = report.refusal(force=True)
@@ -308,7 +308,9 @@ def test_a_controller_of_the_hosts_disk_is_refused_even_when_its_class_is_allowe
     cls = check(diagnose(fake.sysfs(), quiet_net(), [card])[0], "class")
     assert cls.status == "fail" and "allow_class" not in cls.fix
     assert (
-        cls.detail == "0000:01:00.0 is a mass storage controller: NVMe (class 0x010802), with the host's disk nvme0n1"
+        cls.detail
+        == "0000:01:00.0 is a mass storage controller: NVMe (class 0x010802), not a network controller, with the "
+        "host's disk nvme0n1"
     )
 
 

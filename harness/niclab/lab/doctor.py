@@ -229,7 +229,10 @@ def _class(sysfs: PciReader, pci: str, code: int, allowed: AllowedClass | None) 
     if disks:
         why = (why or f"is a {pciclass.describe(code)} (class 0x{code:06x})") + f", with the host's {_disks(disks)}"
         return Check("class", "fail", f"{pci} {why}", f"{lspci}; the host's disks are never passed through")
-    hint = f'a card that reports another class needs allow_class: "0x{code >> 8:04x}" on its class in the inventory'
+    if pciclass.never_passed(code):
+        hint = pciclass.NEVER_TEXT
+    else:
+        hint = f'a card that reports another class needs allow_class: "0x{code >> 8:04x}" on its class in the inventory'
     return Check("class", "fail", f"{pci} {why}", f"{lspci}; {hint}")
 
 

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pydantic import (
     BaseModel,
@@ -51,7 +51,7 @@ from pydantic import (
 
 from niclab import nics
 from niclab.errors import UsageError
-from niclab.lab.pciclass import AllowedClass
+from niclab.lab.pciclass import NEVER_TEXT, AllowedClass
 from niclab.nics import CardClass
 from niclab.scenario.errors import (
     NAME_PATTERN,
@@ -116,13 +116,12 @@ def check_uri(uri: str, allow_params: bool = False) -> tuple[str, str] | None:
         return f"{shown_uri} names a port for a local connection", "drop the port"
     if not _URI_PATH.fullmatch(parts.path):
         return f"{shown_uri} has the path {shown(parts.path)}", "write /system (or /session)"
-    try:
-        params = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError:
-        return f"{shown_uri} has an unreadable ?query", "write ?name=value&name=value, or drop it"
-    unsafe = sorted({name for name, _ in params if name not in URI_SAFE_PARAMETERS})
+    # as libvirt reads them (virURIParseParams): pairs split at & and at ;, names %-unescaped and compared
+    # without regard to case (Command= is command=)
+    params = [unquote(pair.partition("=")[0]).lower() for pair in re.split(r"[&;]", parts.query) if pair]
+    unsafe = sorted({name for name in params if name not in URI_SAFE_PARAMETERS})
     if unsafe and not allow_params:
-        names = ", ".join(f"{name}=" for name in unsafe)
+        names = ", ".join(f"{name if name.isprintable() else repr(name)}=" for name in unsafe)
         return (
             f"{shown_uri} has the parameter{'s' if len(unsafe) > 1 else ''} {names}, which "
             f"{'make' if len(unsafe) > 1 else 'makes'} libvirt run a program or open another socket "
@@ -178,6 +177,16 @@ class ClassSpec(BaseModel):
         if value is None or isinstance(value, AllowedClass):
             return value
         parsed = AllowedClass.parse(value) if isinstance(value, str) else None
+        if parsed is not None and (kind := parsed.forbidden()) is not None:
+            raise Problems(
+                [
+                    Problem(
+                        (),
+                        f"allow_class {parsed} would let niclab pass a {kind} through",
+                        f'{NEVER_TEXT}; allow the card\'s own class (e.g. "0x1200")',
+                    )
+                ]
+            )
         if parsed is None:
             raise Problems(
                 [

@@ -48,6 +48,7 @@ _BASES = {
 
 # (base, subclass) -> name; the PCI code and ID assignment specification's common ones.
 _SUBCLASSES = {
+    (0x00, 0x01): "VGA-compatible",
     (0x01, 0x00): "SCSI",
     (0x01, 0x01): "IDE",
     (0x01, 0x02): "floppy disk",
@@ -144,13 +145,54 @@ class AllowedClass:
     def matches(self, code: int) -> bool:
         return (code & 0xFFFFFF) >> (4 * (6 - self.digits)) == self.value
 
+    def forbidden(self) -> str | None:
+        """The kind of device the host runs on that this allowance would cover (None: none), e.g.
+        "mass storage controller" for 0x01, "serial bus controller: USB" for 0x0c."""
+        cls = self.value >> (4 * (self.digits - 2))
+        sub = (self.value >> (4 * (self.digits - 4))) & 0xFF if self.digits >= 4 else None
+        for never_base, never_sub in NEVER:
+            if cls == never_base and (never_sub is None or sub in (None, never_sub)):
+                name = _BASES.get(never_base, f"class 0x{never_base:02x}")
+                return name if never_sub is None else f"{name}: {_SUBCLASSES[(never_base, never_sub)]}"
+        return None
+
     def __str__(self) -> str:
         return f"0x{self.value:0{self.digits}x}"
 
 
+# What the host itself runs on, never passed through whatever an inventory allows: its disks, display,
+# memory, bridges, system peripherals (IOMMU, interrupt and DMA controllers, timers), input devices, and
+# USB and SMBus controllers (keyboards, sensors). (base, None) is a whole base class.
+NEVER: tuple[tuple[int, int | None], ...] = (
+    (MASS_STORAGE, None),
+    (DISPLAY, None),
+    (0x05, None),
+    (BRIDGE, None),
+    (0x08, None),
+    (0x09, None),
+    (0x0C, 0x03),
+    (0x0C, 0x05),
+    (0x00, 0x01),  # a VGA-compatible device from before class codes
+)
+
+
+NEVER_TEXT = (
+    "a host's disks, display, memory, bridges, system peripherals, input devices and USB or SMBus controllers "
+    "are never passed through"
+)
+
+
+def never_passed(code: int) -> bool:
+    """Whether the class is one the host runs on (NEVER): no allow_class makes it passable."""
+    cls, sub = base(code), (code >> 8) & 0xFF
+    return any(cls == never_base and never_sub in (None, sub) for never_base, never_sub in NEVER)
+
+
 def refusal(code: int, allowed: AllowedClass | None = None) -> str | None:
     """Why a device of this class may not be passed through (None: it may): not a network controller,
-    and not the class the inventory allows."""
-    if is_network(code) or (allowed is not None and allowed.matches(code)):
+    and not a class the inventory allows, or one the host runs on whatever is allowed."""
+    if is_network(code):
+        return None
+    if allowed is not None and allowed.matches(code) and not never_passed(code):
         return None
     return f"is a {describe(code)} (class 0x{code:06x}), not a network controller"
