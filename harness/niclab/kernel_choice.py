@@ -60,8 +60,10 @@ def parse_kernel(value: Any, base: Path | None = None) -> KernelChoice:
             f"{', '.join(SUITES)}, or {{build: DIR}} for a kernel tree you built"
         )
     if isinstance(value, dict) and set(value) == {"build"} and isinstance(value["build"], str) and value["build"]:
-        tree = Path(value["build"]).expanduser()
-        tree = ((base or Path.cwd()) / tree).resolve()
+        try:
+            tree = ((base or Path.cwd()) / Path(value["build"]).expanduser()).resolve()
+        except (RuntimeError, OSError, ValueError) as exc:  # ~nosuchuser, a symlink loop, a NUL byte
+            raise ValueError(f"kernel build {shown(value['build'])}: not a usable path ({exc})") from None
         if not tree.is_dir():
             raise ValueError(f"kernel build {shown(value['build'])}: no such directory ({tree})")
         return KernelChoice(build=str(tree))

@@ -79,7 +79,8 @@ SEED_LINES = sorted({line for text in SEED_TEXTS for line in text.splitlines() i
 DOC_EXAMPLES = 3000  # mutants of the parsed document, dumped back to YAML (about 5 ms each)
 TEXT_EXAMPLES = 3500  # mutants of the raw bytes (about 4 ms each)
 EXAMPLES = DOC_EXAMPLES + TEXT_EXAMPLES
-SLOW_SECONDS = 10.0  # a mutant still running after this is stopped and fails (an alias bomb, a matrix explosion)
+SLOW_SECONDS = 60.0  # a mutant still running after this is stopped and fails: a hang (an alias bomb, a matrix
+# explosion), not a slow one (each takes milliseconds, the largest about a second, beside a busy process a few)
 # The directed tests below feed values of 100,000+ characters, nesting thousands deep and alias bombs: each is
 # stopped and fails after GUARD_SECONDS. They take 0.01 to 2 s here; anything quadratic in their size (a
 # regular expression that backtracks, a loop over a loop) takes minutes. The guard is the only time limit:
@@ -239,6 +240,12 @@ KEYS = sorted(
         "seconds",
         "tso",
         "gro",
+        "kernel",
+        "build",
+        "module_params",
+        "coalesce",
+        "rings",
+        "queues",
         "a",
         "b",
         "c",
@@ -317,6 +324,11 @@ TEXTS = st.sampled_from(
         "netperf.TCP_STREAM.throughput_mbps[link=1,from=a] > 5",
         "ping.rtt_avg_ms < 1e999 ms",
         "x > 1 " + " " * 200 + "y",
+        "trixie",
+        "~nosuchuser/linux",
+        "../../../../tmp",
+        "/dev/zero",
+        "a/../../b",
     ]
 ) | st.text(max_size=24)
 
