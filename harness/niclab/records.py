@@ -46,8 +46,11 @@ from niclab.errors import NiclabError
 
 FORMAT_VERSION = 1  # what this niclab writes and reads; a record without `version` is version 1
 MAX_RESULTS_BYTES = 1 << 30  # results.jsonl: a sweep of 20,000 cells is about 57 MB
-MAX_INFO_BYTES = 64 << 20  # run.json
-MAX_LINE_BYTES = 64 << 20  # one record of results.jsonl
+MAX_INFO_BYTES = 16 << 20  # run.json: its scenario text is at most 512 KiB
+MAX_LINE_BYTES = 4 << 20  # one record of results.jsonl: the runner's are up to about 10 kB
+# JSON values (about: commas and colons) in one file: what memory the records take grows with their count
+# (some 100 bytes each in Python), not with their bytes; a sweep of 20,000 cells has about 6 million
+MAX_VALUES = 20_000_000
 MAX_DEPTH = 64  # levels of nested objects and arrays in a record; the runner's go about 6 deep
 SHOWN_LEVELS = 8  # of a path into a record, in a message
 MAX_INT = 2**64  # whole numbers beyond this are refused (they do not fit a float, and no counter gets there)
@@ -548,7 +551,7 @@ def read_results(path: Path, warn: Warn = warn_on_stderr) -> Iterator[tuple[int,
     last line (a run killed while writing it) is dropped, and `warn` says so.
     """
     with open_regular(path, MAX_RESULTS_BYTES) as source:
-        total, number = 0, 0
+        total, number, values = 0, 0, 0
         while True:
             line = source.readline(MAX_LINE_BYTES + 1)
             if not line:
@@ -559,6 +562,9 @@ def read_results(path: Path, warn: Warn = warn_on_stderr) -> Iterator[tuple[int,
                 raise RunDirError(f"{path}:{number}: the line is longer than {_size(MAX_LINE_BYTES)}")
             if total > MAX_RESULTS_BYTES:
                 raise RunDirError(f"{path}: more than the {_size(MAX_RESULTS_BYTES)} niclab reads")
+            values += line.count(b",") + line.count(b":")
+            if values > MAX_VALUES:
+                raise RunDirError(f"{path}:{number}: more than the {MAX_VALUES:,} values niclab reads in one file")
             if not line.strip():
                 continue
             last = not line.endswith(b"\n")
@@ -619,6 +625,8 @@ def read_run_info(path: Path) -> RunInfoRecord | None:
         data = source.read(MAX_INFO_BYTES + 1)
     if len(data) > MAX_INFO_BYTES:
         raise RunDirError(f"{path}: more than the {_size(MAX_INFO_BYTES)} niclab reads")
+    if data.count(b",") + data.count(b":") > MAX_VALUES:
+        raise RunDirError(f"{path}: more than the {MAX_VALUES:,} values niclab reads in one file")
     try:
         info = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as exc:

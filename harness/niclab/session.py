@@ -240,12 +240,15 @@ class Session:
     def _save_in_workdir(self, name: str, text: str) -> Path:
         directory = self.workdir / "raw"
         directory.mkdir(parents=True, exist_ok=True)
-        n = 1
-        while (directory / f"{name}-{n}.txt").exists():
-            n += 1
-        path = directory / f"{name}-{n}.txt"
-        path.write_text(text)
-        return path
+        for n in range(1, 10000):
+            path = directory / f"{name}-{n}.txt"
+            try:
+                with open(path, "x") as sink:  # O_CREAT|O_EXCL: never an existing file, nor a symlink's target
+                    sink.write(text)
+            except FileExistsError:
+                continue
+            return path
+        raise RuntimeError(f"too many raw files named {name} in {directory}")
 
 
 __all__ = ["Session", "benchmarks"]

@@ -34,7 +34,7 @@ fi
 if [ -d /var/lib/niclab ] && [ -z "${NICLAB_STATE:-}" ]; then
     NICLAB_STATE=/var/lib/niclab/uid-$uid
     if [ ! -d "$NICLAB_STATE" ]; then
-        mkdir -m 0700 "$NICLAB_STATE"
+        mkdir -p -m 0700 "$NICLAB_STATE"  # -p: two containers starting at once may both get here
         chown "$uid:$gid" "$NICLAB_STATE"
     fi
     export NICLAB_STATE

@@ -290,3 +290,18 @@ def test_the_runner_writes_run_json_and_raw_output_through_no_symlink(tmp_path):
     assert outside.read_text() == "outside\n"
     assert saved.name == "netperf-2.txt" and saved.read_text() == "output\n"
     assert json.loads((run.path / "run.json").read_text())["scenario"] == "s"
+
+
+def test_an_output_that_cannot_be_written_names_it_and_the_fix(run, cache, tmp_path, capsys):
+    (tmp_path / "taken").mkdir()
+    assert main(["report", str(run), "--out", str(tmp_path / "taken")]) == 1
+    assert capsys.readouterr().err == (
+        f"niclab: cannot write {tmp_path / 'taken'}: Is a directory; remove that directory, "
+        "or write elsewhere (--out)\n"
+    )
+    assert main(["export", str(run), "--format", "csv", "--out", str(tmp_path / "no" / "x.csv")]) == 1
+    assert capsys.readouterr().err == (
+        f"niclab: cannot write {tmp_path / 'no' / 'x.csv'}: No such file or directory; create {tmp_path / 'no'} "
+        "first, or write elsewhere (--out)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp file left

@@ -18,7 +18,7 @@ import pytest
 from niclab.cli import main
 from niclab.errors import NiclabError
 from niclab.filelock import locked as file_locked
-from niclab.lab import passthrough
+from niclab.lab import passthrough, statedir
 from niclab.lab.inventory import InventoryError, parse_inventory
 from niclab.lab.lease import holder, lease
 from niclab.lab.match import Placement
@@ -251,12 +251,20 @@ def test_lab_restore_prints_one_line_per_problem_and_exits_1(fake, state_path, c
 # -- symbolic links in the state directory ---------------------------------------------------------------------
 
 
-def test_a_temp_name_planted_as_a_symlink_is_not_followed(fake, state, state_path, outside):
+def test_a_temp_name_planted_as_a_symlink_is_not_followed(fake, state, state_path, outside, monkeypatch):
+    """The names once used (the pid), and the very name the next write takes (its random part made known):
+    O_CREAT|O_EXCL|O_NOFOLLOW refuses to open either, and nothing outside changes."""
+    monkeypatch.setattr(statedir.secrets, "token_hex", lambda n: "0" * (2 * n))
     before = snapshot(outside)
-    for name in (f".{CARD}.{os.getpid()}.tmp", f".{CARD}.json.{os.getpid()}.tmp"):  # the names once used
-        (state_path / "vfio").mkdir(mode=0o700, exist_ok=True)
+    planted = (f".{CARD}.{os.getpid()}.tmp", f".{CARD}.json.{os.getpid()}.tmp", f".{CARD}.json.{'0' * 16}.tmp")
+    (state_path / "vfio").mkdir(mode=0o700, exist_ok=True)
+    for name in planted:
         (state_path / "vfio" / name).symlink_to(outside / "victim")
     sim = fake.sim()
+    with pytest.raises(FileExistsError):
+        bind_to_vfio(sim, Journal(state), CARD, "run-1", **NO_SLEEP)
+    assert sim.writes == [] and snapshot(outside) == before  # not journaled: nothing moved, nothing written
+    (state_path / "vfio" / planted[-1]).unlink()
     bind_to_vfio(sim, Journal(state), CARD, "run-1", **NO_SLEEP)
     assert sim.driver(CARD) == "vfio-pci" and Journal(state).get(CARD) is not None
     assert snapshot(outside) == before
@@ -577,3 +585,27 @@ def test_no_allowance_binds_the_hosts_display(fake, state, allow):
     assert sim.writes == [] and sim.driver(DISPLAY) == "i915"
     with pytest.raises(InventoryError, match=r"allow_class 0x03\S* would let niclab pass a display controller through"):
         parse_inventory(LAB.format(pci=DISPLAY, cls="accel", allow=f', allow_class: "{allow}"'), "lab.yaml")
+
+
+def test_an_upgraded_0755_state_directory_is_closed_to_others_before_a_lock_is_taken(tmp_path):
+    """niclab once made /var/lib/niclab and leases/ 0755 and lock files 0644: anyone could open one and flock it.
+    Opening the state directory now makes it and its subdirectories 0700 (a user's fd opened before that is
+    the one thing left: `niclab lab leases` names such a holder)."""
+    root = tmp_path / "state"
+    (root / "leases").mkdir(parents=True)
+    root.chmod(0o755)
+    (root / "leases").chmod(0o755)
+    (root / "leases" / f"rig1.{CARD}.lock").write_text("")
+    (root / "leases" / f"rig1.{CARD}.lock").chmod(0o644)
+    with StateDir(root) as state:
+        with lease(state, f"rig1.{CARD}", "run-1"):
+            modes = {p: stat.S_IMODE(p.stat().st_mode) for p in (root, root / "leases")}
+            lock = stat.S_IMODE((root / "leases" / f"rig1.{CARD}.lock").stat().st_mode)
+    assert set(modes.values()) == {0o700} and lock == 0o600
+
+
+def test_a_record_others_may_write_is_refused(state, state_path):
+    plant(state_path, f"{CARD}.json", entry(CARD, driver="e1000"))
+    (state_path / "vfio" / f"{CARD}.json").chmod(0o666)
+    with pytest.raises(NiclabError, match=r"is writable by others than root \(mode 0666\)"):
+        Journal(state).get(CARD)

@@ -176,3 +176,18 @@ def test_a_file_or_a_line_over_its_limit_is_refused_before_it_is_parsed(tmp_path
     with pytest.raises(RunDirError, match=r"run.json: 2,\d+ bytes, more than the 1,024 bytes niclab reads$"):
         read_run_info(tmp_path / "run.json")
     assert records._size(1 << 30) == "1 GiB" and records._size(64 << 20) == "64 MiB"
+
+
+def test_a_file_of_more_values_than_memory_should_hold_is_refused(tmp_path, monkeypatch):
+    """A few MiB of {"a":0,"b":0,…} take a hundred times that in memory: values are counted, not only bytes."""
+    monkeypatch.setattr(records, "MAX_VALUES", 5000)
+    cell = json.dumps(line_of("cell"))
+    path = tmp_path / "results.jsonl"
+    path.write_text(cell + "\n" + json.dumps({**line_of("cell"), **{f"k{i}": 0 for i in range(6000)}}) + "\n")
+    found = read_results(path)
+    assert next(found)[0] == 1
+    with pytest.raises(RunDirError, match=r"results.jsonl:2: more than the 5,000 values niclab reads in one file$"):
+        next(found)
+    (tmp_path / "run.json").write_text(json.dumps({f"k{i}": 0 for i in range(6000)}))
+    with pytest.raises(RunDirError, match=r"run.json: more than the 5,000 values niclab reads in one file$"):
+        read_run_info(tmp_path / "run.json")

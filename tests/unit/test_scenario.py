@@ -81,3 +81,20 @@ def test_select_unknown_cell_suggests():
     assert scenario_file.select(["nic=virtio,mtu=4000"])[0].params == {"nic": "virtio", "mtu": 4000}
     with pytest.raises(Exception, match="did you mean 'nic=virtio,mtu=1500'"):
         scenario_file.select(["nic=virtio,mtu=150"])
+
+
+def test_build_trees_told_apart_by_a_folder_that_cannot_name_a_cell_are_refused(tmp_path):
+    """The cell id shows as many folder names as tell two build trees apart: those are checked too."""
+    for tree in ("x/a,nic=x/linux", "x/a/linux", "y/b/linux", "z/c\nd/linux"):
+        (tmp_path / tree).mkdir(parents=True)
+    text = (
+        "name: k\nnodes: [a, b]\nkernel: ${kernel}\nlinks:\n  - between: [a, b]\n    nic: e1000\nmatrix:\n"
+        f'  kernel: [{{build: "{tmp_path}/x/a,nic=x/linux"}}, {{build: "{tmp_path}/y/b/linux"}}]\n'
+    )
+    with pytest.raises(ScenarioError, match=r"matrix.kernel\[0\]: .* cannot name a cell \(its cell id would show "):
+        parse(text, "k.yaml")
+    newline = text.replace(f"{tmp_path}/x/a,nic=x/linux", f"{tmp_path}/z/c\\nd/linux")
+    with pytest.raises(ScenarioError, match=r"matrix.kernel\[0\]: .* cannot name a cell"):
+        parse(newline, "k.yaml")
+    fine = text.replace("x/a,nic=x/linux", "x/a/linux")
+    assert [c.id for c in parse(fine, "k.yaml").cells] == ["kernel=build:a-linux", "kernel=build:b-linux"]

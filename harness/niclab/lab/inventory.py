@@ -51,7 +51,7 @@ from pydantic import (
 
 from niclab import nics
 from niclab.errors import UsageError
-from niclab.lab.pciclass import NEVER_TEXT, AllowedClass
+from niclab.lab.pciclass import NEVER_TEXT, PCI_ADDRESS, AllowedClass
 from niclab.nics import CardClass
 from niclab.scenario.errors import (
     NAME_PATTERN,
@@ -67,7 +67,6 @@ from niclab.scenario.errors import (
 from niclab.scenario.template import decode
 from niclab.yamlpos import YamlError, load
 
-PCI_PATTERN = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"  # matched whole (re.fullmatch)
 PCI_ID_PATTERN = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{4}"
 HOST_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # a lease file's name and a log's: no /, no dots, no newline
 CLASS_NAME = re.compile(r"[a-z0-9][a-z0-9_.+-]{0,62}")  # a NIC model's name in scenarios and cell ids
@@ -250,7 +249,7 @@ class Card(BaseModel):
     @field_validator("pci")
     @classmethod
     def _pci(cls, value: str) -> str:
-        if not re.fullmatch(PCI_PATTERN, value):
+        if not PCI_ADDRESS.fullmatch(value.lower()):
             raise Problems(
                 [
                     Problem(

@@ -16,6 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# A PCI function's address, domain:bus:slot.function, as sysfs names devices (lowercase); matched whole.
+PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
 NETWORK = 0x02
 MASS_STORAGE = 0x01
 DISPLAY = 0x03

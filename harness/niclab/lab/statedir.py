@@ -227,6 +227,8 @@ class StateDir:
                 f"{label} {path} is writable by others than {who} (mode {stat.S_IMODE(info.st_mode):04o}): "
                 f"{why}; fix: chmod 0700 {path}"
             )
+        if stat.S_IMODE(info.st_mode) & 0o077:  # 0755, as niclab once made it: others could open lock files
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) & 0o700)
 
     def _check_ancestor(self, fd: int, path: Path) -> None:
         """An ancestor: root's or the user's, and writable by nobody else unless sticky (so no one can swap it)."""
@@ -349,6 +351,13 @@ class StateDir:
                 path, f"is owned by {_who(info.st_uid)}, not {_trusted()}: it was not written by niclab here",
                 f"remove it (rm {path})",
             )  # fmt: skip
+        if info.st_mode & _GROUP_OTHER_WRITE:
+            raise UnsafeFile(
+                path,
+                f"is writable by others than {'root' if os.geteuid() == 0 else 'you'} "
+                f"(mode {stat.S_IMODE(info.st_mode):04o}): it may not be what niclab wrote",
+                f"remove it (rm {path})",
+            )
         if info.st_nlink != 1:
             raise UnsafeFile(
                 path, f"has {info.st_nlink} hard links: another name reaches the same file", f"remove it (rm {path})"

@@ -10,16 +10,15 @@ host's own NICs of the same model included.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Protocol
 
 from niclab.errors import NiclabError
+from niclab.lab.pciclass import PCI_ADDRESS
 
 VFIO_PCI = "vfio-pci"
 PCI_BRIDGE_CLASS = 0x0604  # class >> 8 of a PCI-to-PCI bridge
 ECAP_IR = 1 << 3  # VT-d extended capability register: interrupt remapping supported
-_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # a device's directory in /sys/devices
 
 
 class PciReader(Protocol):
@@ -212,7 +211,7 @@ def _nearest_pci(link: Path) -> str | None:
     if not link.is_symlink():
         return None
     parts = Path(os.path.realpath(link)).parts
-    return next((part for part in reversed(parts) if _PCI_ADDRESS.fullmatch(part)), None)
+    return next((part for part in reversed(parts) if PCI_ADDRESS.fullmatch(part)), None)
 
 
 def _names(directory: Path) -> list[str]:

@@ -28,14 +28,13 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from niclab.errors import NiclabError
-from niclab.lab.pciclass import AllowedClass, describe, is_network, refusal
+from niclab.lab.pciclass import PCI_ADDRESS, AllowedClass, describe, is_network, refusal
 from niclab.lab.statedir import StateDir, UnsafeFile, shown
 from niclab.lab.sysfs import VFIO_PCI, Sysfs
 
 Sleep = Callable[[float], None]
 _INTERVAL = 0.1
 
-PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # as sysfs names devices: lowercase
 MODULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a driver: "e1000", "vfio-pci", "mlx5_core"
 RUN_LIMIT = 1024
 _LEFT_ALONE = "left alone: check the card and delete the entry by hand"

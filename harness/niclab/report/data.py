@@ -7,6 +7,7 @@ its records are grouped per cell: provenance, summaries, measurements, runs.
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,13 +74,13 @@ class RunData:
         listed += f", … ({len(ids)} in all)" if len(ids) > CELLS_LISTED else ""
         raise UsageError(f"{self.path} has no cell {cell_id!r}; {hint}its cells: {listed or 'none'}")
 
-    @property
+    @functools.cached_property
     def axes(self) -> list[str]:
-        """The matrix axes, in file order."""
-        names: list[str] = []
+        """The matrix axes, in file order (found once: tables and plots ask per cell)."""
+        names: dict[str, None] = {}
         for cell in self.cells:
-            names += [k for k in cell.params if k not in names]
-        return names
+            names.update(dict.fromkeys(cell.params))
+        return list(names)
 
 
 CELLS_LISTED = 20  # in a message that lists a run's cells
@@ -162,7 +163,8 @@ def merge_runs(runs: list[RunData]) -> list[RunData]:
                 if cell.summaries or cell.facts or cell.id not in cells:
                     cells[cell.id] = cell
         order = _scenario_order(group[-1].info)
-        ranked = sorted(cells.values(), key=lambda c: order.index(c.id) if c.id in order else len(order))
+        rank = {cell_id: n for n, cell_id in reversed(list(enumerate(order)))}  # the first place of each id
+        ranked = sorted(cells.values(), key=lambda c: rank.get(c.id, len(order)))
         info = dict(group[-1].info)
         info["cells"] = [c.id for c in ranked]
         info["merged_from"] = [str(r.path) for r in group]

@@ -233,14 +233,33 @@ def _cells_text(ids: list[str]) -> str:
     )
 
 
-def _unique_ids(combos: list[dict[str, Any]]) -> list[str]:
-    """Each cell's id; two build trees that end in the same folder name ({build: a/linux}, {build: b/linux})
-    are told apart by more of their paths (build:a-linux, build:b-linux)."""
+def _unique_ids(combos: list[dict[str, Any]]) -> tuple[list[str], int]:
+    """Each cell's id, and how many folder names of a path they show; two build trees that end in the same
+    folder name ({build: a/linux}, {build: b/linux}) are told apart by more of their paths (build:a-linux,
+    build:b-linux)."""
     for depth in range(1, 8):
         ids = [cell_id(params, depth) for params in combos]
         if len(set(ids)) == len(ids):
             break
-    return ids
+    return ids, depth
+
+
+def _odd_ids(matrix: dict[str, list], depth: int) -> list[Problem]:
+    """Values whose text in a cell id, with `depth` folder names of a path, cannot name a cell (checked at
+    depth 1 with the matrix; a path's deeper folders only now)."""
+    problems = []
+    for axis, values in matrix.items():
+        for i, value in enumerate(values):
+            if isinstance(value, dict) and not VALUE_RE.fullmatch(text := value_text(value, depth)):
+                problems.append(
+                    Problem(
+                        ("matrix", axis, i),
+                        f"{shown(value)} cannot name a cell (its cell id would show {shown(text)})",
+                        "the folder names that tell two build trees apart are letters, digits and _ . : % + @ -: "
+                        "rename a folder, or give the trees folder names of their own",
+                    )
+                )
+    return problems
 
 
 def _expand(
@@ -253,7 +272,10 @@ def _expand(
         return [], [Problem(("exclude",), "every cell of the matrix is excluded")]
     cells: list[Cell] = []
     failing: dict[tuple, list[str]] = {}
-    for params, cid in zip(kept, _unique_ids(kept), strict=True):
+    ids, depth = _unique_ids(kept)
+    if depth > 1 and (odd := _odd_ids(matrix, depth)):
+        return [], odd
+    for params, cid in zip(kept, ids, strict=True):
         try:
             scenario = Scenario.model_validate(substitute(body, params), context={"base": base})
             cells.append(Cell(cid, params, scenario))
