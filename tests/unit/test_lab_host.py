@@ -357,7 +357,7 @@ def test_lab_doctor_exits_1_on_an_nvme_controller_even_forced(fake, doctor_cli, 
         out = capsys.readouterr().out
         assert "FAIL class" in " ".join(out.split())
         assert (
-            "a run would refuse card wan0 (0000:01:00.0): 0000:01:00.0 is a mass storage controller: NVMe "
+            "a run would refuse card wan0 (0000:01:00.0) on rig1: 0000:01:00.0 is a mass storage controller: NVMe "
             "(class 0x010802), not a network controller" in out
         )
 

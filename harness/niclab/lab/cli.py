@@ -1,7 +1,7 @@
 """`niclab lab …`: check an inventory, diagnose a lab host, give cards back after a crash.
 
 niclab lab check LAB_YAML...        the inventory's schema and references (like `niclab validate`)
-niclab lab doctor --lab LAB_YAML    per card on this host: class, IOMMU group, driver, host use; the host's set-up
+niclab lab doctor --lab LAB_YAML    per card, on its host: class, IOMMU group, driver, host use; this host's set-up
 niclab lab restore                  every card a run left on vfio-pci back to its driver (from the journal)
 niclab lab leases                   which run holds which card
 """
@@ -31,28 +31,47 @@ def cmd_check(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from niclab.lab.doctor import diagnose, diagnose_host, render
+    from niclab.errors import NiclabError
+    from niclab.lab.doctor import diagnose_host, render
     from niclab.lab.hostnet import HostNet
     from niclab.lab.inventory import load_inventory
-    from niclab.lab.passthrough import card_refs
+    from niclab.lab.nodedev import remote_readers
+    from niclab.lab.passthrough import Readers, diagnose_cards
     from niclab.lab.sysfs import Sysfs
 
     lab = load_inventory(Path(args.lab), allow_uri_params=args.allow_uri_params)
     if args.host is not None and args.host not in lab.hosts:
         raise UsageError(f"{args.lab}: no host {args.host!r}; hosts are: {', '.join(lab.hosts)}")
     here = [args.host] if args.host else [name for name, host in lab.hosts.items() if host.local]
-    local = [card.id for card in lab.cards if card.host in here]
-    remote = [card.id for card in lab.cards if card.id not in local]
     sysfs = Sysfs(Path(args.sysfs_root))
     host = diagnose_host(sysfs)
-    reports = diagnose(sysfs, HostNet(), card_refs(lab, local))
+    readers: dict[str, Readers] = {}
+    unanswered: list[str] = []
+    elsewhere: list[str] = []  # hosts whose URI is local to another machine (--host names this one)
+    for name in dict.fromkeys(card.host for card in lab.cards):
+        uri = lab.hosts[name].libvirt
+        if name in here:
+            readers[name] = (sysfs, HostNet())
+        elif lab.hosts[name].local:
+            elsewhere.append(name)
+        else:
+            try:
+                readers[name] = remote_readers(name, uri)
+            except NiclabError as exc:
+                unanswered.append(f"{exc}: its cards were not checked")
+    checked = [card.id for card in lab.cards if card.host in readers]
+    reports = diagnose_cards(lab, checked, readers)
     print(render(host, reports), end="")
-    if remote:
-        print(f"not checked here (on other hosts; run the doctor there): {', '.join(remote)}")
+    if elsewhere:
+        unchecked = ", ".join(card.id for card in lab.cards if card.host in elsewhere)
+        where = ", ".join(elsewhere)
+        print(f"not checked here (on {where}, whose libvirt URI is local; run the doctor there): {unchecked}")
+    for line in unanswered:
+        print(line)
     refused = [why for report in reports if (why := report.refusal(args.force)) is not None]
     for why in refused:
         print(f"a run would refuse {why}")
-    return 0 if host.ok and not refused else 1
+    return 0 if host.ok and not refused and not unanswered else 1
 
 
 def _state(args):
@@ -122,10 +141,11 @@ def add_parser(verbs) -> None:
     doctor = actions.add_parser(
         "doctor",
         help="can this host pass the lab's cards through?",
-        description="Per card on this host: its PCI class, its IOMMU group (viable, and holding no display, disk "
-        "or default route's device), driver, whether the host uses it (an address, a route); and the host's IOMMU, "
-        "interrupt remapping, vfio-pci, memlock and libvirt. "
-        "Exit 1 if a run would refuse.",
+        description="Per card, on its host: its PCI class, its IOMMU group (viable, and holding no display, disk "
+        "or default route's device), driver, whether the host uses it (an address, a route); and this host's IOMMU, "
+        "interrupt remapping, vfio-pci, memlock and libvirt. Cards on other hosts are read through their libvirt "
+        "URI's node devices, where host use and the default route are not checked (a warning). "
+        "Exit 1 if a run would refuse or a host does not answer.",
     )
     doctor.add_argument("--lab", required=True, metavar="LAB_YAML")
     add_allow_uri_params(doctor)
@@ -133,7 +153,8 @@ def add_parser(verbs) -> None:
     doctor.add_argument(
         "--host",
         metavar="NAME",
-        help="the inventory's host this machine is (default: the hosts whose libvirt URI is local)",
+        help="the inventory's host this machine is, read through /sys (default: the hosts whose libvirt URI is "
+        "local); other hosts whose URI is local are then left out",
     )
     doctor.add_argument("--sysfs-root", default="/", help=argparse.SUPPRESS)  # tests point it at a fake tree
     doctor.set_defaults(func=cmd_doctor)

@@ -9,8 +9,11 @@ says so), or one whose IOMMU group also holds what the host needs whatever its
 driver (a display controller, a disk's controller, the device under the
 default route), is never passed through.
 
-The card checks read the host through a PciReader and a NetReader (Sysfs and
-HostNet on this machine), nothing else.
+The card checks read the card's host through a PciReader and a NetReader,
+nothing else: Sysfs and HostNet on this machine, LibvirtPci (its libvirtd's
+node devices) and UnknownNet on a host reached through libvirt only. There
+the host-use and default-route checks cannot be made (libvirt knows no
+routes): each is a warning naming the host, not a pass.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class CardLike(Protocol):
     @property
     def pci(self) -> str: ...
     @property
+    def host(self) -> str: ...
+    @property
     def class_name(self) -> str: ...
     @property
     def expected_pci_id(self) -> str | None: ...
@@ -56,14 +61,15 @@ class CardLike(Protocol):
 
 @dataclass(frozen=True)
 class CardRef:
-    """A card to check: its inventory id, PCI address, card class, that class's PCI ID ("8086:100e") and
-    the PCI class beyond network controllers it may report (its class's allow_class)."""
+    """A card to check: its inventory id, PCI address, card class, that class's PCI ID ("8086:100e"), the
+    PCI class beyond network controllers it may report (its class's allow_class) and its lab host."""
 
     id: str
     pci: str
     class_name: str = ""
     expected_pci_id: str | None = None
     allowed_class: AllowedClass | None = None
+    host: str = ""
 
 
 @dataclass
@@ -85,7 +91,11 @@ class CardReport:
         if not failed:
             return None
         reasons = "; ".join(f"{c.detail}" + (f" ({c.fix})" if c.fix else "") for c in failed)
-        return f"card {self.card.id} ({self.card.pci}): {reasons}"
+        return f"card {self.card.id} ({self.card.pci}){_on(self.card)}: {reasons}"
+
+
+def _on(card: CardLike) -> str:
+    return f" on {card.host}" if card.host else ""
 
 
 @dataclass
@@ -195,7 +205,8 @@ def diagnose(sysfs: PciReader, hostnet: NetReader, cards: Sequence[CardLike]) ->
 def _card_checks(sysfs: PciReader, hostnet: NetReader, card: CardLike) -> list[Check]:
     pci = card.pci
     if not sysfs.exists(pci):
-        return [Check("device", "fail", f"no PCI device {pci} on this host", "check the inventory's pci")]
+        where = card.host or "this host"
+        return [Check("device", "fail", f"no PCI device {pci} on {where}", "check the inventory's pci")]
     code = sysfs.pci_class(pci)
     checks = [Check("device", "ok", f"{pci}, class 0x{code:06x}"), _class(sysfs, pci, code, card.allowed_class)]
     if checks[-1].status == "fail":
@@ -208,6 +219,8 @@ def _card_checks(sysfs: PciReader, hostnet: NetReader, card: CardLike) -> list[C
     else:
         checks.append(Check("pci id", "ok", found))
     checks.append(_group(sysfs, hostnet, pci))
+    if (host := hostnet.unread_host()) is not None:
+        checks.append(_not_checked("default route", host))
     driver, override = sysfs.driver(pci), sysfs.driver_override(pci)
     shown = (driver or "unbound") + (f", driver_override {override}" if override else "")
     ready = " (ready for passthrough)" if driver == VFIO_PCI else ""
@@ -291,7 +304,19 @@ def _needed_by_host(sysfs: PciReader, hostnet: NetReader, devices: list[str]) ->
     return found
 
 
+def _not_checked(name: str, host: str) -> Check:
+    """A check that needs the host's addresses and routes, on a host whose routes niclab cannot read."""
+    return Check(
+        name,
+        "warn",
+        f"not checked on {host} (no access to its routes yet)",
+        f"run niclab lab doctor --host {host} on {host} itself",
+    )
+
+
 def _host_use(sysfs: PciReader, hostnet: NetReader, pci: str) -> Check:
+    if (host := hostnet.unread_host()) is not None:
+        return _not_checked(HOST_USE, host)
     netdevs = sysfs.netdevs(pci)
     reasons = [f"{name} {reason}" for name in netdevs for reason in hostnet.uses(name)]
     if reasons:
@@ -311,9 +336,8 @@ def render(host: HostReport, cards: Sequence[CardReport]) -> str:
     """The `niclab lab doctor` listing: the host, then one block per card, each fix under its check."""
     blocks = [("host", host.checks)]
     for report in cards:
-        title = f"card {report.card.id} ({report.card.pci}" + (
-            f", {report.card.class_name})" if report.card.class_name else ")"
-        )
+        card = report.card
+        title = f"card {card.id} ({card.pci}" + (f", {card.class_name})" if card.class_name else ")") + _on(card)
         blocks.append((title, report.checks))
     width = max((len(check.name) for _, checks in blocks for check in checks), default=0) + 2
     lines: list[str] = []

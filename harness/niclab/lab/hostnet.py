@@ -44,10 +44,34 @@ def _json(text: str, argv: list[str]) -> list[dict]:
 
 class NetReader(Protocol):
     """What the doctor's card checks read of a host's networking: HostNet on this machine (or, with a
-    runner that reaches another host, on that one)."""
+    runner that reaches another host, on that one); UnknownNet on a host it cannot read."""
 
     def uses(self, ifname: str) -> list[str]: ...
     def default_route_interfaces(self) -> list[str]: ...
+    def unread_host(self) -> str | None:
+        """The host whose addresses and routes this reader cannot see (the checks that need them are then
+        not made, and the doctor says so); None when it sees them."""
+        ...
+
+
+class UnknownNet:
+    """A lab host reached through libvirt only: its addresses and routes are not known (libvirt has none).
+
+    It says nothing is in use and no default route leaves anywhere, and `unread_host` names the host, so
+    the doctor reports the host-use and default-route checks as not made rather than passed.
+    """
+
+    def __init__(self, host: str):
+        self.host = host
+
+    def uses(self, ifname: str) -> list[str]:
+        return []
+
+    def default_route_interfaces(self) -> list[str]:
+        return []
+
+    def unread_host(self) -> str | None:
+        return self.host
 
 
 class HostNet:
@@ -55,6 +79,9 @@ class HostNet:
 
     def __init__(self, runner: Runner = run_command):
         self.runner = runner
+
+    def unread_host(self) -> str | None:
+        return None
 
     def _ip(self, *args: str) -> list[dict]:
         argv = ["ip", "-j", *args]

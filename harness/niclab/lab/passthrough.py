@@ -1,33 +1,38 @@
 """A lab run's hold on its cards: leased, checked, bound to vfio-pci and given back, whatever happens.
 
-For each card on this machine: a lease (niclab.lab.lease) so no other run
-takes it; the doctor's card checks, so a card the host uses (an address, a
-route) is refused unless forced; then, as root, the card moves to vfio-pci
-through the journal (niclab.lab.vfio) and back to its driver afterwards.
-Without root, or where /sys takes no writes (an unprivileged container),
-libvirt's managed hostdev does the moving. Cards on remote hosts are moved
-by their libvirtd (managed='yes'); they are leased here, which keeps runs
-started from this machine apart.
+For each card: a lease (niclab.lab.lease) so no other run takes it; the
+doctor's card checks on its host, so a card that is not a network controller
+or whose IOMMU group holds the host's display, disk or default route's
+device is refused, and one the host uses (an address, a route) unless
+forced. Then, for each card on this machine, as root, the card moves to
+vfio-pci through the journal (niclab.lab.vfio) and back to its driver
+afterwards. Without root, or where /sys takes no writes (an unprivileged
+container), libvirt's managed hostdev does the moving. Cards on remote
+hosts are checked through their libvirtd's node devices (niclab.lab.nodedev:
+no routes there, so neither host use nor the default route is checked) and
+moved by that libvirtd (managed='yes'); they are leased here, which keeps
+runs started from this machine apart.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from niclab import nics
 from niclab.backends.base import Progress
 from niclab.errors import NiclabError
-from niclab.lab.doctor import CardRef, diagnose
-from niclab.lab.hostnet import HostNet
+from niclab.lab.doctor import CardRef, CardReport, diagnose
+from niclab.lab.hostnet import HostNet, NetReader
 from niclab.lab.inventory import Inventory
 from niclab.lab.lease import leases
 from niclab.lab.match import Placement
+from niclab.lab.nodedev import Connect, remote_readers
 from niclab.lab.statedir import StateDir
-from niclab.lab.sysfs import Sysfs
+from niclab.lab.sysfs import PciReader, Sysfs
 from niclab.lab.vfio import Journal, Sleep, passed_through
 from niclab.paths import state_dir
 
@@ -43,10 +48,17 @@ def card_refs(lab: Inventory, card_ids: list[str]) -> list[CardRef]:
     for card_id in card_ids:
         card = lab.card(card_id)
         found = nics.lookup(card.class_name)
-        refs.append(
-            CardRef(card.id, card.pci, card.class_name, found.pci_id if found else None, lab.allowed_class(card_id))
-        )
+        expected = found.pci_id if found else None
+        refs.append(CardRef(card.id, card.pci, card.class_name, expected, lab.allowed_class(card_id), card.host))
     return refs
+
+
+Readers = tuple[PciReader, NetReader]
+
+
+def diagnose_cards(lab: Inventory, card_ids: list[str], readers: Mapping[str, Readers]) -> list[CardReport]:
+    """The doctor's card checks on each card, read through its host's readers (`readers[host]`)."""
+    return [report for c in card_ids for report in diagnose(*readers[lab.card(c).host], card_refs(lab, [c]))]
 
 
 @contextmanager
@@ -61,9 +73,11 @@ def hold_cards(
     sysfs: Sysfs | None = None,
     state: Path | None = None,
     sleep: Sleep = time.sleep,
+    connect: Connect | None = None,
 ) -> Iterator[None]:
-    """Lease the placement's cards, check those on this machine and, as root, hold them on vfio-pci for the
-    block (each with its inventory class's allow_class). The state directory is opened and checked first."""
+    """Lease the placement's cards, check each on its host (those on other hosts through their libvirt URI,
+    opened with `connect`) and, as root, hold those on this machine on vfio-pci for the block (each with its
+    inventory class's allow_class). The state directory is opened and checked first."""
     sysfs = sysfs or Sysfs()
     cards = list(dict.fromkeys(card.id for card in placement.cards.values()))
     local = [c for c in cards if lab.hosts[lab.card(c).host].local]
@@ -71,7 +85,17 @@ def hold_cards(
         checked = stack.enter_context(StateDir(state or state_dir()))
         keys = {lease_key(lab, c): c for c in cards}
         stack.enter_context(leases(checked, list(keys), run, wait=wait, progress=progress, cards=keys))
-        reports = diagnose(sysfs, HostNet(), card_refs(lab, local)) if local else []
+        hostnet = HostNet()
+        readers: dict[str, Readers] = {}
+        for name in dict.fromkeys(lab.card(c).host for c in cards):
+            host = lab.hosts[name]
+            if not host.local:
+                progress(f"checking the cards on {name} through its libvirt's node devices ({host.libvirt})")
+            readers[name] = (sysfs, hostnet) if host.local else remote_readers(name, host.libvirt, connect)
+        reports = diagnose_cards(lab, cards, readers)
+        for report in reports:
+            for warned in (c for c in report.checks if c.status == "warn"):
+                progress(f"card {report.card.id}: {warned.name} {warned.detail}")
         refusals = [why for report in reports if (why := report.refusal(force)) is not None]
         if refusals:
             raise NiclabError(
