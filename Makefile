@@ -18,11 +18,13 @@ demo: setup
 test: setup test-host lab-python lint
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
 
-# ruff's lint and format check over the code, then mypy over the package (files from pyproject.toml).
+# ruff's lint and format check over the code, mypy over the package (files from pyproject.toml),
+# then import-linter: the layer folders import only from below (contracts in pyproject.toml).
 lint: venv
 	$(BIN)/ruff check harness tests bench
 	$(BIN)/ruff format --check harness tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 setup: host venv image
 

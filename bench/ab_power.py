@@ -35,8 +35,8 @@ from collections import Counter
 from pathlib import Path
 
 from compare_power import METRIC, busy_process, run_scenario
-from niclab.compare import compare_pair
-from niclab.report.data import CellData, RunData, load_run
+from niclab.ui.compare import compare_pair
+from niclab.ui.report.data import CellData, RunData, load_run
 
 SCENARIO = """\
 name: ab-power

@@ -90,7 +90,7 @@ def sweep(runs: int) -> None:
 
 def bzimage_view(work: Path) -> Path:
     """The current micro image without its vmlinux: QEMU boots the bzImage."""
-    from niclab.image import ensure_image
+    from niclab.plumbing.image import ensure_image
 
     image = ensure_image()
     view = work / "bzimage-view"

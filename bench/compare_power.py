@@ -33,8 +33,8 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-from niclab.compare import compare
-from niclab.report.data import load_run
+from niclab.ui.compare import compare
+from niclab.ui.report.data import load_run
 
 SCENARIO = """\
 name: power

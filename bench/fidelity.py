@@ -16,9 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from niclab.backends import get_backend
-from niclab.scenario import load_scenario
-from niclab.session import Session
+from niclab.model.scenario import load_scenario
+from niclab.plumbing.backends import get_backend
+from niclab.run.session import Session
 
 SCENARIO = Path(__file__).resolve().parents[1] / "tests" / "integration" / "fidelity.yaml"
 

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from compare_power import busy_process, run_scenario
-from niclab.results import read_records
+from niclab.run.results import read_records
 
 HEAD = """\
 name: normalize

@@ -28,11 +28,11 @@ sys.path.insert(0, str(REPO))
 
 from tests.integration.libvirt_netns import isolated_libvirt, why_not  # noqa: E402
 
-from niclab.accel import choose_accel  # noqa: E402
-from niclab.backends import get_backend  # noqa: E402
-from niclab.image import find_image  # noqa: E402
-from niclab.scenario import load_scenario  # noqa: E402
-from niclab.session import Session  # noqa: E402
+from niclab.model.scenario import load_scenario  # noqa: E402
+from niclab.plumbing.accel import choose_accel  # noqa: E402
+from niclab.plumbing.backends import get_backend  # noqa: E402
+from niclab.plumbing.image import find_image  # noqa: E402
+from niclab.run.session import Session  # noqa: E402
 
 
 def niclab_up(scenario: Path, workdir: Path) -> float:

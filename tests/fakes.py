@@ -80,12 +80,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from niclab.backends.base import CommandResult, GuestCommandError, NodeGone, Rig, as_argv
-from niclab.backends.qemu_cmd import mac_address
-from niclab.bench.base import BenchmarkError
-from niclab.errors import NiclabError
-from niclab.guest import AgentError
-from niclab.topology import Topology
+from niclab.base.errors import NiclabError
+from niclab.base.node import CommandResult, GuestCommandError, NodeGone, as_argv
+from niclab.model.bench.base import BenchmarkError
+from niclab.model.topology import Topology
+from niclab.plumbing.backends.base import Rig
+from niclab.plumbing.backends.qemu_cmd import mac_address
+from niclab.plumbing.guest import AgentError
 
 REPO = Path(__file__).resolve().parents[1]
 REPLAY_DIR = Path(__file__).parent / "data" / "replay"
@@ -705,11 +706,11 @@ def capture(
     """Boot the scenario's first cell for real, run its benchmarks (and iperf3, ping, one failing netperf),
     and write every guest call with its result to `out`."""
     from niclab import __version__
-    from niclab.backends.qemu import QemuBackend
-    from niclab.facts import host_facts
-    from niclab.results import utc_now
-    from niclab.scenario import load_scenario
-    from niclab.session import Session
+    from niclab.model.scenario import load_scenario
+    from niclab.plumbing.backends.qemu import QemuBackend
+    from niclab.plumbing.facts import host_facts
+    from niclab.run.results import utc_now
+    from niclab.run.session import Session
 
     def say(message: str) -> None:
         print(f"[capture {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

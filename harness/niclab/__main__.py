@@ -1,3 +1,3 @@
-from niclab.cli import main
+from niclab.ui.cli.main import main
 
 raise SystemExit(main())

@@ -31,7 +31,7 @@ if [ -z "${NICLAB_DOCKER_BASE_FORCE:-}" ] && docker image inspect "$tag" >/dev/n
 fi
 
 mirror=${NICLAB_DEBIAN_MIRROR:-$(PYTHONPATH="$repo/harness" python3 -c \
-    "from niclab.image.mirror import debian_mirror; print(debian_mirror('$suite'))")}
+    "from niclab.plumbing.image.mirror import debian_mirror; print(debian_mirror('$suite'))")}
 
 echo "base.sh: building $tag from Debian $suite packages with mmdebstrap (about a minute)"
 started=$SECONDS

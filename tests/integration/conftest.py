@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.image import Image, ensure_image
+from niclab.plumbing.image import Image, ensure_image
 
 pytestmark = pytest.mark.integration
 

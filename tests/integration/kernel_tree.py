@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from niclab.image.kernelfiles import from_root, module_set
-from niclab.image.mirror import debian_mirror
-from niclab.image.rootfs import kernel_command, run_mmdebstrap
-from niclab.image.store import recipe
-from niclab.image.tartree import TarTree
+from niclab.plumbing.image.kernelfiles import from_root, module_set
+from niclab.plumbing.image.mirror import debian_mirror
+from niclab.plumbing.image.rootfs import kernel_command, run_mmdebstrap
+from niclab.plumbing.image.store import recipe
+from niclab.plumbing.image.tartree import TarTree
 
 
 def repack_debian_kernel(

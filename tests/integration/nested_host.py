@@ -25,13 +25,13 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from niclab.accel import qemu_binary
-from niclab.backends.base import CommandResult
-from niclab.backends.qemu import tail, udp_cable
-from niclab.guest import AgentError, AgentNode, GuestAgent
-from niclab.image import Image
-from niclab.paths import SOURCE_ROOT
-from niclab.procs import Supervisor
+from niclab.base.node import CommandResult
+from niclab.base.paths import SOURCE_ROOT
+from niclab.base.procs import Supervisor
+from niclab.plumbing.accel import qemu_binary
+from niclab.plumbing.backends.qemu import tail, udp_cable
+from niclab.plumbing.guest import AgentError, AgentNode, GuestAgent
+from niclab.plumbing.image import Image
 
 CARD_SLOTS = (0x04, 0x05)  # the cards' PCI slots in L1: 0000:00:04.0 and 0000:00:05.0
 CARDS = tuple(f"0000:00:{slot:02x}.0" for slot in CARD_SLOTS)

@@ -23,8 +23,8 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from niclab.accel import choose_accel
-from niclab.results import read_records
+from niclab.plumbing.accel import choose_accel
+from niclab.run.results import read_records
 from tests.conftest import REPO
 from tests.integration.libvirt_netns import end_daemon, host_links, isolated_libvirt, names, virsh
 from tests.integration.libvirt_netns import why_not as why_no_libvirt
@@ -290,7 +290,7 @@ def test_a_lab_run_from_the_container_drives_the_hosts_libvirtd(lab_image, repo,
         "lab",
         "sh",
         "-c",
-        "python3 -c 'from niclab.lab.sysfs import Sysfs; print(\"sys writable:\", Sysfs().writable())' && "
+        "python3 -c 'from niclab.plumbing.lab.sysfs import Sysfs; print(\"sys writable:\", Sysfs().writable())' && "
         "grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status && "  # root, as the checkout's owner: still none
         "niclab run scenarios/nic-shootout.yaml --lab lab.yaml --dry-run",
         files=("docker-compose.lab.yml",),

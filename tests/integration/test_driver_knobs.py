@@ -3,7 +3,7 @@ and a knob the driver does not take refused before any benchmark, with what the 
 
 from __future__ import annotations
 
-from niclab.results import read_records
+from niclab.run.results import read_records
 
 from .conftest import niclab
 

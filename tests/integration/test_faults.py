@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.results import read_records
+from niclab.run.results import read_records
 
 from .conftest import default_signals, niclab, qemus_under, wait_for_line, wait_no_qemu
 
@@ -232,10 +232,10 @@ def listening_sockets(pids: set[int]) -> list[tuple[str, str]]:
 
 
 def test_control_sockets_are_private_and_nothing_listens_beyond_loopback(image, repo, tmp_path):
-    from niclab.backends import get_backend
-    from niclab.pytest_plugin import choose_cell
-    from niclab.scenario import load_scenario
-    from niclab.session import Session
+    from niclab.model.scenario import load_scenario
+    from niclab.plumbing.backends import get_backend
+    from niclab.run.session import Session
+    from niclab.ui.pytest_plugin import choose_cell
 
     cell = choose_cell(load_scenario(repo / "scenarios" / "two-node.yaml"), None)
     workdir = tmp_path / "rig"

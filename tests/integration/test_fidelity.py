@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from niclab.backends.qemu import QemuBackend
-from niclab.scenario import load_scenario
-from niclab.session import Session
+from niclab.model.scenario import load_scenario
+from niclab.plumbing.backends.qemu import QemuBackend
+from niclab.run.session import Session
 
 SCENARIO = Path(__file__).with_name("fidelity.yaml")
 

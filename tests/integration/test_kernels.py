@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.results import read_records
+from niclab.run.results import read_records
 
 from .conftest import niclab, wait_no_qemu
 from .kernel_tree import repack_debian_kernel

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from niclab.image.store import build_image
+from niclab.plumbing.image.store import build_image
 from tests.integration.nested_host import CARDS, LabHostGone, NestedLabHost, niclab_env
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.accel import choose_accel
+from niclab.plumbing.accel import choose_accel
 from tests.integration.conftest import niclab, wait_for_line
 from tests.integration.libvirt_netns import isolated_libvirt, names, virsh, why_not
 

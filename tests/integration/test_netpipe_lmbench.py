@@ -11,9 +11,9 @@ import itertools
 
 import pytest
 
-from niclab.backends.qemu import QemuBackend
-from niclab.scenario import parse
-from niclab.session import Session
+from niclab.model.scenario import parse
+from niclab.plumbing.backends.qemu import QemuBackend
+from niclab.run.session import Session
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ import re
 
 import pytest
 
-from niclab.backends.qemu import QemuBackend
-from niclab.bench import nfs
-from niclab.scenario import parse
-from niclab.session import Session
+from niclab.model.bench import nfs
+from niclab.model.scenario import parse
+from niclab.plumbing.backends.qemu import QemuBackend
+from niclab.run.session import Session
 
 SCENARIO = "name: t\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n"
 PATTERNS = ("seqread", "randread", "randrw")

@@ -1,4 +1,4 @@
-"""The NIC catalog (niclab.nics) matches what the micro image's kernel really does.
+"""The NIC catalog (niclab.model.nics) matches what the micro image's kernel really does.
 
 One boot of two guests, "a" and "b", with one cable per catalog model (model k
 on link k at both ends) proves, for every model:
@@ -21,11 +21,11 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from niclab import nics
-from niclab.backends.base import Rig
-from niclab.backends.qemu import QemuBackend
-from niclab.guestsh import BY_MAC, PCI_DIR
-from niclab.topology import NodeSpec, Port, Topology, Wire
+from niclab.model import nics
+from niclab.model.topology import NodeSpec, Port, Topology, Wire
+from niclab.plumbing.backends.base import Rig
+from niclab.plumbing.backends.qemu import QemuBackend
+from niclab.plumbing.guestsh import BY_MAC, PCI_DIR
 
 NODES = ("a", "b")
 MEMORY_MIB = 512

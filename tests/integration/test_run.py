@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from niclab.accel import choose_accel
-from niclab.results import read_records
+from niclab.plumbing.accel import choose_accel
+from niclab.run.results import read_records
 
 from .conftest import niclab, wait_for_line, wait_no_qemu
 
@@ -34,7 +34,7 @@ def test_two_node_scenario_measures_and_cleans_up(image, repo, tmp_path):
     assert run_record["nics"]["a"]["driver"] == "e1000" and run_record["nics"]["b"]["pci_id"] == "8086:100e"
     assert run_record["counters"]["a"]["link0"]["tx_packets"] > 1000  # what the NIC counted during the run
     assert run_record["counters"]["b"]["link0"]["interrupts"] > 0
-    # The host meanwhile (niclab.contention): each guest's vCPU thread found by name and measured.
+    # The host meanwhile (niclab.plumbing.contention): each guest's vCPU thread found by name and measured.
     load = run_record["host_load"]
     assert set(load["vcpu_run_pct"]) == {"a", "b"} and all(pct > 1 for pct in load["vcpu_run_pct"].values())
     assert load["qemu_cpu_pct"] > 10 and load["seconds"] > 1 and isinstance(load["contended"], bool)

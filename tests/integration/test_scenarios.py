@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from niclab.results import read_records
+from niclab.run.results import read_records
 
 from .conftest import niclab, wait_no_qemu
 
@@ -123,10 +123,10 @@ def test_offloads_are_set_in_the_guest(image, repo, tmp_path):
 
 def test_an_offload_the_driver_cannot_change_stops_the_cell(image, tmp_path):
     """virtio-net on a socket backend has TSO fixed off: asking for it must fail, saying so."""
-    from niclab.backends.qemu import QemuBackend
-    from niclab.netconf import NetconfError
-    from niclab.scenario import parse
-    from niclab.session import Session
+    from niclab.model.scenario import parse
+    from niclab.plumbing.backends.qemu import QemuBackend
+    from niclab.plumbing.netconf import NetconfError
+    from niclab.run.session import Session
 
     cell = parse(
         "name: fixed\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: virtio\n    offloads: {tso: on}\n",

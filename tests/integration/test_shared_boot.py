@@ -8,10 +8,10 @@ and the test reads the state it recorded), and traffic must pass.
 
 from __future__ import annotations
 
-from niclab.backends.qemu import QemuBackend
-from niclab.rigs import RigKeeper
-from niclab.scenario import parse
-from niclab.session import Session
+from niclab.model.scenario import parse
+from niclab.plumbing.backends.qemu import QemuBackend
+from niclab.run.rigs import RigKeeper
+from niclab.run.session import Session
 
 from .conftest import wait_no_qemu
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pydantic
 
 import niclab
-from niclab.results import read_records
+from niclab.run.results import read_records
 
 from .conftest import wait_no_qemu
 

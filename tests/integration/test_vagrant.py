@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from niclab import netem
-from niclab.accel import choose_accel
-from niclab.image import find_image
-from niclab.paths import SOURCE_ROOT
+from niclab.base.paths import SOURCE_ROOT
+from niclab.model import netem
+from niclab.plumbing.accel import choose_accel
+from niclab.plumbing.image import find_image
 from tests.integration.libvirt_netns import (
     IsolatedLibvirt,
     host_links,

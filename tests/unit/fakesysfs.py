@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from niclab.lab.sysfs import Sysfs
+from niclab.plumbing.lab.sysfs import Sysfs
 
 STATE = "fake-kernel.json"
 _DRIVER_FILES = ("bind", "unbind", "new_id", "remove_id", "uevent")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from niclab import accel
-from niclab.errors import UsageError
+from niclab.base.errors import UsageError
+from niclab.plumbing import accel
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from niclab.backends.base import CommandResult, GuestCommandError
-from niclab.bench import iperf3, lmbench, netperf, netpipe
-from niclab.bench.base import BenchContext, BenchmarkError, Endpoints, served
+from niclab.base.node import CommandResult, GuestCommandError
+from niclab.model.bench import iperf3, lmbench, netperf, netpipe
+from niclab.model.bench.base import BenchContext, BenchmarkError, Endpoints, served
 from tests.fakes import captured
 
 SERVER, CLIENT = "198.18.0.2", "198.18.0.1"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from niclab.results import MAX_DIRNAME, RunDir, cell_dirname, cell_id_of
+from niclab.run.results import MAX_DIRNAME, RunDir, cell_dirname, cell_id_of
 
 HOSTILE = [
     "..",

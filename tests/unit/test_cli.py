@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from niclab.cli import build_parser, main
+from niclab.ui.cli.main import build_parser, main
 
 VERBS = [
     ["run"],
@@ -84,7 +84,7 @@ def test_every_shipped_scenario_validates(repo, capsys):
 
 def test_run_shard_with_no_cell_of_its_own_runs_nothing(repo, tmp_path, capsys):
     # two-node has one cell; of two shards, one holds it and the other has nothing to do
-    from niclab.shard import shard_of
+    from niclab.model.shard import shard_of
 
     empty = 3 - shard_of("two-node", "nic=e1000", 2)
     assert (
@@ -102,8 +102,8 @@ def test_run_bad_shard_is_a_usage_error(repo, tmp_path, capsys):
 def test_backends_are_plugins_found_by_module_and_an_unknown_one_lists_them():
     import pytest
 
-    from niclab.backends import BackendOptions, get_backend, registry
-    from niclab.errors import UsageError
+    from niclab.base.errors import UsageError
+    from niclab.plumbing.backends import BackendOptions, get_backend, registry
 
     assert set(registry()) == {"qemu", "libvirt"}
     assert get_backend().name == "qemu"
@@ -142,12 +142,12 @@ def test_an_out_directory_that_cannot_be_made_is_one_line(repo, tmp_path, capsys
 
 
 def test_an_unexpected_exception_is_one_line_and_a_saved_traceback(monkeypatch, tmp_path, capsys):
-    import niclab.cli
+    import niclab.ui.cli.main
 
     def broken(args):
         raise RuntimeError("something nobody foresaw")
 
-    monkeypatch.setattr(niclab.cli, "cmd_nics", broken)
+    monkeypatch.setattr(niclab.ui.cli.main, "cmd_nics", broken)
     monkeypatch.setenv("NICLAB_CACHE", str(tmp_path))
     assert main(["nics"]) == 1
     err = capsys.readouterr().err

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from niclab.compare import compare, compare_cells
-from niclab.errors import UsageError
-from niclab.report.data import CellData, RunData
+from niclab.base.errors import UsageError
+from niclab.ui.compare import compare, compare_cells
+from niclab.ui.report.data import CellData, RunData
 
 
 def run_with(samples: dict[str, list[float]], cell="nic=e1000") -> RunData:

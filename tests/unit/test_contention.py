@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from niclab import contention
-from niclab.contention import host_load, snapshot
+from niclab.plumbing import contention
+from niclab.plumbing.contention import host_load, snapshot
 
 HZ = contention.CLOCK_TICKS
 

@@ -1,7 +1,7 @@
 import io
 import stat
 
-from niclab.image.cpio import CpioWriter, Entry
+from niclab.plumbing.image.cpio import CpioWriter, Entry
 
 
 def read_newc(blob: bytes) -> list[tuple[str, int, bytes, tuple[int, int]]]:

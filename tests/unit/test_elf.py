@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.image.elf import is_elf, read_dynamic
+from niclab.plumbing.image.elf import is_elf, read_dynamic
 
 
 def test_reads_interpreter_and_needed_libraries_of_a_real_program():

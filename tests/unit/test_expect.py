@@ -1,6 +1,6 @@
 import pytest
 
-from niclab.expect import ExpectationError, evaluate, parse
+from niclab.model.expect import ExpectationError, evaluate, parse
 
 
 def summary(name, mean, n=3, link=0, client="a", server="b"):

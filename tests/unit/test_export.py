@@ -7,7 +7,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from niclab.cli import main
+from niclab.ui.cli.main import main
 
 
 def test_csv_and_parquet_carry_every_measurement_with_its_cell(data_dir, tmp_path):
@@ -30,8 +30,8 @@ def test_csv_and_parquet_carry_every_measurement_with_its_cell(data_dir, tmp_pat
 
 
 def test_a_cut_off_last_line_is_dropped_with_a_warning(data_dir, tmp_path, capsys):
-    from niclab.errors import NiclabError
-    from niclab.results import read_records
+    from niclab.base.errors import NiclabError
+    from niclab.run.results import read_records
 
     cell, run = (data_dir / "runs" / "bonding" / "results.jsonl").read_text().splitlines()[:2]
     results = tmp_path / "results.jsonl"
@@ -84,6 +84,6 @@ def test_report_compare_and_export_read_a_killed_run_and_say_a_line_was_dropped(
     ],
 )
 def test_a_csv_cell_that_a_spreadsheet_would_run_starts_with_a_quote(value, cell):
-    from niclab import csvsafe
+    from niclab.ui import csvsafe
 
     assert csvsafe.cell(value) == cell

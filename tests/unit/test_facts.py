@@ -1,4 +1,4 @@
-from niclab.facts import parse_node_facts
+from niclab.plumbing.facts import parse_node_facts
 
 SAMPLE = """\
 kernel=6.1.0-50-amd64
@@ -28,7 +28,7 @@ def test_parse_node_facts():
 
 
 def test_sections_keeps_the_head_and_gathers_a_repeated_section():
-    from niclab.guestsh import sections
+    from niclab.plumbing.guestsh import sections
 
     head, named = sections("kernel=6.1\n[link0]\nmtu=1500\n[link1]\nmtu=9000\n[link0]\ncarrier=1\n")
     assert head == ["kernel=6.1"]

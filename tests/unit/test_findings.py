@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from niclab.report.data import CellData, RunData
-from niclab.report.findings import dips, find
+from niclab.ui.report.data import CellData, RunData
+from niclab.ui.report.findings import dips, find
 
 SMOOTH = [[2**i, min(600.0, 2.0 * 1.9**i), 50.0 + i] for i in range(1, 22)]
 

@@ -52,7 +52,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from niclab import cli
+from niclab.ui.cli import main as cli
 from tests.timebox import timebox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,9 +96,9 @@ def _cut(records: list[dict], info: dict, cells: int) -> tuple[list[dict], dict]
 
 def _fake_run() -> tuple[list[dict], dict]:
     """A run the runner writes through the replay fake: repeats, an expectation, a failed benchmark."""
-    from niclab.results import RunDir, RunInfo
-    from niclab.runner import Runner
-    from niclab.scenario import load_scenario
+    from niclab.model.scenario import load_scenario
+    from niclab.run.results import RunDir, RunInfo
+    from niclab.run.runner import Runner
     from tests.fakes import FakeBackend, Replay
 
     text = (

@@ -31,14 +31,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from niclab.errors import NiclabError
-from niclab.lab import passthrough
-from niclab.lab.inventory import Inventory, InventoryError, parse_inventory
-from niclab.lab.match import Placement
-from niclab.lab.passthrough import hold_cards
-from niclab.lab.pciclass import is_network, never_passed
-from niclab.lab.statedir import StateDir
-from niclab.lab.vfio import Journal, restore_all
+from niclab.base.errors import NiclabError
+from niclab.model.lab.inventory import Inventory, InventoryError, parse_inventory
+from niclab.model.lab.match import Placement
+from niclab.model.lab.pciclass import is_network, never_passed
+from niclab.plumbing.lab import passthrough
+from niclab.plumbing.lab.passthrough import hold_cards
+from niclab.plumbing.lab.statedir import StateDir
+from niclab.plumbing.lab.vfio import Journal, restore_all
 from tests.timebox import timebox
 from tests.unit.fakesysfs import FakeSysfs, KernelSim
 from tests.unit.test_lab_host import quiet_net

@@ -41,7 +41,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from niclab import cli
+from niclab.ui.cli import main as cli
 from tests.timebox import timebox
 
 ROOT = Path(__file__).resolve().parents[2]

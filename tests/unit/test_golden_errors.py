@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.cli import main
+from niclab.ui.cli.main import main
 
 ERRORS = Path(__file__).resolve().parents[1] / "errors"
 # Each kind of file: its directory, the command that checks one, and how many cases it must have at least.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.guest import AgentError, AgentNode, GuestAgent
+from niclab.plumbing.guest import AgentError, AgentNode, GuestAgent
 
 
 @dataclass
@@ -464,7 +464,7 @@ SIGPIPE_CHILD = """
 import signal, sys, time
 from pathlib import Path
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as a CLI piped into `head` may run
-from niclab.guest import AgentError, GuestAgent
+from niclab.plumbing.guest import AgentError, GuestAgent
 agent = GuestAgent("n1", Path(sys.argv[1]))
 agent.sync_timeout = 0.2
 agent.connect(time.monotonic() + 5, lambda: None)

@@ -1,4 +1,4 @@
-from niclab.guest import shorten
+from niclab.plumbing.guest import shorten
 
 
 def test_a_short_command_is_shown_whole_without_the_shell():

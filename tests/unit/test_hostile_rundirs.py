@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from niclab.cli import main
+from niclab.ui.cli.main import main
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 
@@ -276,7 +276,7 @@ def test_a_cell_id_with_a_newline_is_quoted_on_one_line(run, cache, capsys):
 
 def test_the_runner_writes_run_json_and_raw_output_through_no_symlink(tmp_path):
     """A run directory is the runner's own (0700), and still: run.json's temp file and the raw files are fresh."""
-    from niclab.results import RunDir, RunInfo
+    from niclab.run.results import RunDir, RunInfo
 
     outside = tmp_path / "outside.txt"
     outside.write_text("outside\n")

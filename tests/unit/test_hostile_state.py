@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
-from niclab.cli import main
-from niclab.errors import NiclabError
-from niclab.filelock import locked as file_locked
-from niclab.lab import passthrough, statedir
-from niclab.lab.inventory import InventoryError, parse_inventory
-from niclab.lab.lease import holder, lease
-from niclab.lab.match import Placement
-from niclab.lab.passthrough import hold_cards
-from niclab.lab.pciclass import AllowedClass
-from niclab.lab.statedir import StateDir
-from niclab.lab.vfio import Journal, bind_to_vfio, passed_through, restore_all
+from niclab.base.errors import NiclabError
+from niclab.base.filelock import locked as file_locked
+from niclab.model.lab.inventory import InventoryError, parse_inventory
+from niclab.model.lab.match import Placement
+from niclab.model.lab.pciclass import AllowedClass
+from niclab.plumbing.lab import passthrough, statedir
+from niclab.plumbing.lab.lease import holder, lease
+from niclab.plumbing.lab.passthrough import hold_cards
+from niclab.plumbing.lab.statedir import StateDir
+from niclab.plumbing.lab.vfio import Journal, bind_to_vfio, passed_through, restore_all
+from niclab.ui.cli.main import main
 from tests.unit.fakesysfs import FakeSysfs, KernelSim
 from tests.unit.test_lab_host import quiet_net
 

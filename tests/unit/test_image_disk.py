@@ -4,10 +4,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from niclab.image.disk import commands
-from niclab.image.recipe import load_recipe
-from niclab.image.rootfs import disk_hooks, mmdebstrap_command
-from niclab.paths import SOURCE_ROOT
+from niclab.base.paths import SOURCE_ROOT
+from niclab.plumbing.image.disk import commands
+from niclab.plumbing.image.recipe import load_recipe
+from niclab.plumbing.image.rootfs import disk_hooks, mmdebstrap_command
 
 IMAGES = SOURCE_ROOT / "images"
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from niclab.errors import NiclabError
-from niclab.image import store
+from niclab.base.errors import NiclabError
+from niclab.plumbing.image import store
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ import shutil
 
 import pytest
 
-from niclab.errors import NiclabError
-from niclab.image.kernels import kernel_image, node_images
-from niclab.image.store import Image
-from niclab.kernel_check import check_kernels, config_values, missing, needed_modules
-from niclab.kernel_choice import KernelChoice
-from niclab.scenario.template import parse
+from niclab.base.errors import NiclabError
+from niclab.model.kernel_choice import KernelChoice
+from niclab.model.scenario.template import parse
+from niclab.plumbing.image.kernels import kernel_image, node_images
+from niclab.plumbing.image.store import Image
+from niclab.plumbing.kernel_check import check_kernels, config_values, missing, needed_modules
 from tests.unit.kmodfake import MODULES, fake_build_tree, fake_module
 
 USERSPACE = b"userspace archive"
@@ -59,7 +59,7 @@ def test_a_build_trees_image_is_the_userspace_followed_by_its_modules(base, tmp_
 
 
 def test_each_build_of_a_tree_is_its_own_image_and_a_run_keeps_the_one_it_pinned(base, tmp_path, monkeypatch):
-    from niclab.image import kernels
+    from niclab.plumbing.image import kernels
 
     monkeypatch.setattr(kernels, "_pinned", {})
     tree = fake_build_tree(tmp_path / "linux")
@@ -133,7 +133,7 @@ def test_check_kernels_refuses_before_boot_with_the_fix(base, tmp_path, monkeypa
     modules = {k: v for k, v in MODULES.items() if "netem" not in k}
     tree = fake_build_tree(tmp_path / "linux", modules, config="CONFIG_E1000=m\nCONFIG_BONDING=m\n")
     monkeypatch.setattr(
-        "niclab.kernel_check.pin_kernel_image", lambda choice, progress: kernel_image(choice, progress, base)
+        "niclab.plumbing.kernel_check.pin_kernel_image", lambda choice, progress: kernel_image(choice, progress, base)
     )
     text = f"name: s\nkernel: {{build: {tree}}}\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n"
     cells = parse(text, "s.yaml").cells
@@ -156,9 +156,9 @@ def test_check_kernels_refuses_before_boot_with_the_fix(base, tmp_path, monkeypa
 def test_a_module_parameter_the_driver_lacks_is_refused_with_those_it_has(base, tmp_path, monkeypatch):
     tree = fake_build_tree(tmp_path / "linux")
     monkeypatch.setattr(
-        "niclab.kernel_check.pin_kernel_image", lambda choice, progress: kernel_image(choice, progress, base)
+        "niclab.plumbing.kernel_check.pin_kernel_image", lambda choice, progress: kernel_image(choice, progress, base)
     )
-    monkeypatch.setattr("niclab.kernel_check.missing", lambda image, needs: [])
+    monkeypatch.setattr("niclab.plumbing.kernel_check.missing", lambda image, needs: [])
     text = (
         f"name: s\nkernel: {{build: {tree}}}\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n"
         "    module_params: {debg: 1}\n"

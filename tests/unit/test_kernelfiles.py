@@ -3,11 +3,11 @@ import tarfile
 
 import pytest
 
-from niclab.errors import NiclabError
-from niclab.image.kernelfiles import from_build_tree, from_root, module_set
-from niclab.image.modinfo import read_modinfo
-from niclab.image.modules import module_name
-from niclab.image.tartree import TarTree
+from niclab.base.errors import NiclabError
+from niclab.plumbing.image.kernelfiles import from_build_tree, from_root, module_set
+from niclab.plumbing.image.modinfo import read_modinfo
+from niclab.plumbing.image.modules import module_name
+from niclab.plumbing.image.tartree import TarTree
 from tests.unit.kmodfake import MODULES, fake_build_tree, fake_module, xz
 
 

@@ -1,11 +1,21 @@
-"""Driver knobs (niclab.knobs): what `ethtool -c/-g/-l` print, what a driver supports, what a scenario may ask."""
+"""Driver knobs (niclab.model.knobs): what `ethtool -c/-g/-l` print, what a driver supports, what a scenario may ask."""
 
 from __future__ import annotations
 
 import pytest
 
-from niclab import knobs
-from niclab.knobs import COALESCE, QUEUES, RINGS, Shown, check_setting, mismatches, parse_show, set_args, unsupported
+from niclab.model import knobs
+from niclab.model.knobs import (
+    COALESCE,
+    QUEUES,
+    RINGS,
+    Shown,
+    check_setting,
+    mismatches,
+    parse_show,
+    set_args,
+    unsupported,
+)
 from tests.unit.ethtool_samples import E1000_COALESCE, E1000_RINGS, RX_USECS_ONLY_COALESCE, VIRTIO_QUEUES
 
 # parse_show

@@ -15,21 +15,21 @@ from typing import Any
 
 import pytest
 
-from niclab import cli
-from niclab.errors import NiclabError
-from niclab.lab import hostnet as hostnet_mod
-from niclab.lab import lease as lease_mod
-from niclab.lab import passthrough
-from niclab.lab.doctor import CardRef, diagnose, diagnose_host, render
-from niclab.lab.hostnet import HostNet
-from niclab.lab.inventory import parse_inventory
-from niclab.lab.lease import Holder, current_user, holder, lease, leases, locked
-from niclab.lab.match import Placement
-from niclab.lab.passthrough import card_refs, hold_cards
-from niclab.lab.pciclass import AllowedClass
-from niclab.lab.statedir import StateDir
-from niclab.lab.vfio import Journal, bind_to_vfio, passed_through, restore, restore_all
-from niclab.procs import process_start_time
+from niclab.base.errors import NiclabError
+from niclab.base.procs import process_start_time
+from niclab.model.lab.inventory import parse_inventory
+from niclab.model.lab.match import Placement
+from niclab.model.lab.pciclass import AllowedClass
+from niclab.plumbing.lab import hostnet as hostnet_mod
+from niclab.plumbing.lab import lease as lease_mod
+from niclab.plumbing.lab import passthrough
+from niclab.plumbing.lab.doctor import CardRef, diagnose, diagnose_host, render
+from niclab.plumbing.lab.hostnet import HostNet
+from niclab.plumbing.lab.lease import Holder, current_user, holder, lease, leases, locked
+from niclab.plumbing.lab.passthrough import card_refs, hold_cards
+from niclab.plumbing.lab.statedir import StateDir
+from niclab.plumbing.lab.vfio import Journal, bind_to_vfio, passed_through, restore, restore_all
+from niclab.ui.cli import main as cli
 from tests.unit.fakesysfs import FakeSysfs
 
 CARD = "0000:03:00.0"
@@ -467,7 +467,8 @@ def test_a_card_already_on_vfio_stays_there(fake, journal):
 def test_restore_all_after_an_interrupted_run(fake, journal, repo):
     script = (
         "import os, sys\nfrom pathlib import Path\n"
-        "from niclab.lab.statedir import StateDir\nfrom niclab.lab.vfio import Journal, passed_through\n"
+        "from niclab.plumbing.lab.statedir import StateDir\n"
+        "from niclab.plumbing.lab.vfio import Journal, passed_through\n"
         "from tests.unit.fakesysfs import KernelSim\n"
         "with StateDir(Path(sys.argv[2])) as state, passed_through(\n"
         "    KernelSim(Path(sys.argv[1])), Journal(state), {sys.argv[3]: None}, 'run-1'\n"

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from niclab import nics
-from niclab.backends import BackendOptions, get_backend
-from niclab.lab.inventory import InventoryError, load_inventory, parse_inventory
-from niclab.lab.match import Unrealizable, place
-from niclab.scenario import load_scenario, parse
+from niclab.model import nics
+from niclab.model.lab.inventory import InventoryError, load_inventory, parse_inventory
+from niclab.model.lab.match import Unrealizable, place
+from niclab.model.scenario import load_scenario, parse
+from niclab.plumbing.backends import BackendOptions, get_backend
 
 LAB = """\
 name: small-lab
@@ -120,15 +120,15 @@ def test_an_inventory_error_names_the_line_and_the_fix():
 
 
 def test_cards_at_the_same_pci_address_on_two_hosts_are_leased_apart(lab):
-    from niclab.lab.passthrough import lease_key
+    from niclab.plumbing.lab.passthrough import lease_key
 
     assert lease_key(lab, "rtl-a") == "rig1.0000:05:00.0"
     assert lease_key(lab, "rtl-b") == "rig2.0000:05:00.0"
 
 
 def test_a_lab_runs_card_prices_stand_over_the_scenarios_and_under_report_prices(tmp_path):
-    from niclab.report.cost import prices_of
-    from niclab.report.data import RunData
+    from niclab.ui.report.cost import prices_of
+    from niclab.ui.report.data import RunData
 
     info = {
         "scenario_text": "prices: {e1000: 35, rtl8139: 9}\ncurrency: USD\n",
@@ -140,7 +140,7 @@ def test_a_lab_runs_card_prices_stand_over_the_scenarios_and_under_report_prices
 
 
 def test_uri_parameters_that_run_programs_pass_only_when_allowed(tmp_path, capsys):
-    from niclab.cli import main
+    from niclab.ui.cli.main import main
 
     path = tmp_path / "lab.yaml"
     path.write_text(

@@ -1,4 +1,4 @@
-"""Cards on other lab hosts, checked through their libvirtd's node devices (niclab.lab.nodedev).
+"""Cards on other lab hosts, checked through their libvirtd's node devices (niclab.plumbing.lab.nodedev).
 
 libvirt's test driver takes a node file (`test:///ABSOLUTE/node.xml`, a `<node>` of `<device>`s) and
 answers listAllDevices and XMLDesc from it as a host's libvirtd would, classes and IOMMU groups included;
@@ -16,18 +16,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from niclab import cli
-from niclab.errors import NiclabError
-from niclab.lab import hostnet as hostnet_mod
-from niclab.lab import nodedev, passthrough
-from niclab.lab.doctor import CardRef, diagnose
-from niclab.lab.hostnet import UnknownNet
-from niclab.lab.inventory import parse_inventory
-from niclab.lab.match import Placement
-from niclab.lab.nodedev import LibvirtPci, remote_readers
-from niclab.lab.passthrough import hold_cards
-from niclab.lab.statedir import StateDir
-from niclab.lab.vfio import Journal
+from niclab.base.errors import NiclabError
+from niclab.model.lab.inventory import parse_inventory
+from niclab.model.lab.match import Placement
+from niclab.plumbing.lab import hostnet as hostnet_mod
+from niclab.plumbing.lab import nodedev, passthrough
+from niclab.plumbing.lab.doctor import CardRef, diagnose
+from niclab.plumbing.lab.hostnet import UnknownNet
+from niclab.plumbing.lab.nodedev import LibvirtPci, remote_readers
+from niclab.plumbing.lab.passthrough import hold_cards
+from niclab.plumbing.lab.statedir import StateDir
+from niclab.plumbing.lab.vfio import Journal
+from niclab.ui.cli import main as cli
 from tests.unit.fakesysfs import FakeSysfs
 from tests.unit.test_lab_host import CARD, check, quiet_net
 
@@ -291,7 +291,7 @@ def test_diagnose_through_libvirt_refuses_what_the_host_needs_even_forced(tmp_pa
 
 
 def test_a_host_that_does_not_answer_is_one_error_naming_it(tmp_path):
-    from niclab.backends.libvirt_conn import open_uri
+    from niclab.plumbing.libvirt_conn import open_uri
 
     missing = f"qemu+unix:///system?socket={tmp_path}/no-libvirtd.sock"
     with pytest.raises(NiclabError) as raised:
@@ -422,7 +422,7 @@ def test_lab_doctor_warns_that_a_remote_nics_host_use_was_not_checked(doctor, ca
 
 
 def test_lab_doctor_names_a_host_that_does_not_answer_and_exits_1(doctor, capsys, monkeypatch, tmp_path):
-    from niclab.backends.libvirt_conn import open_uri
+    from niclab.plumbing.libvirt_conn import open_uri
 
     missing = f"qemu+unix:///system?socket={tmp_path}/no-libvirtd.sock"
     monkeypatch.setattr(nodedev, "open_uri", lambda uri: open_uri(missing))

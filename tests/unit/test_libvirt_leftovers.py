@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from niclab.backends import libvirt_conn
-from niclab.procs import pid_namespace, process_start_time
+from niclab.base.procs import pid_namespace, process_start_time
+from niclab.plumbing import libvirt_conn
 
 
 class FakeError(Exception):

@@ -8,11 +8,11 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from niclab.backends import BackendOptions, get_backend
-from niclab.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
-from niclab.cli import main
-from niclab.lab.inventory import parse_inventory
-from niclab.scenario import load_scenario
+from niclab.model.lab.inventory import parse_inventory
+from niclab.model.scenario import load_scenario
+from niclab.plumbing.backends import BackendOptions, get_backend
+from niclab.plumbing.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
+from niclab.ui.cli.main import main
 
 LAB = """\
 name: fake-lab

@@ -1,7 +1,7 @@
 import pytest
 
-from niclab.errors import NiclabError
-from niclab.image.mirror import debian_mirror
+from niclab.base.errors import NiclabError
+from niclab.plumbing.image.mirror import debian_mirror
 
 
 def test_deb822_source_for_the_suite(tmp_path, monkeypatch):

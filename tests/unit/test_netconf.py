@@ -1,6 +1,6 @@
-from niclab import netconf
-from niclab.netconf import verify
-from niclab.scenario import parse
+from niclab.model.scenario import parse
+from niclab.plumbing import netconf
+from niclab.plumbing.netconf import verify
 
 TOPOLOGY = """\
 name: t

@@ -2,11 +2,11 @@
 
 import dataclasses
 
-from niclab import netconf
-from niclab.knobs import COALESCE, QUEUES, Shown, parse_show
-from niclab.netconf import params, verify
-from niclab.netconf.script import knobs_script, port_knobs
-from niclab.scenario import parse
+from niclab.model.knobs import COALESCE, QUEUES, Shown, parse_show
+from niclab.model.scenario import parse
+from niclab.plumbing import netconf
+from niclab.plumbing.netconf import params, verify
+from niclab.plumbing.netconf.script import knobs_script, port_knobs
 from tests.unit.ethtool_samples import E1000_COALESCE, E1000_RINGS, RX_USECS_ONLY_COALESCE, VIRTIO_QUEUES
 
 TOPOLOGY = """\

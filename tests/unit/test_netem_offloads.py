@@ -1,8 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from niclab import offloads
-from niclab.netem import Netem, mismatches, parse_qdisc
+from niclab.model import offloads
+from niclab.model.netem import Netem, mismatches, parse_qdisc
 
 
 def test_units_are_parsed_and_written_back_the_way_tc_takes_them():

@@ -3,8 +3,8 @@
 import pytest
 from pydantic import ValidationError
 
-from niclab.bench.base import BenchmarkError
-from niclab.bench.netperf import NetperfOptions, client_argv, measurements, parse_keyvals, server_argv
+from niclab.model.bench.base import BenchmarkError
+from niclab.model.bench.netperf import NetperfOptions, client_argv, measurements, parse_keyvals, server_argv
 
 
 def parsed(data_dir, name, test, cpu=False):

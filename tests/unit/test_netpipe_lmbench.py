@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from niclab import bench
-from niclab.backends.base import CommandResult, GuestCommandError
-from niclab.bench import lmbench, netpipe
-from niclab.bench.base import BenchContext, BenchmarkError, Endpoints
-from niclab.bench.lmbench import LmbenchOptions
-from niclab.bench.netpipe import NetpipeOptions
+from niclab.base.node import CommandResult, GuestCommandError
+from niclab.model import bench
+from niclab.model.bench import lmbench, netpipe
+from niclab.model.bench.base import BenchContext, BenchmarkError, Endpoints
+from niclab.model.bench.lmbench import LmbenchOptions
+from niclab.model.bench.netpipe import NetpipeOptions
 from tests.fakes import captured
 
 SERVER, CLIENT = "198.18.0.2", "198.18.0.1"

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from niclab.backends.base import CommandResult, GuestCommandError
-from niclab.bench import nfs
-from niclab.bench.base import BenchContext, BenchmarkError, Endpoints
-from niclab.scenario.errors import Problems
-from niclab.scenario.model import benchmark_spec
+from niclab.base.node import CommandResult, GuestCommandError
+from niclab.base.problems import Problems
+from niclab.model.bench import nfs
+from niclab.model.bench.base import BenchContext, BenchmarkError, Endpoints
+from niclab.model.scenario.model import benchmark_spec
 
 
 def by_metric(found):

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from niclab.bench import iperf3, ping
-from niclab.bench.base import BenchmarkError
-from niclab.bench.netperf import NetperfOptions, client_argv, measurements, parse_keyvals
+from niclab.model.bench import iperf3, ping
+from niclab.model.bench.base import BenchmarkError
+from niclab.model.bench.netperf import NetperfOptions, client_argv, measurements, parse_keyvals
 
 
 def by_metric(found):
@@ -97,7 +97,7 @@ def test_ping_without_a_summary_is_an_error(data_dir):
 
 def test_every_parsed_metric_is_declared(data_dir):
     """What the parsers produce from real output is what the plug-ins declare (niclab metrics)."""
-    from niclab import bench
+    from niclab.model import bench
 
     declared = {m.name: m.unit for m in bench.all_metrics()}
     produced = (

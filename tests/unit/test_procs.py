@@ -5,7 +5,7 @@ import sys
 import textwrap
 import time
 
-from niclab import procs
+from niclab.base import procs
 
 
 def wait_gone(pid: int, seconds: float = 10) -> bool:
@@ -35,7 +35,7 @@ def test_children_die_with_a_killed_harness(tmp_path):
         import os, sys, time
         from pathlib import Path
         os.environ["NICLAB_CACHE"] = {str(tmp_path / "cache")!r}
-        from niclab.procs import Supervisor
+        from niclab.base.procs import Supervisor
         supervisor = Supervisor(Path({str(tmp_path / "run")!r})).__enter__()
         child = supervisor.start("sleeper", ["sleep", "60"], cwd=Path("/"), log=Path({str(tmp_path / "log")!r}))
         print(child.pid, flush=True)

@@ -6,7 +6,7 @@ import gzip
 import lzma
 import struct
 
-from niclab.image import pvh
+from niclab.plumbing.image import pvh
 
 
 def elf_with_notes(*notes: tuple[bytes, int]) -> bytes:

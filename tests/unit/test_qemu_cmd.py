@@ -1,8 +1,8 @@
 import pytest
 
-from niclab import nics
-from niclab.backends.qemu_cmd import NicPlan, VmPlan, mac_address, qemu_argv
-from niclab.topology import NodeSpec, Port
+from niclab.model import nics
+from niclab.model.topology import NodeSpec, Port
+from niclab.plumbing.backends.qemu_cmd import NicPlan, VmPlan, mac_address, qemu_argv
 
 
 def plan(accel="tcg", models=("e1000",)):

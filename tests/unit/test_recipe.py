@@ -1,7 +1,7 @@
 import shutil
 
-from niclab import nics
-from niclab.image.recipe import load_recipe
+from niclab.model import nics
+from niclab.plumbing.image.recipe import load_recipe
 
 
 def test_recipe_loads_and_hash_follows_every_file(repo, tmp_path):
@@ -40,7 +40,7 @@ def test_image_carries_the_benchmark_tools(repo):
 
 
 def test_source_builds_run_inside_the_throw_away_root(repo):
-    from niclab.image.rootfs import mmdebstrap_command
+    from niclab.plumbing.image.rootfs import mmdebstrap_command
 
     recipe = load_recipe(repo / "images" / "micro")
     fio = next(b for b in recipe.builds if b.source == "fio")
@@ -56,7 +56,7 @@ def test_source_builds_run_inside_the_throw_away_root(repo):
 
 def test_the_default_kernel_is_the_micro_recipes_suite(repo):
     # A scenario's kernel of DEFAULT_SUITE boots the image as built, with no other kernel: they must be one.
-    from niclab.kernel_choice import DEFAULT_SUITE, SUITES
+    from niclab.model.kernel_choice import DEFAULT_SUITE, SUITES
 
     recipe = load_recipe(repo / "images" / "micro")
     assert recipe.suite == DEFAULT_SUITE

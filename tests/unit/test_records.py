@@ -1,4 +1,4 @@
-"""The record models (niclab.records) are the results format: what the runner writes, and what was captured, loads.
+"""The record models (niclab.run.records) are the results format: what the runner writes, and what was captured, loads.
 
 The runner runs through the replay fake (tests/fakes.py, as tests/unit/test_runner.py does) and every line
 it writes to results.jsonl, and its run.json, must validate; so must the run directories shipped in
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from niclab import records
-from niclab.records import RunDirError, read_results, read_run_info
-from niclab.results import RunDir, RunInfo
-from niclab.runner import Runner
-from niclab.scenario import load_scenario
+from niclab.model.scenario import load_scenario
+from niclab.run import records
+from niclab.run.records import RunDirError, read_results, read_run_info
+from niclab.run.results import RunDir, RunInfo
+from niclab.run.runner import Runner
 from tests.fakes import FakeBackend, Replay
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"

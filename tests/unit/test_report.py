@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from niclab.report.build import build
-from niclab.report.data import CellData, load_run
-from niclab.report.render import render_html
-from niclab.report.tables import summary_table
+from niclab.ui.report.build import build
+from niclab.ui.report.data import CellData, load_run
+from niclab.ui.report.render import render_html
+from niclab.ui.report.tables import summary_table
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 STUDY = ["nic-shootout", "mtu-sweep", "bonding", "nfs"]
@@ -69,7 +69,7 @@ def test_a_report_over_the_whole_study_has_every_section():
 
 
 def test_missing_run_directory_is_a_clear_error(tmp_path):
-    from niclab.errors import UsageError
+    from niclab.base.errors import UsageError
 
     with pytest.raises(UsageError, match="is not a niclab run directory"):
         load_run(tmp_path)
@@ -82,8 +82,8 @@ def _sweep_cell(params: dict, mean: float) -> CellData:
 
 
 def test_a_swept_knob_is_drawn_as_a_line_per_value_of_the_other_axes():
-    from niclab.report.data import RunData
-    from niclab.report.plots import sweep_lines
+    from niclab.ui.report.data import RunData
+    from niclab.ui.report.plots import sweep_lines
 
     cells = [_sweep_cell({"kernel": "trixie", "rx_usecs": u}, 3000 - u) for u in (0, 100, 1000)]
     cells += [_sweep_cell({"kernel": {"build": "../linux"}, "rx_usecs": u}, 2500 - u) for u in (0, 100, 1000)]

@@ -1,7 +1,7 @@
 import json
 
-from niclab.report.build import build
-from niclab.report.data import load_run
+from niclab.ui.report.build import build
+from niclab.ui.report.data import load_run
 
 SCENARIO = (
     "name: sweep\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: ${nic}\n"

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from niclab.backends.qemu import BootError
-from niclab.errors import NiclabError
-from niclab.results import RunDir, RunInfo, read_records
-from niclab.runner import RunAborted, Runner, RunOutcome
-from niclab.scenario import load_scenario
-from niclab.session import Session
+from niclab.base.errors import NiclabError
+from niclab.model.scenario import load_scenario
+from niclab.plumbing.backends.qemu import BootError
+from niclab.run.results import RunDir, RunInfo, read_records
+from niclab.run.runner import RunAborted, Runner, RunOutcome
+from niclab.run.session import Session
 from tests.fakes import FakeBackend, Replay, ReplayMiss
 
 NETPERF_STREAM = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_STREAM "
@@ -162,7 +162,7 @@ def test_the_fake_rig_looks_like_the_qemu_backends(tmp_path, backend, replay):
 
 
 def test_a_declared_death_makes_commands_fail_and_gone_say_why(tmp_path, backend):
-    from niclab.guest import AgentError
+    from niclab.plumbing.guest import AgentError
 
     cell = load_scenario(Path(__file__).parents[2] / "scenarios" / "two-node.yaml").cells[0]
     backend.kill("b", after=1)
@@ -581,7 +581,7 @@ def test_repeats_of_cells_on_one_boot_go_round_robin(tmp_path, backend):
 
 
 def test_the_turns_of_cells_on_one_boot_and_how_often_each_sets_its_network_up():
-    from niclab.rigs import network_setups, turns
+    from niclab.run.rigs import network_setups, turns
 
     assert turns([2, 2]) == [(0, range(1, 2)), (1, range(1, 2)), (1, range(2, 3)), (0, range(2, 3))]
     assert turns([3, 1]) == [(0, range(1, 2)), (1, range(1, 2)), (0, range(2, 3)), (0, range(3, 4))]
@@ -592,7 +592,7 @@ def test_the_turns_of_cells_on_one_boot_and_how_often_each_sets_its_network_up()
 
 
 def test_plan_counts_one_boot_per_group_and_a_network_set_up_per_turn(tmp_path):
-    from niclab import plan
+    from niclab.run import plan
 
     path = tmp_path / "scenario.yaml"
     path.write_text(TWO_CELLS + "repeat: 2\n")
@@ -631,7 +631,7 @@ def test_a_cell_that_fails_on_a_shared_boot_leaves_the_next_cell_a_fresh_one(tmp
 
 
 def test_compare_pairs_the_alternated_repeats_of_two_cells_of_one_run(tmp_path, backend, replay, capsys):
-    from niclab.cli import main
+    from niclab.ui.cli.main import main
 
     recorded = replay.result(NETPERF_STREAM, node="a")
     # A B B A A B: the host slowed down through the run, the second cell was 10 % below the first each round

@@ -1,6 +1,6 @@
 import pytest
 
-from niclab.scenario import ScenarioError, load_scenario, parse
+from niclab.model.scenario import ScenarioError, load_scenario, parse
 
 GOOD = """\
 name: pair

@@ -2,8 +2,8 @@
 
 import pytest
 
-from niclab.kernel_choice import DEFAULT_SUITE, SUITES, KernelChoice
-from niclab.scenario import ScenarioError, load_scenario, parse
+from niclab.model.kernel_choice import DEFAULT_SUITE, SUITES, KernelChoice
+from niclab.model.scenario import ScenarioError, load_scenario, parse
 
 PAIR = """\
 name: pair
@@ -59,7 +59,7 @@ def test_a_knob_of_zero_is_kept():
 
 
 def test_a_switch_goes_on_the_port_as_on_or_off_and_netconf_reads_it_back():
-    from niclab.netconf.script import port_knobs
+    from niclab.plumbing.netconf.script import port_knobs
 
     port = scenario(PAIR + "    coalesce: {adaptive-rx: on, adaptive-tx: off}\n").topology().ports[0]
     assert port.knobs == (("coalesce", "adaptive-rx", "on"), ("coalesce", "adaptive-tx", "off"))
@@ -264,7 +264,7 @@ def test_a_bad_kernel_in_the_matrix_names_its_cell():
 
 
 def test_kernel_build_on_the_command_line_renames_a_kernel_axis_and_merges_its_cells(tmp_path):
-    from niclab.kernel_check import with_kernel
+    from niclab.plumbing.kernel_check import with_kernel
 
     (tmp_path / "linux").mkdir()
     text = "kernel: ${kernel}\n" + PAIR.replace("nic: e1000", "nic: ${nic}")

@@ -1,8 +1,8 @@
 import pytest
 
-from niclab.errors import UsageError
-from niclab.scenario import load_scenario
-from niclab.shard import Shard, parse_shard, shard_of
+from niclab.base.errors import UsageError
+from niclab.model.scenario import load_scenario
+from niclab.model.shard import Shard, parse_shard, shard_of
 
 
 def test_every_cell_in_exactly_one_shard(repo):

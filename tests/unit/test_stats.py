@@ -1,6 +1,6 @@
 import pytest
 
-from niclab.stats import Limits, instability, summarize, t_quantile
+from niclab.run.stats import Limits, instability, summarize, t_quantile
 
 
 def test_t_quantiles_match_the_tables():

@@ -3,7 +3,7 @@ import tarfile
 
 import pytest
 
-from niclab.image.tartree import TarTree
+from niclab.plumbing.image.tartree import TarTree
 
 
 def make_tar(path):

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from niclab import netconf
-from niclab.backends.qemu_cmd import mac_address
-from niclab.image import Image
-from niclab.paths import SOURCE_ROOT
-from niclab.scenario import parse
-from niclab.ssh import SshTarget, remote_command
-from niclab.vagrant import box, rig, state
+from niclab.base.paths import SOURCE_ROOT
+from niclab.model.scenario import parse
+from niclab.plumbing import netconf
+from niclab.plumbing.backends.qemu_cmd import mac_address
+from niclab.plumbing.image import Image
+from niclab.plumbing.ssh import SshTarget, remote_command
+from niclab.ui.vagrant import box, rig, state
 
 TWO_NODE = """\
 name: t

@@ -1,6 +1,6 @@
 import pytest
 
-from niclab.yamlpos import Position, YamlError, format_path, load
+from niclab.base.yamlpos import Position, YamlError, format_path, load
 
 
 def test_positions_of_nested_values():

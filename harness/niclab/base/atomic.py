@@ -1,0 +1,72 @@
+"""Write a file whole or not at all, and never through a symlink planted where it goes.
+
+`replacing(path)` writes to a fresh temp file that mkstemp makes in the
+target's directory (O_EXCL: never an existing file, nor a symlink), then
+renames it over the target: os.replace swaps the name, so a symlink at the
+target is replaced itself, never followed. A failure removes the temp file
+and leaves the target as it was. The new file gets the mode a plain open()
+would give it (0666 less the umask), not mkstemp's 0600.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from niclab.base.errors import NiclabError
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux says it in /proc/self/status)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and put back (a moment other threads could see)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def replacing(path: Path, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
+    """A file object to write `path`'s new content to ("w" or "wb", open()'s keyword arguments). A failure
+    to make or place the file is a NiclabError naming `path` (never the temp file) and the fix."""
+    try:
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".tmp")
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
+    try:
+        with os.fdopen(fd, mode, **kwargs) as sink:
+            os.fchmod(sink.fileno(), 0o666 & ~_umask())
+            yield sink
+        try:
+            os.replace(temp, path)
+        except OSError as exc:
+            raise _cannot_write(path, exc) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def _cannot_write(path: Path, exc: OSError) -> NiclabError:
+    if isinstance(exc, IsADirectoryError) or path.is_dir():
+        fix = "remove that directory, or write elsewhere (--out)"
+    elif isinstance(exc, FileNotFoundError):
+        fix = f"create {path.parent} first, or write elsewhere (--out)"
+    else:
+        fix = "write elsewhere (--out)"
+    return NiclabError(f"cannot write {path}: {exc.strerror or exc}; {fix}")
+
+
+def write_text(path: Path, text: str) -> Path:
+    """`path` holds `text` (UTF-8), written as `replacing` does."""
+    with replacing(path, encoding="utf-8") as sink:
+        sink.write(text)
+    return path

@@ -1,0 +1,190 @@
+"""iperf3: TCP (streams, reverse, both ways at once) and UDP at a set bitrate (jitter, loss), from its JSON.
+
+Server `iperf3 -s -B ADDR -p PORT -1`; client `iperf3 -c ADDR -p PORT -t N -J
+[-P n] [-R | --bidir] [-u -b RATE -l LEN]`. With -J a failed connection still
+exits 0: the JSON's `error` key is what says so. With --bidir, end.sum_sent
+and sum_received are the client-to-server direction and the *_bidir_reverse
+sums the other one.
+
+A UDP test starts with one datagram each way on the data path (the client's
+hello and the server's reply) and iperf3 sends neither again: on a lossy
+cable (netem loss 5 % on each end) about one start in ten fails with "unable
+to read from stream socket" before any datagram is measured. That says
+nothing about the card, so such a start is tried again, up to three times
+in all, and the measurements say how many starts were lost.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
+
+PORT = 5201
+UDP_STARTS = 3
+_LOST_START = "unable to read from stream socket"
+
+
+class UdpStartLost(BenchmarkError):
+    """The UDP stream's hello or its reply was lost: nothing was measured."""
+
+
+class Iperf3Options(BenchOptions):
+    protocol: Literal["tcp", "udp"] = "tcp"
+    seconds: float = Field(10.0, gt=0, le=3600, description="test length (-t)")
+    streams: int = Field(1, ge=1, le=128, description="parallel streams (-P)")
+    reverse: bool = Field(False, description="the server sends (-R)")
+    bidir: bool = Field(False, description="both directions at once (--bidir)")
+    bitrate: str | None = Field(
+        None, pattern=r"^\d+(\.\d+)?[KMG]?$", description="target rate (-b), e.g. 10M; UDP's default is 1M"
+    )
+    length: int | None = Field(None, ge=16, le=65507, description="datagram (UDP) or buffer (TCP) bytes (-l)")
+
+    @model_validator(mode="after")
+    def _one_direction_option(self) -> Iperf3Options:
+        if self.reverse and self.bidir:
+            raise ValueError("reverse and bidir exclude each other: bidir already sends both ways")
+        return self
+
+
+def parse(text: str, protocol: str) -> list[Measurement]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise BenchmarkError(f"iperf3 printed no JSON: {text.strip()[-300:]}") from None
+    if data.get("error"):
+        lost_start = protocol == "udp" and _LOST_START in data["error"] and not data.get("intervals")
+        raise (UdpStartLost if lost_start else BenchmarkError)(f"iperf3: {data['error']}")
+    end = data.get("end") or {}
+    test = protocol.upper()
+    cpu = end.get("cpu_utilization_percent") or {}
+    extra = {"cpu_host_pct": cpu.get("host_total"), "cpu_remote_pct": cpu.get("remote_total")}
+    try:
+        sent, received = end["sum_sent"], end["sum_received"]
+    except KeyError:
+        raise BenchmarkError("iperf3's JSON has no end.sum_sent/sum_received") from None
+    found = [
+        Measurement("iperf3", test, "throughput_mbps", received["bits_per_second"] / 1e6, "Mbit/s", extra),
+        Measurement("iperf3", test, "sent_throughput_mbps", sent["bits_per_second"] / 1e6, "Mbit/s", headline=False),
+    ]
+    if "sum_received_bidir_reverse" in end:
+        found.append(
+            Measurement(
+                "iperf3",
+                test,
+                "reverse_throughput_mbps",
+                end["sum_received_bidir_reverse"]["bits_per_second"] / 1e6,
+                "Mbit/s",
+            )
+        )
+    if protocol == "tcp":
+        found.append(
+            Measurement("iperf3", test, "retransmits", float(sent.get("retransmits", 0)), "segments", headline=False)
+        )
+        rtts = [s["sender"]["mean_rtt"] for s in end.get("streams", []) if s.get("sender", {}).get("mean_rtt")]
+        if rtts:
+            found.append(Measurement("iperf3", test, "rtt_mean_us", sum(rtts) / len(rtts), "us", headline=False))
+    else:
+        found += [
+            Measurement(
+                "iperf3",
+                test,
+                "loss_pct",
+                float(received["lost_percent"]),
+                "%",
+                {"lost_packets": received["lost_packets"], "packets": received["packets"]},
+            ),
+            Measurement("iperf3", test, "jitter_ms", float(received["jitter_ms"]), "ms", headline=False),
+        ]
+    return found
+
+
+def client_argv(options: Iperf3Options, server_address: str) -> list[str]:
+    argv = ["iperf3", "-c", server_address, "-p", str(PORT), "-t", f"{options.seconds:g}", "-J"]
+    if options.streams > 1:
+        argv += ["-P", str(options.streams)]
+    if options.reverse:
+        argv.append("-R")
+    if options.bidir:
+        argv.append("--bidir")
+    if options.protocol == "udp":
+        argv.append("-u")
+    if options.bitrate:
+        argv += ["-b", options.bitrate]
+    if options.length:
+        argv += ["-l", str(options.length)]
+    return argv
+
+
+class Iperf3:
+    name: ClassVar[str] = "iperf3"
+    Options: ClassVar[type[Iperf3Options]] = Iperf3Options
+
+    def metrics(self) -> list[MetricInfo]:
+        out = []
+        for test in ("TCP", "UDP"):
+            out += [
+                MetricInfo(f"iperf3.{test}.throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
+                MetricInfo(f"iperf3.{test}.sent_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
+                MetricInfo(
+                    f"iperf3.{test}.reverse_throughput_mbps",
+                    "Mbit/s",
+                    "what the client got back from the server at the same time (bidir)",
+                    "higher",
+                ),
+            ]
+        return out + [
+            MetricInfo("iperf3.TCP.retransmits", "segments", "TCP segments sent again", "lower"),
+            MetricInfo("iperf3.TCP.rtt_mean_us", "us", "mean smoothed RTT the sender's TCP saw", "lower"),
+            MetricInfo("iperf3.UDP.loss_pct", "%", "datagrams sent but not received", "lower"),
+            MetricInfo("iperf3.UDP.jitter_ms", "ms", "variation of datagram transit time (RFC 3550)", "lower"),
+        ]
+
+    def metric_prefix(self, options: Iperf3Options) -> str:
+        return f"iperf3.{options.protocol.upper()}."
+
+    def describe(self, options: Iperf3Options) -> str:
+        return (
+            f"iperf3 {options.protocol.upper()}"
+            + (" reverse" if options.reverse else "")
+            + (" bidir" if options.bidir else "")
+        )
+
+    def estimate_seconds(self, options: Iperf3Options) -> float:
+        return options.seconds + 3
+
+    def run(self, ctx: BenchContext, options: Iperf3Options) -> list[Measurement]:
+        lost = 0
+        while True:
+            try:
+                found = self._run_once(ctx, options)
+            except UdpStartLost as exc:
+                lost += 1
+                if lost == UDP_STARTS:
+                    raise BenchmarkError(f"{exc}; the UDP stream failed to start {lost} times in a row") from None
+                ctx.progress(f"{exc}; the UDP stream's start was lost, trying again")
+                continue
+            return [replace(m, extra={**m.extra, "lost_starts": lost}) for m in found] if lost else found
+
+    def _run_once(self, ctx: BenchContext, options: Iperf3Options) -> list[Measurement]:
+        ends = ctx.ends
+        argv = client_argv(options, ends.server_address)
+        with served(
+            ctx,
+            ["iperf3", "-s", "-B", ends.server_address, "-p", str(PORT), "-1"],
+            PORT,
+            label=f"iperf3-{options.protocol}",
+        ) as run:
+            result = run.run_client(argv, timeout=options.seconds * 3 + 60)
+        path = run.save(f"$ {quote(argv)}\n# exit {result.returncode}\n{result.stdout}{result.stderr}{run.leftovers}")
+        try:
+            return parse(result.stdout, options.protocol)
+        except BenchmarkError as exc:
+            raise type(exc)(f"{exc} (raw output: {path})") from None
+
+
+PLUGIN = Iperf3()

@@ -1,0 +1,189 @@
+"""netperf: bulk transfer (TCP_STREAM, TCP_MAERTS, UDP_STREAM) and request/response
+(TCP_RR, UDP_RR, TCP_CRR), through the omni `-k` output (parsed in netperf_parse).
+
+Server: `netserver -D -p PORT -L ADDR,inet` (foreground). Client:
+`netperf -H ADDR -p PORT -t TEST -l SECONDS [-c -C] [-i MAX,MIN -I LEVEL,WIDTH]
+-P 0 -- [-m SIZE] [-s LOCAL -S REMOTE] [-r REQ,RESP] -k SELECTORS`.
+Confidence iterations: counts are clamped to 3..30, the level is 95 or 99,
+and the width is the full width of the interval in % (netperf's banner shows
+±width/2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from niclab.base.node import GuestCommandError
+from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
+from niclab.model.bench.netperf_parse import (
+    LATENCIES,
+    REQUEST_RESPONSE,
+    SELECTORS,
+    STREAMS,
+    measurements,
+    parse_keyvals,
+)
+
+PORT = 12865
+
+__all__ = ["Netperf", "NetperfHung", "NetperfOptions", "client_argv", "measurements", "parse_keyvals", "server_argv"]
+
+
+class NetperfHung(BenchmarkError):
+    """netperf did not end long after its test should have."""
+
+
+class Confidence(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    level: Literal[95, 99] = Field(99, description="confidence level in %")
+    width: float = Field(5.0, gt=0, le=100, description="the interval's full width, in % of the mean")
+
+
+class NetperfOptions(BenchOptions):
+    test: Literal["TCP_STREAM", "TCP_MAERTS", "UDP_STREAM", "TCP_RR", "UDP_RR", "TCP_CRR"] = "TCP_STREAM"
+    seconds: float = Field(10.0, gt=0, le=3600, description="test length (-l)")
+    message_size: int | None = Field(None, ge=1, le=65507, description="send size in bytes (-- -m), streams")
+    local_buffer: int | None = Field(None, ge=1, description="local socket buffer bytes (-- -s)")
+    remote_buffer: int | None = Field(None, ge=1, description="remote socket buffer bytes (-- -S)")
+    request_size: int | None = Field(None, ge=1, description="request bytes (-- -r), request/response tests")
+    response_size: int | None = Field(None, ge=1, description="response bytes (-- -r), request/response tests")
+    cpu: bool = Field(False, description="measure CPU utilization and service demand on both ends (-c -C)")
+    confidence: Confidence | None = Field(None, description="iterate until the mean is this sure (-I)")
+    iterations: tuple[int, int] | None = Field(None, description="[min, max] iterations for confidence (-i)")
+
+    @model_validator(mode="after")
+    def _fits_the_test(self) -> NetperfOptions:
+        if self.test in STREAMS and (self.request_size or self.response_size):
+            raise ValueError(f"request_size and response_size are for request/response tests, not {self.test}")
+        if self.test in REQUEST_RESPONSE and self.message_size:
+            raise ValueError(f"message_size is for stream tests, not {self.test}; use request_size")
+        if self.iterations is not None:
+            low, high = self.iterations
+            if not 3 <= low <= high <= 30:
+                raise ValueError(
+                    f"iterations {list(self.iterations)} must be [min, max] with 3 <= min <= max <= 30 "
+                    "(netperf clamps to that range)"
+                )
+            if self.confidence is None:
+                self.confidence = Confidence()
+        elif self.confidence is not None:
+            self.iterations = (3, 10)
+        return self
+
+
+def client_argv(options: NetperfOptions, server_address: str) -> list[str]:
+    argv = ["netperf", "-H", server_address, "-p", str(PORT), "-t", options.test, "-l", f"{options.seconds:g}"]
+    if options.cpu:
+        argv += ["-c", "-C"]
+    if options.confidence is not None:
+        assert options.iterations is not None, "NetperfOptions sets iterations along with confidence"
+        low, high = options.iterations
+        argv += ["-i", f"{high},{low}", "-I", f"{options.confidence.level},{options.confidence.width:g}"]
+    argv += ["-P", "0", "--"]
+    if options.message_size:
+        argv += ["-m", str(options.message_size)]
+    if options.local_buffer:
+        argv += ["-s", str(options.local_buffer)]
+    if options.remote_buffer:
+        argv += ["-S", str(options.remote_buffer)]
+    if options.request_size or options.response_size:
+        argv += ["-r", f"{options.request_size or 1},{options.response_size or 1}"]
+    return argv + ["-k", ",".join(SELECTORS[options.test])]
+
+
+def server_argv(server_address: str) -> list[str]:
+    return ["netserver", "-D", "-p", str(PORT), "-L", f"{server_address},inet"]
+
+
+def _declared() -> list[MetricInfo]:
+    out = []
+    for test in ("TCP_STREAM", "TCP_MAERTS"):
+        out += [
+            MetricInfo(f"netperf.{test}.throughput_mbps", "Mbit/s", "TCP bulk transfer rate", "higher"),
+            MetricInfo(f"netperf.{test}.retransmits", "segments", "TCP segments the sender sent again", "lower"),
+        ]
+    out += [
+        MetricInfo("netperf.UDP_STREAM.send_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
+        MetricInfo("netperf.UDP_STREAM.recv_throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
+        MetricInfo("netperf.UDP_STREAM.loss_pct", "%", "datagrams sent but not received", "lower"),
+    ]
+    for test in REQUEST_RESPONSE:
+        out.append(MetricInfo(f"netperf.{test}.transaction_rate", "/s", "transactions per second", "higher"))
+        out += [
+            MetricInfo(f"netperf.{test}.{metric}", "us", f"transaction latency ({key.split('_')[0].lower()})", "lower")
+            for key, metric in LATENCIES
+        ]
+    for test in (*STREAMS, *REQUEST_RESPONSE):
+        suffix, unit = ("tr", "us/Tr") if test in REQUEST_RESPONSE else ("kb", "us/KB")
+        for side in ("local", "remote"):
+            out += [
+                MetricInfo(f"netperf.{test}.{side}_cpu_pct", "%", f"{side} CPU utilization (cpu: true)", "lower"),
+                MetricInfo(
+                    f"netperf.{test}.{side}_sd_us_per_{suffix}",
+                    unit,
+                    f"{side} service demand: CPU time per unit of work (cpu: true)",
+                    "lower",
+                ),
+            ]
+    return out
+
+
+class Netperf:
+    name: ClassVar[str] = "netperf"
+    Options: ClassVar[type[NetperfOptions]] = NetperfOptions
+
+    def metrics(self) -> list[MetricInfo]:
+        return _declared()
+
+    def metric_prefix(self, options: NetperfOptions) -> str:
+        return f"netperf.{options.test}."
+
+    def describe(self, options: NetperfOptions) -> str:
+        return f"netperf {options.test}"
+
+    def estimate_seconds(self, options: NetperfOptions) -> float:
+        runs = options.iterations[1] if options.iterations else 1
+        return options.seconds * runs + 3
+
+    def run(self, ctx: BenchContext, options: NetperfOptions) -> list[Measurement]:
+        try:
+            return self._run_once(ctx, options)
+        except NetperfHung as hung:
+            if options.test != "UDP_STREAM":
+                raise
+            # A UDP flood can lose the datagrams that tell netserver the test is over: netperf then
+            # waits for it forever. That says nothing about the card; one retry, and the result says so.
+            ctx.progress(f"{hung}; trying once more")
+            found = self._run_once(ctx, options)
+            return [replace(m, warning=m.warning or f"the first attempt hung and was retried ({hung})") for m in found]
+
+    def _run_once(self, ctx: BenchContext, options: NetperfOptions) -> list[Measurement]:
+        ends = ctx.ends
+        argv = client_argv(options, ends.server_address)
+        limit = self.estimate_seconds(options) + 30
+        with served(ctx, server_argv(ends.server_address), PORT, label=f"netperf-{options.test}") as run:
+            try:
+                result = run.run_client(argv, timeout=limit)
+            except GuestCommandError:
+                raise NetperfHung(f"netperf {options.test} did not end within {limit:.0f} s") from None
+        raw = (
+            f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
+            f"{result.stdout}{result.stderr}\n# server: {run.server_output}{run.leftovers}"
+        )
+        path = run.save(raw)
+        if not result.ok:
+            raise BenchmarkError(
+                f"netperf {options.test} exited {result.returncode}: "
+                f"{(result.stderr or result.stdout).strip()[-400:]} (raw output: {path})"
+            )
+        try:
+            return measurements(options.test, parse_keyvals(result.stdout), cpu=options.cpu)
+        except BenchmarkError as exc:
+            raise BenchmarkError(f"{exc} (raw output: {path})") from None
+
+
+PLUGIN = Netperf()

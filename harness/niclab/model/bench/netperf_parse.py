@@ -1,0 +1,193 @@
+"""netperf's omni `-k` output (KEY=value lines) turned into measurements.
+
+Facts relied on (netperf 2.7.0, see BENCHMARK-TOOLS.md): THROUGHPUT is in
+THROUGHPUT_UNITS (10^6bits/s for streams, Trans/s for RR); for UDP_STREAM it
+is what the receiver got, LOCAL_SEND_THROUGHPUT what was sent, and the
+difference of LOCAL_SEND_CALLS and REMOTE_RECV_CALLS the lost datagrams (from
+the last iteration when iterating). CPU figures are -1 unless -c/-C.
+**A missed confidence target prints no warning and exits 0**: the achieved
+width THROUGHPUT_CONFID (and the CPU ones, when measured) must be compared
+with CONFIDENCE_INTERVAL here.
+"""
+
+from __future__ import annotations
+
+from niclab.model.bench.base import BenchmarkError, Measurement
+
+STREAMS = ("TCP_STREAM", "TCP_MAERTS", "UDP_STREAM")
+REQUEST_RESPONSE = ("TCP_RR", "UDP_RR", "TCP_CRR")
+LATENCIES = (
+    ("MEAN_LATENCY", "latency_mean_us"),
+    ("P50_LATENCY", "latency_p50_us"),
+    ("P90_LATENCY", "latency_p90_us"),
+    ("P99_LATENCY", "latency_p99_us"),
+    ("MIN_LATENCY", "latency_min_us"),
+    ("MAX_LATENCY", "latency_max_us"),
+)
+SD_UNITS = {"usec/KB": ("us/KB", "kb"), "usec/Tran": ("us/Tr", "tr")}
+
+COMMON = (
+    "THROUGHPUT",
+    "THROUGHPUT_UNITS",
+    "ELAPSED_TIME",
+    "PROTOCOL",
+    "LOCAL_CPU_UTIL",
+    "REMOTE_CPU_UTIL",
+    "LOCAL_SD",
+    "REMOTE_SD",
+    "SD_UNITS",
+    "CONFIDENCE_LEVEL",
+    "CONFIDENCE_INTERVAL",
+    "CONFIDENCE_ITERATION",
+    "THROUGHPUT_CONFID",
+    "LOCAL_CPU_CONFID",
+    "REMOTE_CPU_CONFID",
+    "LSS_SIZE",
+    "RSR_SIZE",
+)
+SELECTORS = {
+    "TCP_STREAM": COMMON + ("TRANSPORT_MSS", "LOCAL_TRANSPORT_RETRANS", "LOCAL_SEND_SIZE"),
+    "TCP_MAERTS": COMMON + ("TRANSPORT_MSS", "REMOTE_TRANSPORT_RETRANS"),
+    "UDP_STREAM": COMMON
+    + ("LOCAL_SEND_THROUGHPUT", "REMOTE_RECV_THROUGHPUT", "LOCAL_SEND_CALLS", "REMOTE_RECV_CALLS", "LOCAL_SEND_SIZE"),
+    **{
+        test: COMMON
+        + ("REQUEST_SIZE", "RESPONSE_SIZE", "RT_LATENCY", "STDDEV_LATENCY")
+        + tuple(k for k, _ in LATENCIES)
+        for test in REQUEST_RESPONSE
+    },
+}
+
+
+def parse_keyvals(text: str) -> dict[str, str]:
+    """KEY=value lines, as netperf prints them with -P 0 -- -k; other lines are ignored."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.isupper() and " " not in key:
+            values[key.strip()] = value.strip()
+    return values
+
+
+def _number(values: dict[str, str], key: str) -> float:
+    try:
+        return float(values[key])
+    except KeyError:
+        raise BenchmarkError(f"netperf printed no {key}") from None
+    except ValueError:
+        raise BenchmarkError(f"netperf printed {key}={values[key]!r}, not a number") from None
+
+
+def _optional(values: dict[str, str], key: str) -> float | None:
+    """A figure netperf reports as -1 when it was not measured."""
+    try:
+        value = float(values[key])
+    except (KeyError, ValueError):
+        return None
+    return None if value < 0 else value
+
+
+def confidence(values: dict[str, str], cpu: bool) -> tuple[dict, str | None]:
+    """What netperf's confidence iteration achieved, and a warning when it missed the target."""
+    wanted = _optional(values, "CONFIDENCE_INTERVAL")
+    level = _optional(values, "CONFIDENCE_LEVEL")
+    if not wanted or not level:  # not asked for (absent, -1 or 0)
+        return {}, None
+    iterations = _optional(values, "CONFIDENCE_ITERATION")
+    achieved = {"throughput": _optional(values, "THROUGHPUT_CONFID")}
+    if cpu:
+        achieved.update(
+            local_cpu=_optional(values, "LOCAL_CPU_CONFID"), remote_cpu=_optional(values, "REMOTE_CPU_CONFID")
+        )
+    missed = {k: v for k, v in achieved.items() if v is not None and v > wanted}
+    facts = {
+        "confidence_level": level,
+        "confidence_width_pct": wanted,
+        "confidence_achieved_width_pct": {k: v for k, v in achieved.items() if v is not None},
+        "confidence_iterations": iterations,
+        "confidence_met": not missed,
+    }
+    if not missed:
+        return facts, None
+    detail = ", ".join(f"{k.replace('_', ' ')} ±{v / 2:.1f} %" for k, v in missed.items())
+    return facts, (
+        f"netperf's {int(level)} % confidence target (±{wanted / 2:g} %) was missed after "
+        f"{int(iterations or 0)} iterations: {detail}"
+    )
+
+
+def measurements(test: str, values: dict[str, str], cpu: bool = False) -> list[Measurement]:
+    """Turn netperf's selectors into measurements with units."""
+    units = values.get("THROUGHPUT_UNITS", "")
+    expected = "10^6bits/s" if test in STREAMS else "Trans/s"
+    if units != expected:
+        raise BenchmarkError(f"netperf reported {units or 'no'} throughput units for {test}, expected {expected}")
+    facts, warning = confidence(values, cpu)
+    extra = {
+        k.lower(): values[k]
+        for k in ("ELAPSED_TIME", "PROTOCOL", "TRANSPORT_MSS", "LSS_SIZE", "RSR_SIZE", "REQUEST_SIZE", "RESPONSE_SIZE")
+        if k in values
+    } | facts
+    found: list[Measurement] = []
+    if test == "UDP_STREAM":
+        sent, received = _number(values, "LOCAL_SEND_CALLS"), _number(values, "REMOTE_RECV_CALLS")
+        lost = max(0.0, sent - received)
+        found += [
+            Measurement(
+                "netperf",
+                test,
+                "send_throughput_mbps",
+                _number(values, "LOCAL_SEND_THROUGHPUT"),
+                "Mbit/s",
+                extra,
+                warning=warning,
+            ),
+            Measurement(
+                "netperf", test, "recv_throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s", extra, warning=warning
+            ),
+            Measurement(
+                "netperf",
+                test,
+                "loss_pct",
+                100.0 * lost / sent if sent else 0.0,
+                "%",
+                {"sent_datagrams": int(sent), "received_datagrams": int(received), "lost_datagrams": int(lost)},
+            ),
+        ]
+    elif test in STREAMS:
+        found.append(
+            Measurement(
+                "netperf", test, "throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s", extra, warning=warning
+            )
+        )
+        key = "LOCAL_TRANSPORT_RETRANS" if test == "TCP_STREAM" else "REMOTE_TRANSPORT_RETRANS"
+        if (retrans := _optional(values, key)) is not None:
+            found.append(Measurement("netperf", test, "retransmits", retrans, "segments", headline=False))
+    elif test in REQUEST_RESPONSE:
+        found.append(
+            Measurement(
+                "netperf", test, "transaction_rate", _number(values, "THROUGHPUT"), "/s", extra, warning=warning
+            )
+        )
+        for key, metric in LATENCIES:
+            if (value := _optional(values, key)) is not None:
+                found.append(Measurement("netperf", test, metric, value, "us", headline=metric == "latency_mean_us"))
+    else:
+        raise BenchmarkError(f"no parser for netperf test {test}")
+    if cpu:
+        found += _cpu(test, values)
+    return found
+
+
+def _cpu(test: str, values: dict[str, str]) -> list[Measurement]:
+    unit, suffix = SD_UNITS.get(values.get("SD_UNITS", ""), (None, None))
+    found = []
+    for side in ("local", "remote"):
+        util = _optional(values, f"{side.upper()}_CPU_UTIL")
+        if util is None:
+            raise BenchmarkError(f"netperf measured no {side} CPU utilization (-c/-C)")
+        found.append(Measurement("netperf", test, f"{side}_cpu_pct", util, "%"))
+        demand = _optional(values, f"{side.upper()}_SD")
+        if demand is not None and unit:
+            found.append(Measurement("netperf", test, f"{side}_sd_us_per_{suffix}", demand, unit, headline=False))
+    return found

@@ -1,0 +1,380 @@
+"""nfs: a file workload over NFS. The server exports a tmpfs, the client runs fio on it.
+
+Patterns, one fio run each, in this order (the files the first lays out are
+reused by the others): `seqread` (rw=read, `block_size`), `randread`
+(rw=randread, `random_block_size`) and `randrw` (rw=randrw, fio's default mix
+of 50 % reads, `random_block_size`). Every run is `fio --name=niclab
+--directory=MOUNT --rw=.. --bs=.. --size=FILE --numjobs=N --runtime=S
+--time_based --direct=1 --ioengine=psync --output-format=json`. O_DIRECT
+(direct=1, the default) makes every read and write an RPC across the link:
+buffered reads would come from the client's page cache instead.
+
+Figures: bandwidth in MB/s with 1 MB = 10^6 bytes (fio's `bw_bytes` and
+`io_bytes` divided by 10^6; fio's own "MiB/s" is 2^20 bytes), and IOPS. The
+aggregate is what all jobs moved together divided by the longest job's run
+time, as fio's group summary computes it; with numjobs > 1 the slowest and
+fastest single job's bandwidth come too.
+
+NFS version 4 (4.0, 4.1 or 4.2; 4.2 by default) over TCP only, so no rpcbind,
+rpc.statd or lockd is needed: NFSv4 has locking in the protocol and a fixed
+port, 2049. The server runs, in this order: `modprobe nfsd`, the nfsd control
+file system on /proc/fs/nfsd, a tmpfs on EXPORT_DIR exported with fsid=0 (a
+tmpfs has no UUID to build file handles from; fsid=0 makes it the NFSv4
+root, which the client mounts as `server:/`) to the client's address only
+(`exportfs -i`, /etc/exports is not read; no_root_squash, as fio runs as
+root and creates its files there), `rpc.mountd -F -N 2 -N 3 -u` (the
+kernel asks it about exports; with NFSv2/3 off it registers nothing with
+rpcbind), `rpc.nfsd -N 3 -U -H ADDR 8` (8 threads on 2049/tcp of the test
+link's address), then ends NFSv4's grace period (90 s in which the server
+refuses new opens) by writing Y to /proc/fs/nfsd/v4_end_grace. That file
+works only with client tracking set up, so /var/lib/nfs/v4recovery must
+exist (the kernel's "legacy" tracking; nfsdcld is not in the image). No
+idmapd either: with sec=sys both ends send numeric user and group ids.
+The client loads nfsv4 and mounts with `mount.nfs ADDR:/ MOUNT -o vers=V`.
+
+Clean-up always runs, in `finally`, each step even when an earlier one failed:
+unmount on the client, then on the server `exportfs -ua`, `rpc.nfsd 0` (ends
+the nfsd threads), stop rpc.mountd, unmount and remove the tmpfs, unmount
+/proc/fs/nfsd. Nothing stays running, so the next run starts from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import replace
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Node
+from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote
+
+EXPORT_DIR = "/srv/niclab-nfs"
+MOUNT_DIR = "/mnt/niclab-nfs"
+NFSD_FS = "/proc/fs/nfsd"
+NFSD_THREADS = 8
+SIZE = r"^[1-9]\d*[kmgKMG]?$"  # as fio and tmpfs read them: k, m, g are 2^10, 2^20, 2^30 bytes
+#: pattern -> fio's rw= and the directions it moves data in
+PATTERNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "seqread": ("read", ("read",)),
+    "randread": ("randread", ("read",)),
+    "randrw": ("randrw", ("read", "write")),
+}
+
+
+def size_bytes(size: str) -> int:
+    size = size.lower()
+    return int(size.rstrip("kmg")) * {"k": 2**10, "m": 2**20, "g": 2**30}.get(size[-1], 1)
+
+
+class NfsOptions(BenchOptions):
+    nfs_version: Literal["4.0", "4.1", "4.2"] = Field("4.2", description="NFS version the client mounts (vers=)")
+    block_size: str = Field("1m", pattern=SIZE, description="fio block size (bs) of seqread")
+    random_block_size: str = Field("4k", pattern=SIZE, description="fio block size (bs) of randread and randrw")
+    file_size: str = Field("32m", pattern=SIZE, description="each job's file (fio size=)")
+    numjobs: int = Field(2, ge=1, le=16, description="fio jobs, each on its own file (numjobs=)")
+    seconds: int = Field(10, ge=1, le=3600, description="run time of each pattern (runtime=, time_based)")
+    export_size: str = Field("128m", pattern=SIZE, description="size of the tmpfs the server exports (in its RAM)")
+    direct: bool = Field(True, description="O_DIRECT on the client (direct=1), so every I/O crosses the link")
+
+    @model_validator(mode="after")
+    def _files_fit(self) -> NfsOptions:
+        files = self.numjobs * size_bytes(self.file_size)
+        if files + 2**20 > size_bytes(self.export_size):
+            raise ValueError(
+                f"numjobs x file_size ({files / 2**20:g} MiB) does not fit in export_size "
+                f"{self.export_size} (leave 1 MiB for metadata)"
+            )
+        if max(size_bytes(self.block_size), size_bytes(self.random_block_size)) > size_bytes(self.file_size):
+            raise ValueError("block sizes must not exceed file_size")
+        return self
+
+
+# -- fio ----------------------------------------------------------------------
+
+
+def fio_argv(options: NfsOptions, pattern: str) -> list[str]:
+    rw = PATTERNS[pattern][0]
+    block = options.block_size if pattern == "seqread" else options.random_block_size
+    return [
+        "fio",
+        "--name=niclab",
+        f"--directory={MOUNT_DIR}",
+        f"--rw={rw}",
+        f"--bs={block}",
+        f"--size={options.file_size}",
+        f"--numjobs={options.numjobs}",
+        f"--runtime={options.seconds}",
+        "--time_based",
+        f"--direct={int(options.direct)}",
+        "--ioengine=psync",
+        "--output-format=json",
+    ]
+
+
+def _split(stdout: str) -> tuple[str, dict | None]:
+    """fio's own messages (it prints some on stdout, before the JSON) and the JSON."""
+    start = re.search(r"^\{", stdout, re.MULTILINE)
+    if start is None:
+        return stdout.strip(), None
+    try:
+        return stdout[: start.start()].strip(), json.loads(stdout[start.start() :])
+    except ValueError:
+        return stdout.strip(), None
+
+
+def parse(pattern: str, stdout: str, stderr: str = "") -> list[Measurement]:
+    """Measurements of one pattern from fio's --output-format=json (what it printed on stdout)."""
+    messages, data = _split(stdout)
+    messages = "; ".join(line for line in (messages + "\n" + stderr).splitlines() if line.strip())
+    if data is None:
+        raise BenchmarkError(f"fio {pattern} printed no JSON: {messages[-500:] or '(nothing)'}")
+    jobs = data.get("jobs") or []
+    if not jobs:
+        raise BenchmarkError(f"fio {pattern}: the JSON has no jobs")
+    for job in jobs:
+        if job.get("error"):
+            code = job["error"]
+            raise BenchmarkError(f"fio {pattern}: job error {code} ({os.strerror(code)}): {messages[-500:]}")
+    found = []
+    for direction in PATTERNS[pattern][1]:
+        stats = [job[direction] for job in jobs]
+        runtime_ms = max(s["runtime"] for s in stats)
+        moved = sum(s["io_bytes"] for s in stats)
+        if runtime_ms <= 0 or moved <= 0:
+            raise BenchmarkError(f"fio {pattern}: no {direction} completed")
+        prefix = "" if len(PATTERNS[pattern][1]) == 1 else f"{direction}_"
+        ios = sum(s["total_ios"] for s in stats)
+        extra = {"jobs": len(jobs), "runtime_s": runtime_ms / 1000, "bytes": moved}
+        found += [
+            Measurement("nfs", pattern, f"{prefix}bandwidth_mb_s", moved / runtime_ms * 1000 / 1e6, "MB/s", extra),
+            Measurement("nfs", pattern, f"{prefix}iops", ios / runtime_ms * 1000, "/s", {"ios": ios}),
+        ]
+        if len(jobs) > 1:
+            per_job = [s["bw_bytes"] / 1e6 for s in stats]
+            found += [
+                Measurement("nfs", pattern, f"{prefix}bandwidth_min_mb_s", min(per_job), "MB/s", headline=False),
+                Measurement("nfs", pattern, f"{prefix}bandwidth_max_mb_s", max(per_job), "MB/s", headline=False),
+            ]
+    return found
+
+
+# -- guest commands -------------------------------------------------------------
+
+
+def _mounted(path: str) -> str:
+    return f"grep -q ' {path} ' /proc/mounts"
+
+
+def server_setup(options: NfsOptions, server_address: str, client_address: str) -> list[tuple[str, str]]:
+    """(step, shell command) to run on the server before rpc.mountd starts."""
+    export = "rw,fsid=0,no_subtree_check,no_root_squash"
+    return [
+        ("load the nfsd module", "modprobe nfsd"),
+        ("mount the nfsd control file system", f"{_mounted(NFSD_FS)} || mount -t nfsd nfsd {NFSD_FS}"),
+        (
+            "mount the export tmpfs",
+            f"mkdir -p {EXPORT_DIR} /var/lib/nfs/v4recovery && "
+            f"mount -t tmpfs -o size={options.export_size},mode=0755 niclab-nfs {EXPORT_DIR}",
+        ),
+        ("export the tmpfs", quote(["exportfs", "-i", "-o", export, f"{client_address}:{EXPORT_DIR}"])),
+    ]
+
+
+MOUNTD = "rpc.mountd -F -N 2 -N 3 -u"
+
+
+def server_start(server_address: str) -> list[tuple[str, str]]:
+    """(step, shell command) to run on the server once rpc.mountd runs."""
+    return [
+        ("start nfsd", f"rpc.nfsd -N 3 -U -H {server_address} {NFSD_THREADS}"),
+        ("end the NFSv4 grace period", f"printf Y > {NFSD_FS}/v4_end_grace"),
+    ]
+
+
+def client_mount(options: NfsOptions, server_address: str) -> list[tuple[str, str]]:
+    return [
+        ("load the NFS client module", "modprobe nfsv4"),
+        (
+            "mount the export",
+            f"mkdir -p {MOUNT_DIR} && "
+            + quote(["mount.nfs", f"{server_address}:/", MOUNT_DIR, "-o", f"vers={options.nfs_version}"]),
+        ),
+    ]
+
+
+def client_cleanup() -> list[tuple[str, str]]:
+    umount = f"umount {MOUNT_DIR} || umount -f {MOUNT_DIR} || umount -l {MOUNT_DIR}"
+    return [
+        (
+            "unmount the export",
+            f"if {_mounted(MOUNT_DIR)}; then {umount}; fi; rmdir {MOUNT_DIR} 2>/dev/null; ! {_mounted(MOUNT_DIR)}",
+        )
+    ]
+
+
+def server_cleanup() -> list[tuple[str, str]]:
+    """Every step is safe when its part was never set up."""
+    return [
+        ("unexport", "! command -v exportfs >/dev/null || exportfs -ua"),
+        ("stop nfsd", f"[ ! -e {NFSD_FS}/threads ] || rpc.nfsd 0"),
+        (
+            "remove the export tmpfs",
+            f"! {_mounted(EXPORT_DIR)} || umount {EXPORT_DIR}; rmdir {EXPORT_DIR} 2>/dev/null; "
+            f"rm -rf /var/lib/nfs/v4recovery; ! {_mounted(EXPORT_DIR)}",
+        ),
+        ("unmount the nfsd control file system", f"! {_mounted(NFSD_FS)} || umount {NFSD_FS}"),
+    ]
+
+
+def _have(programs: list[str]) -> str:
+    return "; ".join(
+        f"command -v {p} >/dev/null || {{ echo '{p} is not in the guest image' >&2; exit 1; }}" for p in programs
+    )
+
+
+def _run(node: Node, step: str, command: str, timeout: float = 60.0) -> CommandResult:
+    try:
+        return node.run(command, timeout=timeout, check=False)
+    except GuestCommandError as exc:  # a time-out, or the agent went away
+        raise BenchmarkError(f"nfs: {step} on {node.name} failed: {exc}") from None
+
+
+def _step(node: Node, step: str, command: str, timeout: float = 60.0) -> None:
+    result = _run(node, step, command, timeout)
+    if not result.ok:
+        detail = (result.stderr.strip() or result.stdout.strip())[-500:] or "(no output)"
+        raise BenchmarkError(f"nfs: {step} on {node.name} failed (exit {result.returncode}): {detail}")
+
+
+def _mount_options(node: Node) -> dict:
+    """What the client really mounted (vers, rsize, wsize, proto), from /proc/mounts."""
+    for line in node.get("/proc/mounts").decode().splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[1] == MOUNT_DIR:
+            options = dict(o.partition("=")[::2] for o in fields[3].split(","))
+            return {key: options.get(key) for key in ("vers", "rsize", "wsize", "proto")}
+    raise BenchmarkError(f"nfs: {MOUNT_DIR} is not mounted on {node.name} after mount.nfs")
+
+
+class Nfs:
+    name: ClassVar[str] = "nfs"
+    Options: ClassVar[type[NfsOptions]] = NfsOptions
+
+    def metrics(self) -> list[MetricInfo]:
+        out = []
+        for pattern, (_rw, directions) in PATTERNS.items():
+            for direction in directions:
+                prefix = "" if len(directions) == 1 else f"{direction}_"
+                what = f"{pattern} {direction}s" if prefix else pattern
+                out += [
+                    MetricInfo(
+                        f"nfs.{pattern}.{prefix}bandwidth_mb_s",
+                        "MB/s",
+                        f"{what}: bytes all jobs moved / the longest job's run time, 1 MB = 10^6 bytes",
+                        "higher",
+                    ),
+                    MetricInfo(
+                        f"nfs.{pattern}.{prefix}bandwidth_min_mb_s",
+                        "MB/s",
+                        f"{what}: the slowest job's bandwidth (numjobs > 1), 1 MB = 10^6 bytes",
+                        "higher",
+                    ),
+                    MetricInfo(
+                        f"nfs.{pattern}.{prefix}bandwidth_max_mb_s",
+                        "MB/s",
+                        f"{what}: the fastest job's bandwidth (numjobs > 1), 1 MB = 10^6 bytes",
+                        "higher",
+                    ),
+                    MetricInfo(
+                        f"nfs.{pattern}.{prefix}iops",
+                        "/s",
+                        f"{what}: I/Os all jobs completed / the longest job's run time",
+                        "higher",
+                    ),
+                ]
+        return out
+
+    def describe(self, options: NfsOptions) -> str:
+        return f"nfs v{options.nfs_version}"
+
+    def estimate_seconds(self, options: NfsOptions) -> float:
+        layout = options.numjobs * size_bytes(options.file_size) / 20e6  # written at ~20 MB/s under TCG
+        return 8 + layout + len(PATTERNS) * (options.seconds + 1)  # set-up and clean-up take ~8 s
+
+    def run(self, ctx: BenchContext, options: NfsOptions) -> list[Measurement]:
+        ends = ctx.ends
+        server, client = ends.server, ends.client
+        mountd: GuestProcess | None = None
+        found: list[Measurement] = []
+        done = False
+        try:
+            _step(server, "find the NFS server programs", _have(["rpc.nfsd", "rpc.mountd", "exportfs"]))
+            _step(client, "find fio and mount.nfs", _have(["fio", "mount.nfs"]))
+            for step, command in server_setup(options, ends.server_address, ends.client_address):
+                _step(server, step, command)
+            mountd = server.spawn(MOUNTD)
+            for step, command in server_start(ends.server_address):
+                _step(server, step, command)
+            if (gone := mountd.poll()) is not None:
+                raise BenchmarkError(
+                    f"nfs: rpc.mountd on {server.name} exited {gone.returncode}: "
+                    f"{(gone.stderr or gone.stdout).strip()[-500:]}"
+                )
+            for step, command in client_mount(options, ends.server_address):
+                _step(client, step, command)
+            mount = _mount_options(client)
+            layout = options.numjobs * size_bytes(options.file_size) / 1e6  # 1 MB/s at worst
+            for pattern in PATTERNS:
+                argv = fio_argv(options, pattern)
+                ctx.progress(f"nfs: fio {pattern}")
+                result = _run(client, f"fio {pattern}", quote(argv), timeout=options.seconds + layout + 60)
+                path = ctx.save_raw(
+                    f"nfs-{pattern}", f"$ {quote(argv)}\n# exit {result.returncode}\n{result.stdout}{result.stderr}"
+                )
+                try:
+                    measured = parse(pattern, result.stdout, result.stderr)
+                except BenchmarkError as exc:
+                    raise BenchmarkError(f"nfs: {exc} (exit {result.returncode}; raw output: {path})") from None
+                if not result.ok:
+                    raise BenchmarkError(
+                        f"nfs: fio {pattern} exited {result.returncode}: "
+                        f"{(result.stderr or result.stdout).strip()[-500:]} (raw output: {path})"
+                    )
+                found += [replace(m, extra={**m.extra, "mount": mount}) for m in measured]
+            done = True
+        finally:
+            problems = cleanup(client, server, mountd)
+            if done and problems:
+                raise BenchmarkError("nfs: clean-up failed: " + "; ".join(problems))
+        return found
+
+
+def cleanup(client: Node, server: Node, mountd: GuestProcess | None) -> list[str]:
+    """Undo everything, each step even if an earlier one failed; the failures, as messages."""
+    problems = []
+
+    def attempt(node: Node, step: str, command: str) -> None:
+        try:
+            _step(node, step, command, timeout=30)
+        except Exception as exc:  # a clean-up step that fails must not stop the others
+            problems.append(str(exc))
+
+    for step, command in client_cleanup():
+        attempt(client, step, command)
+    steps = server_cleanup()
+    attempt(server, *steps[0])
+    attempt(server, *steps[1])
+    if mountd is not None:
+        try:
+            mountd.stop()
+        except Exception as exc:
+            problems.append(f"nfs: stop rpc.mountd on {server.name}: {exc}")
+    for step, command in steps[2:]:
+        attempt(server, step, command)
+    return problems
+
+
+PLUGIN = Nfs()

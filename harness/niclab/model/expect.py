@@ -1,0 +1,134 @@
+"""Expectations: `METRIC[SELECTOR] OP VALUE [UNIT]` checks on a cell's results.
+
+    netperf.TCP_STREAM.throughput_mbps >= 100
+    netperf.UDP_STREAM.loss_pct < 1
+    netpipe.latency_us <= 200 us
+    netperf.TCP_STREAM.throughput_mbps[link=1] > 0.5 Gbit/s
+
+A selector narrows which runs count: link=N, from=NODE (the client), to=NODE
+(the server). Without one, every run of that metric in the cell must pass.
+The value checked is the mean over the benchmark's repeats. A unit, if
+given, must be the metric's or convertible to it (Gbit/s to Mbit/s, ms to us).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+
+from niclab.base.problems import did_you_mean, shown
+from niclab.model.bench import all_metrics
+
+OPERATORS = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+# unit -> (dimension, factor to the dimension's base unit)
+UNITS = {
+    "bit/s": ("rate", 1.0),
+    "kbit/s": ("rate", 1e3),
+    "Mbit/s": ("rate", 1e6),
+    "Gbit/s": ("rate", 1e9),
+    "kB/s": ("bytes", 1e3),
+    "MB/s": ("bytes", 1e6),
+    "GB/s": ("bytes", 1e9),
+    "us": ("time", 1e-6),
+    "ms": ("time", 1e-3),
+    "s": ("time", 1.0),
+}
+SELECTOR_KEYS = {"link": "link", "from": "client", "to": "server"}
+GRAMMAR = re.compile(
+    r"^\s*(?P<name>[A-Za-z0-9_.]+)(?:\[(?P<selector>[^\]]*)\])?\s*(?P<op>>=|<=|==|!=|>|<)\s*"
+    # atomic value and one optional unit: linear time, where "\s*(\S+)?\s*$" backtracked quadratically
+    r"(?>(?P<value>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?))(?:\s*(?P<unit>\S+))?\s*$"
+)
+
+
+class ExpectationError(ValueError):
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Expectation:
+    text: str
+    name: str
+    selector: tuple[tuple[str, str], ...]  # (record field, value)
+    op: str
+    value: float  # in the metric's own unit
+    unit: str  # the metric's unit
+
+    def holds(self, measured: float) -> bool:
+        return OPERATORS[self.op](measured, self.value)
+
+    def matches(self, record: dict) -> bool:
+        return record.get("name") == self.name and all(str(record.get(k)) == v for k, v in self.selector)
+
+
+def parse(text: str) -> Expectation:
+    """Parse and check one expectation against the metrics niclab knows."""
+    match = GRAMMAR.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise ExpectationError(
+            f"{shown(text)} is not an expectation",
+            "write METRIC OP VALUE [UNIT], e.g. netperf.TCP_STREAM.throughput_mbps >= 100",
+        )
+    declared = {m.name: m for m in all_metrics()}
+    name = match["name"]
+    if name not in declared:
+        hint = did_you_mean(name, declared)
+        raise ExpectationError(f"unknown metric {shown(name)}", f"{hint + ' ' if hint else ''}run 'niclab metrics'")
+    unit = declared[name].unit
+    value = float(match["value"])
+    if match["unit"] and match["unit"] != unit:
+        given, own = UNITS.get(match["unit"]), UNITS.get(unit)
+        if given is None or own is None or given[0] != own[0]:
+            raise ExpectationError(f"{name} is in {unit}, not {match['unit']}", f"write the value in {unit}")
+        value = float(f"{value * given[1] / own[1]:.12g}")  # 2 ms is 2000 us, not 2000.0000000000002
+    selector = []
+    for part in filter(None, (p.strip() for p in (match["selector"] or "").split(","))):
+        key, sep, wanted = part.partition("=")
+        if not sep or key.strip() not in SELECTOR_KEYS:
+            raise ExpectationError(f"selector {shown(part)} is not understood", "use link=N, from=NODE or to=NODE")
+        selector.append((SELECTOR_KEYS[key.strip()], wanted.strip()))
+    return Expectation(text.strip(), name, tuple(selector), match["op"], value, unit)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    expectation: Expectation
+    passed: bool
+    measured: float | None  # the mean; None when nothing was measured
+    samples: int
+    where: str  # client->server on link N
+
+    def describe(self) -> str:
+        e = self.expectation
+        if self.measured is None:
+            return f"{e.text}: not measured"
+        mean = f" (mean of {self.samples})" if self.samples > 1 else ""
+        return f"{e.text}: measured {self.measured:.4g} {e.unit}{mean} {self.where}"
+
+
+def evaluate(expectation: Expectation, summaries: list[dict]) -> list[Verdict]:
+    """Check an expectation against a cell's summary records (one per metric and run group)."""
+    matching = [s for s in summaries if expectation.matches(s)]
+    if not matching:
+        return [Verdict(expectation, False, None, 0, "")]
+    return [
+        Verdict(
+            expectation,
+            expectation.holds(s["mean"]),
+            s["mean"],
+            s["n"],
+            f"{s['client']}->{s['server']} on link {s['link']}",
+        )
+        for s in matching
+    ]

@@ -1,0 +1,626 @@
+"""The concrete scenario (one matrix cell): nodes, links, benchmarks, as pydantic models."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from niclab.base.problems import NAME_PATTERN as NAME_RE
+from niclab.base.problems import Problem, Problems, did_you_mean, listing, pydantic_problems, shown
+from niclab.model import bench, knobs, nics, offloads
+from niclab.model.expect import ExpectationError, parse
+from niclab.model.kernel_choice import KernelChoice, parse_kernel
+from niclab.model.netem import Netem
+from niclab.model.topology import NodeSpec, Port, Topology, Wire, port_ifname
+
+BOND_MODES = ("balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _memory_mib(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = re.fullmatch(r"\s*(\d+)\s*([MG])i?B?\s*", str(value), re.IGNORECASE)
+    if not match:
+        raise ValueError(f"memory {shown(value)} needs a unit: 256M or 1G")
+    if len(match[1].lstrip("0")) > 9:  # int() of thousands of digits is slow, and refused past 4300
+        raise ValueError(f"memory {shown(value)} is outside 64M..64G")
+    return int(match[1]) * (1024 if match[2].upper() == "G" else 1)
+
+
+def _kernel(value: Any, info: ValidationInfo) -> KernelChoice | None:
+    """A kernel choice; a relative build directory is relative to the scenario file (context `base`)."""
+    if value is None:
+        return None
+    try:
+        return parse_kernel(value, (info.context or {}).get("base"))
+    except ValueError as exc:
+        raise Problems([Problem((), str(exc))]) from None
+
+
+class NodeOptions(_Strict):
+    cpus: int = Field(1, ge=1, le=16)
+    memory: int = Field(256, description="MiB; YAML may say 256M or 1G")
+    kernel: KernelChoice | None = Field(None, description="this node's kernel, if not the scenario's")
+
+    _kernel = field_validator("kernel", mode="before")(_kernel)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> int:
+        mib = _memory_mib(value)
+        if not 64 <= mib <= 65536:
+            raise ValueError(f"memory {mib} MiB is outside 64M..64G")
+        return mib
+
+
+class Bond(_Strict):
+    mode: Literal[
+        "balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb"
+    ] = "balance-rr"
+    miimon: int = Field(100, ge=0, le=10000, description="link check interval (ms)")
+    xmit_hash_policy: Literal["layer2", "layer2+3", "layer3+4", "encap2+3", "encap3+4"] | None = None
+
+
+def _per_end(value: dict, ends: list[str]) -> tuple[bool, dict, list[Problem]]:
+    """Split settings given per end ({a: {...}, b: {...}}) from settings for every end.
+
+    Settings per end are recognized by their values: all mappings (a netem or
+    offload value never is one).
+    """
+    if value and all(isinstance(v, dict) or v is None for v in value.values()):
+        problems = [
+            Problem((key,), f"{shown(key)} is not an end of this link ({listing(ends)})", at_key=True)
+            for key in value
+            if key not in ends
+        ]
+        return True, {end: (value.get(end) or {}) for end in ends}, problems
+    return False, {end: value for end in ends}, []
+
+
+class Link(_Strict):
+    between: list[str] = Field(min_length=2, description="2 nodes: a cable; 3 or more: a switched segment")
+    nic: str | dict[str, str]
+    count: int = Field(1, ge=1, le=8, description="parallel cables (or segments)")
+    bond: Bond | None = None
+    mtu: int = Field(1500, ge=68, le=65535)
+    offloads: dict[str, dict[str, bool]] = Field(default_factory=dict, description="per end, after loading")
+    netem: dict[str, Netem] = Field(default_factory=dict, description="per end, after loading")
+    coalesce: dict[str, dict[str, int | bool]] = Field(default_factory=dict, description="per end: ethtool -C")
+    rings: dict[str, dict[str, int | bool]] = Field(default_factory=dict, description="per end: ethtool -G")
+    queues: dict[str, dict[str, int | bool]] = Field(default_factory=dict, description="per end: ethtool -L")
+    module_params: dict[str, dict[str, int | str]] = Field(
+        default_factory=dict, description="per end: the NIC driver's module parameters, set at boot"
+    )
+    _given_per_end: frozenset[str] = PrivateAttr(default=frozenset())  # the settings written {end: {...}}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_per_end(cls, data: Any, handler: Any) -> Any:
+        link = handler(data)
+        if isinstance(data, dict):
+            ends = data.get("between") or []
+            link._given_per_end = frozenset(
+                key for key, value in data.items() if isinstance(value, dict) and _per_end(value, ends)[0]
+            )
+        return link
+
+    @field_validator("bond", mode="before")
+    @classmethod
+    def _bond(cls, value: Any) -> Any:
+        if value is None or value == "none":
+            return None
+        if isinstance(value, str):
+            if value not in BOND_MODES:
+                hint = did_you_mean(value, BOND_MODES)
+                raise Problems(
+                    [
+                        Problem(
+                            (),
+                            f"unknown bonding mode {shown(value)}",
+                            f"{hint + ' ' if hint else ''}modes: {', '.join(BOND_MODES)}",
+                        )
+                    ]
+                )
+            return {"mode": value}
+        return value
+
+    @field_validator("offloads", mode="before")
+    @classmethod
+    def _offloads(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise Problems([Problem((), "offloads maps ethtool feature names to on or off, e.g. {tso: off}")])
+        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
+        result: dict[str, dict[str, bool]] = {}
+        for end, features in settings.items():
+            base = (end,) if per_end else ()
+            result[end] = {}
+            for feature, switch in (features or {}).items():
+                if (message := offloads.check_feature(feature)) is not None:
+                    problems.append(Problem(base + (feature,), message, at_key=True))
+                    continue
+                try:
+                    result[end][feature] = offloads.parse_switch(feature, switch)
+                except ValueError as exc:
+                    problems.append(Problem(base + (feature,), str(exc)))
+        if problems:
+            raise Problems(_unique(problems))
+        return result
+
+    @field_validator("coalesce", "rings", "queues", mode="before")
+    @classmethod
+    def _knobs(cls, value: Any, info: ValidationInfo) -> Any:
+        kind = knobs.KINDS[str(info.field_name)]
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise Problems([Problem((), f"{kind.key} maps {kind.shown()} names to values, e.g. {kind.example}")])
+        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
+        result: dict[str, dict[str, int | bool]] = {}
+        for end, named in settings.items():
+            base = (end,) if per_end else ()
+            result[end] = {}
+            for name, setting in (named or {}).items():
+                checked, message, hint = knobs.check_setting(kind, name, setting)
+                if message is not None:
+                    problems.append(Problem(base + (name,), message, hint, at_key=message.startswith("unknown")))
+                else:
+                    assert checked is not None
+                    result[end][name] = checked
+        if problems:
+            raise Problems(_unique(problems))
+        return {end: named for end, named in result.items() if named}
+
+    @field_validator("module_params", mode="before")
+    @classmethod
+    def _module_params(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise Problems(
+                [Problem((), "module_params maps parameter names to values, e.g. {InterruptThrottleRate: 8000}")]
+            )
+        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
+        result: dict[str, dict[str, int | str]] = {}
+        for end, named in settings.items():
+            base = (end,) if per_end else ()
+            result[end] = {}
+            for name, setting in (named or {}).items():
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+                    problems.append(
+                        Problem(base + (name,), f"{shown(name)} is not a module parameter name", at_key=True)
+                    )
+                elif (
+                    isinstance(setting, bool)
+                    or not isinstance(setting, (int, str))
+                    or not re.fullmatch(r"[A-Za-z0-9_.,:+-]+", str(setting))
+                ):
+                    problems.append(
+                        Problem(base + (name,), f"a module parameter is a number or a word, not {shown(setting)}")
+                    )
+                else:
+                    result[end][str(name)] = setting
+        if problems:
+            raise Problems(_unique(problems))
+        return {end: named for end, named in result.items() if named}
+
+    @field_validator("netem", mode="before")
+    @classmethod
+    def _netem(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise Problems([Problem((), "netem maps settings to values, e.g. {delay: 10ms, loss: 1%}")])
+        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
+        result = {}
+        for end, spec in settings.items():
+            try:
+                result[end] = Netem.model_validate(spec or {})
+            except ValidationError as exc:
+                problems += pydantic_problems(exc.errors(), (end,) if per_end else ())
+        if problems:
+            raise Problems(_unique(problems))
+        return {end: spec for end, spec in result.items() if not spec.is_empty()}
+
+    @field_validator("nic", mode="after")
+    @classmethod
+    def _canonical_nic(cls, value: str | dict[str, str]) -> str | dict[str, str]:
+        """An alias (virtio-net-pci) becomes its catalog name (virtio); unknown names stay for the error."""
+
+        def canonical(name: str) -> str:
+            found = nics.lookup(name)
+            return found.name if found else name
+
+        return canonical(value) if isinstance(value, str) else {end: canonical(m) for end, m in value.items()}
+
+    def model_for(self, node: str) -> str:
+        return self.nic if isinstance(self.nic, str) else self.nic[node]
+
+    def knobs_of(self, node: str) -> tuple[tuple[str, str, str], ...]:
+        """The ethtool knobs on this end, as (kind, name, value) (niclab.model.knobs)."""
+        return tuple(
+            (kind, name, knobs.word(value))
+            for kind in knobs.KINDS
+            for name, value in getattr(self, kind).get(node, {}).items()
+        )
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for problem in problems:
+        if (problem.path, problem.message) not in seen:
+            seen.add((problem.path, problem.message))
+            out.append(problem)
+    return out
+
+
+class BenchmarkSpec(BaseModel):
+    tool: str
+    options: bench.BenchOptions
+
+    @property
+    def plugin(self) -> bench.Benchmark:
+        return bench.get(self.tool)
+
+    @property
+    def metric_prefix(self) -> str:
+        """What the names of this benchmark's metrics start with (netperf.TCP_RR.)."""
+        prefix = getattr(self.plugin, "metric_prefix", None)
+        return prefix(self.options) if prefix else f"{self.tool}."
+
+    def describe(self) -> str:
+        """netperf TCP_STREAM, plus where it runs when that is not the default (link 1, c->b)."""
+        where = []
+        if self.options.link:
+            where.append(f"link {self.options.link}")
+        if self.options.from_ or self.options.to:
+            where.append(f"{self.options.from_ or ''}->{self.options.to or ''}")
+        label = self.plugin.describe(self.options)
+        return f"{label} ({', '.join(where)})" if where else label
+
+
+def benchmark_spec(item: Any) -> BenchmarkSpec:
+    if isinstance(item, BenchmarkSpec):
+        return item
+    if isinstance(item, str):
+        item = {item: {}}
+    if not isinstance(item, dict) or len(item) != 1:
+        raise Problems(
+            [Problem((), "each benchmark is one tool name with its options, e.g. {netperf: {test: TCP_RR}}")]
+        )
+    ((tool, options),) = item.items()
+    if tool not in bench.REGISTRY:
+        hint = did_you_mean(tool, bench.REGISTRY)
+        raise Problems(
+            [
+                Problem(
+                    (tool,),
+                    f"unknown benchmark {shown(tool)}",
+                    f"{hint + ' ' if hint else ''}benchmarks are: {', '.join(bench.REGISTRY)}",
+                    at_key=True,
+                )
+            ]
+        )
+    if options is not None and not isinstance(options, dict):
+        raise Problems([Problem((tool,), f"the options of {tool} are a mapping, e.g. {{seconds: 10}}")])
+    try:
+        parsed = bench.get(tool).Options.model_validate(options or {})
+    except ValidationError as exc:
+        raise Problems(pydantic_problems(exc.errors(), (tool,))) from None
+    return BenchmarkSpec(tool=tool, options=parsed)
+
+
+class Statistics(_Strict):
+    """How repeated results are summarized, and what spread the scenario accepts."""
+
+    confidence: float = Field(95.0, gt=50, lt=100, description="level of the mean's interval, in %")
+    max_cv: float | None = Field(None, description="the highest coefficient of variation accepted (%)")
+    max_ci_width: float | None = Field(None, description="the widest interval accepted, full width in % of the mean")
+
+    @field_validator("max_cv", "max_ci_width", mode="before")
+    @classmethod
+    def _percent(cls, value: Any, info: ValidationInfo) -> float | None:
+        if value is None:
+            return None
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", str(value))
+        if not match or isinstance(value, (int, float)):
+            raise ValueError(f"{info.field_name} {shown(value)} needs a unit: 10%")
+        if not math.isfinite(percent := float(match[1])):
+            raise ValueError(f"{info.field_name} {shown(value)} is too large")
+        return percent
+
+
+class Scenario(_Strict):
+    name: str = Field(pattern=NAME_RE)
+    description: str = ""
+    nodes: dict[str, NodeOptions]
+    kernel: KernelChoice | None = Field(None, description="every node's kernel: a Debian suite or {build: DIR}")
+    links: list[Link] = Field(min_length=1)
+    benchmarks: list[BenchmarkSpec] = Field(default_factory=list)
+    repeat: int = Field(1, ge=1, le=100, description="runs of each benchmark per cell")
+    statistics: Statistics = Field(default_factory=Statistics)
+    expect: list[str] = Field(default_factory=list, description="checks like 'netperf.TCP_RR.transaction_rate > 500'")
+    prices: dict[str, float] = Field(
+        default_factory=dict, description="price per card, by NIC model, for cost per Mbit/s"
+    )
+    currency: str = Field("", max_length=8, description="the prices' currency, e.g. USD")
+
+    _kernel = field_validator("kernel", mode="before")(_kernel)
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _prices(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        problems = []
+        for model, price in value.items():
+            if nics.lookup(model) is None:
+                hint = did_you_mean(model, nics.names())
+                problems.append(
+                    Problem(
+                        (model,),
+                        f"unknown NIC model {shown(model)}",
+                        f"{hint + ' ' if hint else ''}prices are per catalog model",
+                        at_key=True,
+                    )
+                )
+            elif isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+                problems.append(Problem((model,), f"a price is a number, not {shown(price)}"))
+        if problems:
+            raise Problems(problems)
+        return {nics.get(model).name: float(price) for model, price in value.items()}
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _nodes(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not all(isinstance(n, str) for n in value):
+                raise Problems([Problem((), "nodes is a list of names or a mapping of name to options")])
+            if len(set(value)) != len(value):
+                seen: dict[str, int] = {}
+                for i, name in enumerate(value):  # not value.count(): a long list would take quadratic time
+                    if name in seen:
+                        raise Problems([Problem((i,), f"node {shown(name)} twice")])
+                    seen[name] = i
+            return {name: {} for name in value}
+        if isinstance(value, dict):
+            return {name: ({} if options is None else options) for name, options in value.items()}
+        return value
+
+    @field_validator("benchmarks", mode="before")
+    @classmethod
+    def _benchmarks(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        specs, problems = [], []
+        for i, item in enumerate(value):
+            try:
+                specs.append(benchmark_spec(item))
+            except Problems as exc:
+                problems += [Problem((i, *p.path), p.message, p.hint, p.at_key) for p in exc.problems]
+        if problems:
+            raise Problems(problems)
+        return specs
+
+    @model_validator(mode="after")
+    def _semantics(self) -> Scenario:
+        problems: list[Problem] = []
+        if len(self.nodes) < 2:
+            problems.append(Problem(("nodes",), "a scenario needs at least two nodes"))
+        for name in self.nodes:
+            if not re.fullmatch(NAME_RE, name) or len(name) > 20:
+                problems.append(
+                    Problem(
+                        ("nodes", name),
+                        f"node name {shown(name)} must match [a-z0-9-]+ (at most 20 characters)",
+                        at_key=True,
+                    )
+                )
+        for i, link in enumerate(self.links):
+            problems += [
+                Problem(("links", i, *p.path), p.message, p.hint, p.at_key) for p in link_problems(link, self.nodes)
+            ]
+        problems += self._module_param_conflicts()
+        for i, spec in enumerate(self.benchmarks):
+            problems += [
+                Problem(("benchmarks", i, spec.tool, *p.path), p.message, p.hint, p.at_key)
+                for p in benchmark_problems(spec, self)
+            ]
+        for i, text in enumerate(self.expect):
+            problems += [Problem(("expect", i), p.message, p.hint) for p in expectation_problems(text, self)]
+        if problems:
+            raise Problems(problems)
+        return self
+
+    def _module_param_conflicts(self) -> list[Problem]:
+        """A driver has one value of a parameter per node: two links of one driver cannot ask two."""
+        problems: list[Problem] = []
+        seen: dict[tuple[str, str, str], tuple[int, int | str]] = {}
+        for i, link in enumerate(self.links):
+            for node, params in link.module_params.items():
+                found = nics.lookup(link.model_for(node))
+                if found is None:
+                    continue
+                for name, value in params.items():
+                    key = (node, found.module, name)
+                    if key in seen and str(seen[key][1]) != str(value):
+                        end = (node,) if "module_params" in link._given_per_end else ()
+                        problems.append(
+                            Problem(
+                                ("links", i, "module_params", *end, name),
+                                f"node {node}'s {found.module} driver gets {name}={value} here and "
+                                f"{name}={seen[key][1]} on link {seen[key][0]}",
+                                "a module parameter has one value per node: give both links the same",
+                            )
+                        )
+                    seen.setdefault(key, (i, value))
+        return problems
+
+    def topology(self) -> Topology:
+        ports: dict[str, list[Port]] = {name: [] for name in self.nodes}
+        wires = []
+        for i, link in enumerate(self.links):
+            for lane in range(link.count):
+                ends = tuple(
+                    Port(
+                        node,
+                        i,
+                        lane,
+                        nics.get(link.model_for(node)).name,
+                        port_ifname(i, lane, link.count),
+                        link.knobs_of(node),
+                    )
+                    for node in link.between
+                )
+                for port in ends:
+                    ports[port.node].append(port)
+                wires.append(Wire(i, lane, ends))
+        nodes = tuple(
+            NodeSpec(
+                name,
+                index,
+                options.cpus,
+                options.memory,
+                tuple(ports[name]),
+                self.kernel_of(name),
+                tuple(f"{module}.{param}={value}" for (module, param), value in self.module_params(name).items()),
+            )
+            for index, (name, options) in enumerate(self.nodes.items())
+        )
+        return Topology(nodes, tuple(wires))
+
+    def module_params(self, node: str) -> dict[tuple[str, str], int | str]:
+        """(driver module, parameter) -> value, from the links of the node's NICs (checked not to conflict)."""
+        params: dict[tuple[str, str], int | str] = {}
+        for link in self.links:
+            if node in link.between:
+                module = nics.get(link.model_for(node)).module.replace("-", "_")
+                for name, value in link.module_params.get(node, {}).items():
+                    params.setdefault((module, name), value)
+        return params
+
+    def kernel_of(self, node: str) -> KernelChoice | None:
+        """The node's kernel; None for the image's own (bookworm), however the scenario says it."""
+        choice = self.nodes[node].kernel or self.kernel
+        return None if choice is None or choice.is_default else choice
+
+
+def link_problems(link: Link, nodes: dict[str, NodeOptions]) -> list[Problem]:
+    problems = []
+    for j, node in enumerate(link.between):
+        if node not in nodes:
+            problems.append(
+                Problem(
+                    ("between", j),
+                    f"unknown node {shown(node)}",
+                    did_you_mean(node, nodes) or f"nodes are: {listing(nodes)}",
+                )
+            )
+    if len(set(link.between)) != len(link.between):
+        problems.append(Problem(("between",), "a node appears twice in the same link"))
+    if link.bond is not None and link.count < 2:
+        problems.append(
+            Problem(
+                ("bond",),
+                f"bonding needs at least two ports per end; this link has count {link.count}",
+                "set count: 2 or more, or remove bond",
+            )
+        )
+    per_end = {} if isinstance(link.nic, str) else link.nic
+    for node in per_end:
+        if node not in link.between:
+            problems.append(
+                Problem(
+                    ("nic", node), f"{shown(node)} is not an end of this link ({listing(link.between)})", at_key=True
+                )
+            )
+    # {} (or a mapping with none of the ends) names no model for any end: the same mistake as a missing end
+    missing = [node for node in link.between if not isinstance(link.nic, str) and node not in per_end]
+    if missing:
+        ends = "end" if len(missing) == 1 else "ends"
+        problems.append(Problem(("nic",), f"no NIC model for {ends} {', '.join(map(repr, missing))}"))
+    models = (
+        [(("nic",), link.nic)]
+        if isinstance(link.nic, str)
+        else [(("nic", node), model) for node, model in per_end.items()]
+    )
+    for path, model in models:
+        found = nics.lookup(model)
+        if found is None:
+            hint = did_you_mean(model, nics.names())
+            problems.append(
+                Problem(
+                    path,
+                    f"unknown NIC model {shown(model)}",
+                    f"{hint + ' ' if hint else ''}run 'niclab nics' for the list",
+                )
+            )
+        elif link.mtu > found.max_mtu:
+            problems.append(
+                Problem(
+                    ("mtu",),
+                    f"MTU {link.mtu} is above the {found.name} driver's maximum ({found.max_mtu})",
+                    f"use an MTU up to {found.max_mtu}, a model that takes jumbo frames, or exclude the cell",
+                )
+            )
+    return problems
+
+
+def expectation_problems(text: str, scenario: Scenario) -> list[Problem]:
+    try:
+        expectation = parse(text)
+    except ExpectationError as exc:
+        return [Problem((), exc.message, exc.hint)]
+    tool = expectation.name.split(".", 1)[0]
+    if not any(expectation.name.startswith(spec.metric_prefix) for spec in scenario.benchmarks if spec.tool == tool):
+        return [
+            Problem(
+                (),
+                f"no benchmark of this scenario measures {expectation.name}",
+                f"add a {tool} benchmark that does, or drop the expectation",
+            )
+        ]
+    return []
+
+
+def benchmark_problems(spec: BenchmarkSpec, scenario: Scenario) -> list[Problem]:
+    options = spec.options
+    if options.link >= len(scenario.links):
+        count = len(scenario.links)
+        known = "the scenario has one link, link 0" if count == 1 else f"links are numbered 0 to {count - 1}"
+        return [Problem(("link",), f"there is no link {options.link}; {known}")]
+    link = scenario.links[options.link]
+    problems = []
+    for field in ("from_", "to"):
+        node = getattr(options, field)
+        if node is not None and node not in link.between:
+            on_scenario = node in scenario.nodes
+            problems.append(
+                Problem(
+                    (field.rstrip("_"),),
+                    f"node {shown(node)} is not on link {options.link} ({listing(link.between)})"
+                    if on_scenario
+                    else f"unknown node {shown(node)}",
+                    "" if on_scenario else did_you_mean(node, scenario.nodes),
+                )
+            )
+    if options.from_ is not None and options.from_ == options.to:
+        problems.append(Problem(("to",), "a benchmark runs between two different nodes"))
+    return problems

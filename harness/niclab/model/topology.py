@@ -1,0 +1,68 @@
+"""What a backend must realize: nodes, their NIC ports, and the wires between ports.
+
+A Topology is backend-neutral: the QEMU backend turns ports into emulated
+devices and wires into sockets; a lab backend maps them to cards and cables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from niclab.model.kernel_choice import KernelChoice
+
+
+@dataclass(frozen=True)
+class Port:
+    """One end of a link on one node: link index, lane among parallel cables, NIC model."""
+
+    node: str
+    link: int
+    lane: int
+    model: str
+    ifname: str  # the name netconf gives the interface in the guest
+    knobs: tuple[tuple[str, str, str], ...] = ()  # (coalesce, rx-usecs, 100): set by netconf, undone only by a boot
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.node, self.link, self.lane)
+
+
+@dataclass(frozen=True)
+class Wire:
+    """A cable (two ports) or a switched segment (three or more)."""
+
+    link: int
+    lane: int
+    ports: tuple[Port, ...]
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    index: int
+    cpus: int
+    memory_mib: int
+    ports: tuple[Port, ...]
+    kernel: KernelChoice | None = None  # None: the image's own
+    cmdline: tuple[str, ...] = ()  # added to the kernel's command line: driver module parameters (e1000.X=1)
+
+
+@dataclass(frozen=True)
+class Topology:
+    nodes: tuple[NodeSpec, ...]
+    wires: tuple[Wire, ...]
+
+    def node(self, name: str) -> NodeSpec:
+        for spec in self.nodes:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    @property
+    def ports(self) -> tuple[Port, ...]:
+        return tuple(port for wire in self.wires for port in wire.ports)
+
+
+def port_ifname(link: int, lane: int, count: int) -> str:
+    """link0 for a single cable, link0p1 for the second of several parallel ones."""
+    return f"link{link}" if count == 1 else f"link{link}p{lane}"

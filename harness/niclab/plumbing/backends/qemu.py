@@ -1,0 +1,384 @@
+"""The emulated backend: one QEMU per node, NIC models from the catalog, cables as sockets.
+
+- Accelerator: KVM if the image's kernel reaches userspace under it here, else
+  TCG (niclab.plumbing.accel). Guests under KVM that do not answer within a short
+  deadline are stopped and booted again under TCG, and KVM is marked unusable.
+- A cable is a pair of connected UDP sockets on 127.0.0.1 that the harness
+  creates and hands to the two QEMUs as file descriptors (-netdev dgram with
+  local.type=fd): the kernel picks the ports, so runs never collide, and no
+  host interface or root is needed.
+- A segment of three or more ends is a `vde_switch` (Debian's vde2), one per
+  segment, its sockets in the work directory (-netdev vde). Why VDE: the
+  nodes are separate QEMU processes, and QEMU's own hub only joins devices
+  inside one process; its multicast socket backend would send to a
+  multicast group rather than only to 127.0.0.1; a switch written here would
+  put Python in the data path. vde_switch is a learning switch in C, runs
+  without root, and talks over unix sockets only.
+- Each node gets a QMP socket and a qemu-ga socket in the work directory;
+  QEMU runs there, so socket paths stay short.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from niclab.base.errors import NiclabError, UsageError
+from niclab.base.node import Progress
+from niclab.base.procs import Child, Supervisor
+from niclab.model import nics
+from niclab.model.topology import NodeSpec, Topology
+from niclab.plumbing.accel import AccelChoice, choose_accel, mark_kvm_unusable, now, qemu_binary
+from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, Rig
+from niclab.plumbing.backends.qemu_cmd import MAX_NICS, NicPlan, VmPlan, mac_address, qemu_argv
+from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
+from niclab.plumbing.image import Image, ensure_image
+from niclab.plumbing.image.kernels import image_facts, node_images
+
+DEFAULT_BOOT_TIMEOUT_S = 240.0  # TCG on a busy 2-core host; $NICLAB_BOOT_TIMEOUT overrides
+# A KVM guest answers its agent in 1-3 s. Past this (s), it is hung, not slow: fall back to TCG.
+DEFAULT_KVM_DEADLINE_S = 20.0  # $NICLAB_KVM_DEADLINE overrides
+
+
+class BootError(NiclabError):
+    """A guest never came up."""
+
+    def __init__(self, message: str, summary: str = ""):
+        super().__init__(message)
+        self.summary = summary or message.splitlines()[0]
+
+
+def set_aside(workdir: Path, topology: Topology, attempt: str) -> None:
+    """Keep a failed attempt's logs (a.serial.log -> a.serial.kvm.log) and clear its sockets for the next."""
+    for spec in topology.nodes:
+        for kind in ("serial", "qemu"):
+            log = workdir / f"{spec.name}.{kind}.log"
+            if log.exists():
+                log.replace(workdir / f"{spec.name}.{kind}.{attempt}.log")
+        for sock in ("qga", "qmp"):
+            (workdir / f"{spec.name}.{sock}").unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """How one port joins its wire: the -netdev backend, and the socket QEMU inherits, if any."""
+
+    netdev: str
+    fd: int | None = None
+
+
+def udp_cable() -> tuple[socket.socket, socket.socket]:
+    """Two UDP sockets on 127.0.0.1 connected to each other: the two ends of a cable."""
+    ends = []
+    for _ in range(2):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("127.0.0.1", 0))
+        ends.append(sock)
+    ends[0].connect(ends[1].getsockname())
+    ends[1].connect(ends[0].getsockname())
+    return ends[0], ends[1]
+
+
+def start_switch(supervisor: Supervisor, workdir: Path, sockets: Path, name: str, timeout: float = 10.0) -> str:
+    """Start a vde_switch with its sockets in sockets/name; returns that path for -netdev vde.
+
+    vde_switch makes its socket paths absolute, and a unix socket path must fit
+    in 108 bytes, so the sockets live in a short temporary directory; a symlink
+    in the work directory points at them.
+    """
+    binary = shutil.which("vde_switch")
+    if binary is None:
+        raise NiclabError(
+            "vde_switch is not installed (Debian package vde2): run `make setup`; "
+            "segments of three or more nodes need it"
+        )
+    path = sockets / name
+    child = supervisor.start(
+        name,
+        [binary, "--sock", str(path), "--numports", "64"],
+        cwd=workdir,
+        log=workdir / f"{name}.log",
+        stdin_pipe=True,
+    )
+    (workdir / name).symlink_to(path)
+    deadline = time.monotonic() + timeout
+    while not (path / "ctl").exists():
+        if (gone := child.exit_reason()) is not None or time.monotonic() > deadline:
+            raise NiclabError(
+                f"{name}: vde_switch did not start: {gone or 'no control socket'} in {path}; "
+                f"see {workdir / (name + '.log')}"
+            )
+        time.sleep(0.02)
+    return str(path)
+
+
+def env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UsageError(f"{name}={text!r}: give a number of seconds above 0")
+    return value
+
+
+def qemu_version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    return out.splitlines()[0].strip() if out else "unknown"
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(nothing written)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+
+def no_stand_in(name: str) -> str:
+    return (
+        f"card class {name} has no emulated stand-in: give it `emulated_by:` (a class of `niclab nics`) "
+        "in the lab inventory, or run it on the lab"
+    )
+
+
+def stand_ins(topology: Topology) -> list[str]:
+    """What keeps a topology off emulated NICs: ports whose card class no catalog class stands in for."""
+    return [
+        no_stand_in(name) for name in sorted({port.model for port in topology.ports}) if nics.stand_in(name) is None
+    ]
+
+
+def emulated_model(name: str) -> nics.CardClass:
+    """The catalog class an emulated run uses for card class `name` (UsageError if none stands in)."""
+    model = nics.stand_in(name)
+    if model is None:
+        raise UsageError(no_stand_in(name))
+    return model
+
+
+class QemuBackend:
+    name = "qemu"
+
+    def __init__(self, image: Image | None = None, accel: str | None = None, boot_timeout: float | None = None):
+        self._image = image
+        self._accel = accel
+        self.boot_timeout = boot_timeout or env_seconds("NICLAB_BOOT_TIMEOUT", DEFAULT_BOOT_TIMEOUT_S)
+        self.kvm_deadline = env_seconds("NICLAB_KVM_DEADLINE", DEFAULT_KVM_DEADLINE_S)
+
+    def check(self, topology: Topology) -> str | None:
+        problems = stand_ins(topology)
+        for spec in topology.nodes:
+            if len(spec.ports) > MAX_NICS:
+                problems.append(
+                    f"node {spec.name} has {len(spec.ports)} NICs; a pc machine has PCI slots for {MAX_NICS}"
+                )
+        return "; ".join(problems) or None
+
+    def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
+        lines = []
+        for wire in topology.wires:
+            ends = []
+            for port in wire.ports:
+                model = nics.stand_in(port.model)
+                shown = port.model if model is None or model.name == port.model else f"{port.model} as {model.name}"
+                ends.append(f"{port.node}/{port.ifname} ({shown})")
+            medium = "UDP cable on 127.0.0.1" if len(wire.ports) == 2 else "vde_switch"
+            lines.append(f"{medium}: " + " <-> ".join(ends))
+        return lines
+
+    def _wire(
+        self, topology: Topology, fds: ExitStack, cleanup: ExitStack, supervisor: Supervisor, workdir: Path
+    ) -> dict[tuple[str, int, int], Attachment]:
+        """Make every cable and switch; returns how each port attaches.
+
+        Cable sockets go on `fds` (closed once QEMU holds them), the switches'
+        socket directory on `cleanup` (removed after every process stopped).
+        """
+        attachments: dict[tuple[str, int, int], Attachment] = {}
+        sockets: Path | None = None
+        for wire in topology.wires:
+            if len(wire.ports) == 2:
+                for port, sock in zip(wire.ports, udp_cable(), strict=True):
+                    fds.callback(sock.close)
+                    attachments[port.key] = Attachment(f"dgram,local.type=fd,local.str={sock.fileno()}", sock.fileno())
+            else:
+                if sockets is None:
+                    sockets = Path(tempfile.mkdtemp(prefix="niclab-vde-"))
+                    cleanup.callback(shutil.rmtree, sockets, ignore_errors=True)
+                switch = start_switch(supervisor, workdir, sockets, f"switch{wire.link}l{wire.lane}")
+                for port in wire.ports:
+                    attachments[port.key] = Attachment(f"vde,sock={switch}")
+        return attachments
+
+    def _plan(
+        self, spec: NodeSpec, image: Image, accel: str, attachments: dict[tuple[str, int, int], Attachment]
+    ) -> VmPlan:
+        nic_plans = tuple(
+            NicPlan(
+                port,
+                emulated_model(port.model),
+                mac_address(spec.index, port.link, port.lane),
+                attachments[port.key].netdev,
+            )
+            for port in spec.ports
+        )
+        return VmPlan(
+            node=spec,
+            accel=accel,
+            kernel=str(image.boot_kernel),
+            initrd=str(image.initrd),
+            cmdline=image.cmdline,
+            nics=nic_plans,
+            serial_log=f"{spec.name}.serial.log",
+            qmp_socket=f"{spec.name}.qmp",
+            agent_socket=f"{spec.name}.qga",
+        )
+
+    @contextmanager
+    def realize(self, topology: Topology, workdir: Path, progress: Progress) -> Iterator[Rig]:
+        images = node_images(topology.nodes, self._image, progress)
+        image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
+        binary = qemu_binary()
+        if self._accel:
+            choice = AccelChoice(self._accel, "chosen by the caller", now(), forced=True)
+        else:
+            choice = choose_accel(image, progress=progress)
+        workdir.mkdir(parents=True, exist_ok=True)
+        os.chmod(workdir, 0o700)  # the QMP and agent sockets in it control the guests
+        fallback = None
+        with ExitStack() as stack:
+            try:
+                rig = self._boot(stack, topology, workdir, images, binary, choice, progress)
+            except BootError as exc:
+                if choice.accel != "kvm":
+                    raise
+                stack.close()  # every KVM guest stopped before the TCG ones start
+                why = exc.summary
+                mark_kvm_unusable(image, why)
+                fallback = (
+                    f"KVM did not work here ({why}); stopped the guests and booted them under TCG. "
+                    f"KVM is marked unusable for this host and image; `niclab accel --probe` tests it again"
+                )
+                progress(f"warning: {fallback}")
+                set_aside(workdir, topology, "kvm")
+                choice = AccelChoice("tcg", "KVM fell back, see the warning", now())
+                rig = self._boot(stack, topology, workdir, images, binary, choice, progress)
+            rig.facts["accel_fallback"] = fallback
+            yield rig
+
+    def _boot(
+        self,
+        stack: ExitStack,
+        topology: Topology,
+        workdir: Path,
+        images: dict[str, Image],
+        binary: str,
+        choice: AccelChoice,
+        progress: Progress,
+    ) -> Rig:
+        """Start every node under `choice.accel` and wait for their agents; what it starts goes on `stack`.
+
+        Under KVM the wait is short (`kvm_deadline`): a guest that has not answered by then
+        is taken to be hung by KVM, not slow.
+        """
+        accel = choice.accel
+        cleanup = stack.enter_context(ExitStack())
+        supervisor = stack.enter_context(Supervisor(workdir))
+        with ExitStack() as fds:
+            attachments = self._wire(topology, fds, cleanup, supervisor, workdir)
+            plans = {spec.name: self._plan(spec, images[spec.name], accel, attachments) for spec in topology.nodes}
+            started = time.monotonic()
+            children: dict[str, Child] = {}
+            for name, plan in plans.items():
+                passed = [fd for port in topology.node(name).ports if (fd := attachments[port.key].fd) is not None]
+                try:
+                    argv = qemu_argv(binary, plan)
+                except ValueError as exc:
+                    raise NiclabError(str(exc)) from None
+                children[name] = supervisor.start(
+                    f"qemu-{name}",
+                    argv,
+                    cwd=workdir,
+                    log=workdir / f"{name}.qemu.log",
+                    pass_fds=passed,
+                )
+        # the QEMUs hold the cable sockets now
+        shown = image_facts(images)
+        progress(f"booting {len(plans)} guests ({accel}: {choice.reason}; image {shown['image']})")
+        timeout = min(self.boot_timeout, self.kvm_deadline) if accel == "kvm" else self.boot_timeout
+        agents = self._connect_agents(children, workdir, started, timeout, accel)
+        for agent, _ in agents.values():
+            stack.callback(agent.close)
+        ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
+        progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
+        return Rig(
+            topology=topology,
+            nodes={name: AgentNode(name, agent) for name, (agent, _) in agents.items()},
+            macs={nic.port.key: nic.mac for plan in plans.values() for nic in plan.nics},
+            drivers={nic.port.key: nic.model.driver for plan in plans.values() for nic in plan.nics},
+            facts={
+                "backend": self.name,
+                "accel": accel,
+                "accel_reason": choice.reason,
+                "qemu": qemu_version(binary),
+                **shown,
+                "kernel_boot": (  # image.pvh
+                    "pvh" if all(i.boot_kernel != i.kernel for i in images.values()) else "bzimage"
+                ),
+                "agent_ready_s": ready,
+            },
+            gone=lambda: {name: why for name, child in children.items() if (why := child.exit_reason())},
+            host_pids=lambda: {name: child.pid for name, child in children.items()},
+        )
+
+    def _connect_agents(
+        self, children: dict[str, Child], workdir: Path, started: float, timeout: float, accel: str
+    ) -> dict[str, tuple[GuestAgent, float]]:
+        agents = {name: GuestAgent(name, workdir / f"{name}.qga") for name in children}
+        answered, failures = connect_all(
+            agents, started + timeout, {name: child.exit_reason for name, child in children.items()}
+        )
+        results = {name: (agents[name], at) for name, at in answered.items()}
+        if failures:
+            for agent, _ in results.values():
+                agent.close()
+            details = []
+            for name, why in failures.items():
+                details.append(
+                    f"{why} (waited {time.monotonic() - started:.0f} s of {timeout:.0f} under {accel})\n"
+                    f"--- the end of {workdir / (name + '.serial.log')}:\n{tail(workdir / f'{name}.serial.log')}\n"
+                    f"--- the end of {workdir / (name + '.qemu.log')}:\n{tail(workdir / f'{name}.qemu.log', 10)}"
+                )
+            summary = "; ".join(
+                f"{why} (waited {time.monotonic() - started:.0f} s)"
+                + (
+                    f": {last}"
+                    if children[name].exit_reason()
+                    and (last := tail(workdir / f"{name}.qemu.log", 1)) not in ("(empty)", "(nothing written)")
+                    else ""
+                )
+                for name, why in failures.items()
+            )
+            raise BootError("guest(s) did not come up: " + "\n".join(details), summary)
+        return results
+
+
+def _create(options: BackendOptions, **kwargs) -> QemuBackend:
+    if options.libvirt_uri:
+        raise UsageError("--libvirt-uri is an option of --backend libvirt; the qemu backend starts QEMU itself")
+    return QemuBackend(**kwargs)
+
+
+PLUGIN = BackendPlugin("qemu", "QEMU processes with emulated NICs, no root", _create)

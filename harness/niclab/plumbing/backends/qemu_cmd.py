@@ -1,0 +1,112 @@
+"""The QEMU command line for one node, as a pure function of a plan (unit-tested)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from niclab.model.nics import CardClass
+from niclab.model.topology import NodeSpec, Port, Topology
+from niclab.plumbing.backends.qemu_nics import QemuNic, qemu_nic
+
+# PCI slots on the pc machine's bus 0: 0 host bridge, 1 PIIX (ISA, IDE, ACPI);
+# with -nodefaults there is no VGA, so 2 holds virtio-serial and 3..31 the NICs.
+AGENT_SLOT = 0x02
+FIRST_NIC_SLOT = 0x03
+MAX_NICS = 0x1F - FIRST_NIC_SLOT + 1
+AGENT_PORT_NAME = "org.qemu.guest_agent.0"
+
+
+def mac_address(node_index: int, link: int, lane: int) -> str:
+    """A locally administered MAC, unique per port: 02:4e:4c (NL) : node : link : lane."""
+    for value in (node_index, link, lane):
+        if not 0 <= value <= 0xFF:
+            raise ValueError(f"MAC field {value} out of range 0..255")
+    return f"02:4e:4c:{node_index:02x}:{link:02x}:{lane:02x}"
+
+
+def port_macs(topology: Topology) -> dict[tuple[str, int, int], str]:
+    """Every port's MAC (Port.key -> MAC): what netconf finds the ports by, on any backend that sets them."""
+    return {p.key: mac_address(spec.index, p.link, p.lane) for spec in topology.nodes for p in spec.ports}
+
+
+@dataclass(frozen=True)
+class NicPlan:
+    port: Port
+    model: CardClass  # the catalog class QEMU emulates for this port
+    mac: str
+    netdev: str  # the -netdev value without the id, e.g. "dgram,local.type=fd,local.str=7"
+
+    @property
+    def qemu(self) -> QemuNic:
+        return qemu_nic(self.model.name)
+
+    @property
+    def netdev_id(self) -> str:
+        return f"net{self.port.link}l{self.port.lane}"
+
+
+@dataclass(frozen=True)
+class VmPlan:
+    node: NodeSpec
+    accel: str
+    kernel: str
+    initrd: str
+    cmdline: str
+    nics: tuple[NicPlan, ...]
+    # Paths relative to QEMU's working directory (keeps unix socket paths short).
+    serial_log: str
+    qmp_socket: str
+    agent_socket: str
+
+
+def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
+    node = plan.node
+    if len(plan.nics) > MAX_NICS:
+        raise ValueError(f"node {node.name} has {len(plan.nics)} NICs; a pc machine has PCI slots for {MAX_NICS}")
+    argv = [
+        binary,
+        "-name",
+        f"{node.name},process=niclab-{node.name},debug-threads=on",  # vCPU threads named "CPU n/TCG": contention
+        "-machine",
+        f"pc,accel={plan.accel}",
+        "-cpu",
+        "host" if plan.accel == "kvm" else "max",
+        "-smp",
+        str(node.cpus),
+        "-m",
+        f"{node.memory_mib}M",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-msg",
+        "timestamp=on",
+        "-kernel",
+        plan.kernel,
+        "-initrd",
+        plan.initrd,
+        "-append",
+        " ".join([plan.cmdline, *node.cmdline, f"niclab.node={node.name}"]),
+        "-chardev",
+        f"file,id=serial0,path={plan.serial_log}",
+        "-serial",
+        "chardev:serial0",
+        "-qmp",
+        f"unix:{plan.qmp_socket},server=on,wait=off",
+        "-chardev",
+        f"socket,id=qga0,path={plan.agent_socket},server=on,wait=off",
+        "-device",
+        f"virtio-serial-pci,id=vser0,bus=pci.0,addr={AGENT_SLOT:#x}",
+        "-device",
+        f"virtserialport,bus=vser0.0,chardev=qga0,name={AGENT_PORT_NAME}",
+    ]
+    for slot, nic in enumerate(plan.nics, start=FIRST_NIC_SLOT):
+        argv += [
+            "-netdev",
+            f"{nic.netdev},id={nic.netdev_id}",
+            "-device",
+            f"{nic.qemu.device},netdev={nic.netdev_id},mac={nic.mac},"
+            f"bus=pci.0,addr={slot:#x}" + (f",{nic.qemu.properties}" if nic.qemu.properties else ""),
+        ]
+    return argv

@@ -1,0 +1,132 @@
+"""Provenance: what the guests and the host were when a cell was measured.
+
+One guest command per node collects the kernel and, for each test
+interface, its driver (`ethtool -i`), PCI IDs, MAC and MTU.
+"""
+
+from __future__ import annotations
+
+import platform
+import shlex
+
+from niclab.base.node import Node
+from niclab.plumbing.guestsh import PCI_DIR, sections
+
+
+def node_script(ifnames: list[str]) -> str:
+    lines = [PCI_DIR, 'echo "kernel=$(uname -r)"']
+    for name in ifnames:
+        q = shlex.quote(name)
+        lines += [
+            f"echo '[{name}]'",
+            f'ethtool -i {q} 2>/dev/null | awk \'{{k = $0; sub(/:.*/, "", k); v = $0; sub(/^[^:]*: */, "", v); '
+            'if (k ~ /^(driver|version|firmware-version|bus-info)$/) print k "=" v}\'',
+            f"pci=$(pci_dir {q}); for f in vendor device subsystem_vendor subsystem_device; do "
+            f'echo "$f=$(cat $pci/$f 2>/dev/null)"; done',
+            f'echo "mac=$(cat /sys/class/net/{q}/address)"',
+            f'echo "mtu=$(cat /sys/class/net/{q}/mtu)"',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_node_facts(text: str) -> dict:
+    def keyvals(lines: list[str]) -> dict[str, str]:
+        return {key.strip(): value.strip() for key, sep, value in (line.partition("=") for line in lines) if sep}
+
+    head, named = sections(text)
+    facts: dict = {**keyvals(head), "interfaces": {name: keyvals(lines) for name, lines in named.items()}}
+    for iface in facts["interfaces"].values():
+        if iface.get("vendor", "").startswith("0x") and iface.get("device", "").startswith("0x"):
+            iface["pci_id"] = f"{iface['vendor'][2:]}:{iface['device'][2:]}"
+        if iface.get("subsystem_vendor", "").startswith("0x"):
+            iface["pci_subsystem"] = f"{iface['subsystem_vendor'][2:]}:{iface['subsystem_device'][2:]}"
+        if "mtu" in iface and iface["mtu"].isdigit():
+            iface["mtu"] = int(iface["mtu"])
+    return facts
+
+
+def node_facts(node: Node, ifnames: list[str]) -> dict:
+    return parse_node_facts(node.run(node_script(ifnames), timeout=30).stdout)
+
+
+def host_facts() -> dict:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "hostname": platform.node(),
+        "kernel": platform.release(),
+        "cpu_model": cpu,
+        "python": platform.python_version(),
+    }
+
+
+# -- per-run counters: NIC statistics and interrupts -----------------------
+
+COUNTERS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
+# /proc/interrupts rows of an IRQ: "irq N=<count per CPU> | <handler names>"
+_IRQ_AWK = (
+    '$1 == irq ":" { printf "irq %s=", irq; for (c = 2; c <= NF && $c ~ /^[0-9]+$/; c++) '
+    'printf "%s ", $c; printf "|"; for (; c <= NF; c++) printf " %s", $c; print "" }'
+)
+
+
+def counters_script(ports: list[str]) -> str:
+    """Print each port's statistics and the per-CPU counts of the interrupts its PCI function uses."""
+    lines = [PCI_DIR]
+    for name in ports:
+        q = shlex.quote(name)
+        lines += [
+            f"echo '[{name}]'",
+            f'for c in {" ".join(COUNTERS)}; do echo "$c=$(cat /sys/class/net/{q}/statistics/$c)"; done',
+            f'pci=$(pci_dir {q}); irqs=$(ls $pci/msi_irqs 2>/dev/null); [ -n "$irqs" ] || irqs=$(cat $pci/irq)',
+            f"for i in $irqs; do awk -v irq=$i '{_IRQ_AWK}' /proc/interrupts; done",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_counters(text: str) -> dict[str, dict]:
+    ports: dict[str, dict] = {}
+    for name, lines in sections(text)[1].items():
+        port = ports[name] = {"irqs": {}}
+        for line in lines:
+            if line.startswith("irq "):
+                key, _, rest = line[4:].partition("=")
+                counts, _, names = rest.partition("|")
+                port["irqs"][key] = {"cpus": [int(n) for n in counts.split()], "names": names.strip()}
+            elif "=" in line:
+                key, _, value = line.partition("=")
+                if value.strip().isdigit():
+                    port[key] = int(value)
+    return ports
+
+
+def counter_deltas(before: dict[str, dict], after: dict[str, dict]) -> dict[str, dict]:
+    """What each port counted during a run; interrupts per CPU, summed over the port's IRQs."""
+    deltas = {}
+    for port, end in after.items():
+        start = before.get(port, {})
+        delta = {c: end[c] - start.get(c, 0) for c in COUNTERS if c in end}
+        per_cpu: list[int] = []
+        shared = []
+        for irq, state in end["irqs"].items():
+            first = start.get("irqs", {}).get(irq, {"cpus": [0] * len(state["cpus"])})["cpus"]
+            counts = [b - a for a, b in zip(first, state["cpus"], strict=False)]
+            per_cpu = [x + y for x, y in zip(per_cpu, counts, strict=False)] if per_cpu else counts
+            if "," in state["names"]:
+                shared.append(f"{irq} ({state['names']})")
+        delta["interrupts_per_cpu"] = per_cpu
+        delta["interrupts"] = sum(per_cpu)
+        if shared:
+            delta["shared_irqs"] = shared  # counts include the other devices on these lines
+        deltas[port] = delta
+    return deltas
+
+
+def read_counters(node: Node, ports: list[str]) -> dict[str, dict]:
+    return parse_counters(node.run(counters_script(ports), timeout=30).stdout)

@@ -1,0 +1,79 @@
+"""Read a kernel module's .modinfo section: its name, what it depends on, the devices it drives.
+
+This is what depmod reads to write modules.dep and modules.alias. Reading it
+here lets the image build pick modules out of any kernel (a Debian package's,
+a developer's build tree) without depmod or root on the host.
+"""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass
+
+from niclab.base.errors import NiclabError
+from niclab.plumbing.image.elf import is_elf
+
+COMPRESSED = {".xz": "xz", ".zst": "zstd", ".gz": "gzip"}
+
+
+@dataclass(frozen=True)
+class ModInfo:
+    name: str
+    depends: tuple[str, ...]
+    aliases: tuple[str, ...]
+    params: tuple[str, ...]  # parameter names (parm=name:description)
+
+
+def decompress(data: bytes, suffix: str) -> bytes:
+    """A module as the kernel loads it: .ko.xz, .ko.zst and .ko.gz unpacked (busybox's modprobe cannot)."""
+    if suffix == ".xz":
+        return lzma.decompress(data)
+    if suffix == ".gz":
+        return gzip.decompress(data)
+    if suffix == ".zst":
+        if shutil.which("zstd") is None:
+            raise NiclabError(
+                "the kernel's modules are zstd-compressed, and zstd is not installed (apt-get install zstd)"
+            )
+        return subprocess.run(["zstd", "-dcq"], input=data, capture_output=True, check=True).stdout
+    return data
+
+
+def _section(data: bytes, wanted: str) -> bytes:
+    if not is_elf(data) or data[4] != 2 or data[5] != 1:
+        raise ValueError("not a little-endian ELF64 module")
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i: int) -> tuple[int, int, int]:
+        name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+        return name, offset, size
+
+    _, names_at, _ = header(shstrndx)
+    for i in range(shnum):
+        name, offset, size = header(i)
+        end = data.index(b"\0", names_at + name)
+        if data[names_at + name : end].decode() == wanted:
+            return data[offset : offset + size]
+    raise ValueError(f"no {wanted} section")
+
+
+def read_modinfo(data: bytes) -> ModInfo:
+    """The .modinfo of an uncompressed module (key=value strings, NUL-separated)."""
+    fields: dict[str, list[str]] = {}
+    for item in _section(data, ".modinfo").split(b"\0"):
+        key, sep, value = item.decode(errors="replace").partition("=")
+        if sep:
+            fields.setdefault(key, []).append(value)
+    depends = tuple(d for d in ",".join(fields.get("depends", [])).split(",") if d)
+    params = tuple(dict.fromkeys(p.partition(":")[0] for p in fields.get("parm", [])))
+    return ModInfo(
+        name=(fields.get("name") or [""])[0],
+        depends=depends,
+        aliases=tuple(fields.get("alias", [])),
+        params=params,
+    )

@@ -1,0 +1,226 @@
+"""The image cache: build an image once per recipe hash, find it, describe it.
+
+Layout: <cache>/images/<recipe>-<hash>/{vmlinuz, initrd.img, manifest.json},
+vmlinux (the same kernel uncompressed, booted at its PVH entry: image.pvh) when
+the kernel has one, and disk.qcow2 for a recipe with a [disk] table.
+initrd.img is two gzipped cpio archives, one after the other, as the kernel
+takes them: userspace.cpio.gz (the programs, kept beside it) and
+modules.cpio.gz (the kernel's modules). An image for another kernel
+(image.kernels) is <recipe>-<hash>+<kernel>/, the same userspace with that
+kernel's modules.
+A build happens in a temporary directory next to it and is renamed into place,
+so a half-built image is never found; a lock keeps two builds from racing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from niclab.base.errors import NiclabError
+from niclab.base.filelock import locked
+from niclab.base.paths import cache_dir, images_dir
+from niclab.plumbing.image.assemble import assemble
+from niclab.plumbing.image.cpio import CpioWriter, Entry
+from niclab.plumbing.image.disk import make_disk
+from niclab.plumbing.image.kernelfiles import from_root, module_set
+from niclab.plumbing.image.manifest import installed_packages
+from niclab.plumbing.image.pvh import pvh_kernel
+from niclab.plumbing.image.recipe import Recipe, load_recipe
+from niclab.plumbing.image.rootfs import fetch_root
+from niclab.plumbing.image.tartree import TarTree
+
+DEFAULT_RECIPE = "micro"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    input_hash: str
+    directory: Path
+    cmdline: str
+    manifest: dict
+    variant: str = ""  # the kernel, for an image of another kernel than the recipe's (image.kernels)
+
+    @property
+    def kernel(self) -> Path:
+        return self.directory / "vmlinuz"
+
+    @property
+    def boot_kernel(self) -> Path:
+        """What QEMU boots: the uncompressed PVH kernel if the image has one (no decompression under TCG)."""
+        unpacked = self.directory / "vmlinux"
+        return unpacked if unpacked.is_file() else self.kernel
+
+    @property
+    def initrd(self) -> Path:
+        return self.directory / "initrd.img"
+
+    @property
+    def disk(self) -> Path | None:
+        """The root disk (qcow2) of a disk image; None for the micro kind, which is all initramfs."""
+        return self.directory / "disk.qcow2" if "disk" in self.manifest else None
+
+    @property
+    def userspace(self) -> Path:
+        """The initramfs without the kernel's modules (its first archive)."""
+        return self.directory / "userspace.cpio.gz"
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}-{self.input_hash}" + (f"+{self.variant}" if self.variant else "")
+
+
+def _store() -> Path:
+    return cache_dir() / "images"
+
+
+def load_image(directory: Path) -> Image | None:
+    """The image in `directory`, or None if it is not a whole one."""
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    needed = ["vmlinuz", "initrd.img"] + (["disk.qcow2"] if "disk" in manifest else [])
+    if not all((directory / name).is_file() for name in needed):
+        return None
+    return Image(
+        manifest["recipe"],
+        manifest["input_hash"],
+        directory,
+        manifest["cmdline"],
+        manifest,
+        manifest.get("variant", ""),
+    )
+
+
+def write_initrd(directory: Path, userspace: Path, modules: list[Entry]) -> None:
+    """modules.cpio.gz from the entries, and initrd.img: the userspace archive, then the modules one."""
+    write_cpio(directory / "modules.cpio.gz", modules)
+    with open(directory / "initrd.img", "wb") as out:
+        for part in (userspace, directory / "modules.cpio.gz"):
+            with open(part, "rb") as data:
+                shutil.copyfileobj(data, out)
+
+
+def write_cpio(path: Path, entries: list[Entry]) -> None:
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as packed:
+        writer = CpioWriter(packed)
+        for entry in entries:
+            writer.add(entry)
+        writer.close()
+
+
+def recipe(name: str = DEFAULT_RECIPE) -> Recipe:
+    return load_recipe(images_dir() / name)
+
+
+def find_image(name: str = DEFAULT_RECIPE) -> Image | None:
+    """The built image for the current recipe, or the one $NICLAB_IMAGE points at (for the micro image)."""
+    if name == DEFAULT_RECIPE and (override := os.environ.get("NICLAB_IMAGE")):
+        image = load_image(Path(override))
+        if image is None:
+            raise NiclabError(
+                f"NICLAB_IMAGE={override} is not a built niclab image (it needs vmlinuz, initrd.img and manifest.json)"
+            )
+        return image
+    wanted = recipe(name)
+    return load_image(_store() / f"{name}-{wanted.input_hash()}")
+
+
+def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: bool = False) -> Image:
+    wanted = recipe(name)
+    target = _store() / f"{name}-{wanted.input_hash()}"
+    if _store().is_dir() and not os.access(_store(), os.W_OK):
+        if not force and (existing := load_image(target)) is not None:
+            return existing
+        raise NiclabError(
+            f"{_store()} has no image for the current {name} recipe ({target.name}), and this user cannot build one "
+            f"there: the recipe (images/{name}/) or the image builder changed since the cache was filled. Build it "
+            "as the cache's owner; for the lab container, `make docker` rebuilds its image"
+        )
+    with locked(_store() / ".lock"):
+        if not force and (existing := load_image(target)) is not None:
+            return existing
+        started = time.monotonic()
+        progress(f"building image {target.name} (recipe {wanted.directory})")
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=_store()))
+        try:
+            root_tar = work / "root.tar"
+            fetch_root(wanted, root_tar, work / "mmdebstrap.log", progress)
+            if wanted.disk is not None:
+                make_disk(wanted.disk, root_tar, work / "disk.qcow2", progress)
+            progress("assembling the initramfs")
+            with TarTree(root_tar) as root:
+                write_cpio(work / "userspace.cpio.gz", assemble(root, wanted))
+                kernel_files = from_root(root)
+                modules = module_set(kernel_files, list(wanted.modules))
+                if modules.missing:
+                    raise NiclabError(
+                        f"image build: kernel {kernel_files.version} has no module(s) {', '.join(modules.missing)} "
+                        f"(listed in {wanted.directory}/recipe.toml)"
+                    )
+                kernel = kernel_files.read_kernel()
+                packages = installed_packages(root.read("/var/lib/dpkg/status").decode())
+                built = {
+                    b.source: next((d for d in root.listdir("/usr/src") if d.startswith(f"{b.source}-")), "?")
+                    for b in wanted.builds
+                }
+            (work / "vmlinuz").write_bytes(kernel)
+            if (unpacked := pvh_kernel(kernel)) is not None:
+                (work / "vmlinux").write_bytes(unpacked)
+            write_initrd(work, work / "userspace.cpio.gz", modules.entries)
+            if kernel_files.config is not None:
+                (work / "config").write_text(kernel_files.config)
+            manifest: dict = {
+                "recipe": name,
+                "input_hash": wanted.input_hash(),
+                "suite": wanted.suite,
+                "cmdline": wanted.cmdline,
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "build_seconds": round(time.monotonic() - started, 1),
+                "kernel_version": kernel_files.version,
+                "kernel_origin": f"Debian {wanted.suite} ({packages.get(f'linux-image-{kernel_files.version}', '?')})",
+                "pvh_kernel": unpacked is not None,
+                "modules": modules.loaded,
+                "builtin_modules": modules.builtin,
+                "module_params": modules.params,
+                "binaries": list(wanted.binaries),
+                "initrd_bytes": (work / "initrd.img").stat().st_size,
+                "packages": packages,
+                "built_from_source": built,  # source package -> the unpacked directory (its version)
+            }
+            if wanted.disk is not None:
+                manifest["disk"] = {
+                    "size_mib": wanted.disk.size_mib,
+                    "qcow2_bytes": (work / "disk.qcow2").stat().st_size,
+                }
+            (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            root_tar.unlink()
+            if target.exists():
+                shutil.rmtree(target)
+            work.rename(target)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        image = load_image(target)
+        assert image is not None
+        disk = f", disk {manifest['disk']['qcow2_bytes'] / 2**20:.0f} MiB" if "disk" in manifest else ""
+        progress(
+            f"image {image.id} ready in {manifest['build_seconds']:.0f} s "
+            f"(initramfs {manifest['initrd_bytes'] / 2**20:.1f} MiB{disk}, kernel {manifest['kernel_version']})"
+        )
+        return image
+
+
+def ensure_image(name: str = DEFAULT_RECIPE, progress: Progress = print) -> Image:
+    """The image for the current recipe, built first if it is not in the cache."""
+    return find_image(name) or build_image(name, progress)

@@ -1,0 +1,186 @@
+"""Does a node's kernel have what the scenario needs? Asked before anything boots.
+
+A Debian kernel has every driver niclab uses. A kernel a developer built
+may not: its .config decides. Each need is a kernel module, built in or
+loadable; a missing one is named by its config option, with how to turn it
+on, so the developer fixes the tree instead of reading a guest's console.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from niclab.base.errors import NiclabError
+from niclab.base.problems import did_you_mean
+from niclab.model import nics
+from niclab.model.kernel_choice import KernelChoice
+from niclab.model.scenario import Cell, Scenario
+from niclab.model.scenario.template import cell_id
+from niclab.plumbing.image import Image
+from niclab.plumbing.image.kernels import pin_kernel_image
+
+#: module -> (its config option, what niclab uses it for)
+CONFIG_OF = {
+    "virtio_pci": ("VIRTIO_PCI", "the guest agent's channel and virtio NICs"),
+    "virtio_console": ("VIRTIO_CONSOLE", "the guest agent's channel"),
+    "sch_netem": ("NET_SCH_NETEM", "netem impairments and the between-cell reset"),
+    "bonding": ("BONDING", "bonded links"),
+    "e1000": ("E1000", "the e1000 NICs"),
+    "e1000e": ("E1000E", "the e1000e NIC"),
+    "e100": ("E100", "the Intel 8255x NICs"),
+    "8139cp": ("8139CP", "the rtl8139 NIC"),
+    "tulip": ("TULIP", "the tulip NIC"),
+    "pcnet32": ("PCNET32", "the pcnet NIC"),
+    "ne2k_pci": ("NE2K_PCI", "the ne2k_pci NIC"),
+    "vmxnet3": ("VMXNET3", "the vmxnet3 NIC"),
+    "virtio_net": ("VIRTIO_NET", "the virtio NICs"),
+    "nfsd": ("NFSD", "the nfs benchmark's server"),
+    "nfsv4": ("NFS_V4", "the nfs benchmark's client"),
+}
+_ETHERNET = ("NETDEVICES", "ETHERNET")
+#: option -> the menus and options it depends on (Kconfig): olddefconfig drops it while one of them is off
+DEPENDS = {
+    "NET_SCH_NETEM": ("NET_SCHED",),
+    "BONDING": ("NETDEVICES", "NET_CORE"),
+    "E1000": (*_ETHERNET, "NET_VENDOR_INTEL"),
+    "E1000E": (*_ETHERNET, "NET_VENDOR_INTEL"),
+    "E100": (*_ETHERNET, "NET_VENDOR_INTEL"),
+    "8139CP": (*_ETHERNET, "NET_VENDOR_REALTEK"),
+    "TULIP": (*_ETHERNET, "NET_VENDOR_DEC", "NET_TULIP"),
+    "PCNET32": (*_ETHERNET, "NET_VENDOR_AMD"),
+    "NE2K_PCI": (*_ETHERNET, "NET_VENDOR_8390"),
+    "VMXNET3": ("NETDEVICES",),
+    "VIRTIO_NET": ("NETDEVICES", "NET_CORE"),
+    "VIRTIO_PCI": ("VIRTIO_MENU",),
+    "NFSD": ("NETWORK_FILESYSTEMS", "FILE_LOCKING"),
+    "NFS_V4": ("NETWORK_FILESYSTEMS", "NFS_FS"),
+}
+#: Built in, whatever the scenario: the guest cannot start without them.
+CORE = {
+    "BLK_DEV_INITRD": "the initramfs",
+    "RD_GZIP": "the initramfs is gzip-compressed",
+    "DEVTMPFS": "/dev in the guest",
+}
+ALWAYS = ("virtio_pci", "virtio_console", "sch_netem", "bonding")
+
+
+def needed_modules(scenario: Scenario) -> list[str]:
+    """The modules every node of the scenario needs: the agent's channel, netem, bonding, its NICs' drivers."""
+    needs = list(ALWAYS)
+    for link in scenario.links:
+        for node in link.between:
+            module = nics.get(link.model_for(node)).module.replace("-", "_")
+            if module not in needs:
+                needs.append(module)
+    if any(spec.tool == "nfs" for spec in scenario.benchmarks):
+        needs += ["nfsd", "nfsv4"]
+    return needs
+
+
+def config_values(text: str) -> dict[str, str]:
+    """CONFIG_X=y lines as {X: y}; `# CONFIG_X is not set` lines are left out, like options never named."""
+    return {m[1]: m[2] for m in re.finditer(r"^CONFIG_([A-Za-z0-9_]+)=(.*)$", text, re.MULTILINE)}
+
+
+@dataclass(frozen=True)
+class Missing:
+    option: str  # NET_SCH_NETEM
+    why: str  # what niclab needs it for
+    state: str  # "is not set", or "=m, but sch_netem.ko was not built"
+    depends: tuple[str, ...] = ()  # options it depends on that are off too (NET_SCHED)
+
+    def describe(self) -> str:
+        off = f"; it depends on {', '.join(f'CONFIG_{d}' for d in self.depends)}, off too" if self.depends else ""
+        return f"CONFIG_{self.option} {self.state} ({self.why}{off})"
+
+
+def missing(image: Image, needs: Sequence[str]) -> list[Missing]:
+    """What of `needs` (and the core options) the image's kernel lacks, by config option."""
+    config_path = image.directory / "config"
+    values = config_values(config_path.read_text()) if config_path.is_file() else None
+    have = set(image.manifest.get("modules", [])) | set(image.manifest.get("builtin_modules", []))
+    found = []
+    if values is not None:
+        found += [Missing(opt, why, "is not set, it must be y") for opt, why in CORE.items() if values.get(opt) != "y"]
+    for module in needs:
+        if module in have:
+            continue
+        option, why = CONFIG_OF.get(module, (module.upper(), f"module {module}"))
+        value = (values or {}).get(option)
+        if value == "m":
+            state = f"=m, but {module}.ko was not built (run `make modules`)"
+        elif value == "y":
+            state = "=y, but modules.builtin does not list it (rebuild the tree)"
+        else:
+            state = "is not set"
+        off = tuple(d for d in DEPENDS.get(option, ()) if values is not None and values.get(d) != "y")
+        found.append(Missing(option, why, state, off))
+    return found
+
+
+def with_kernel(cells: Sequence[Cell], choice: KernelChoice) -> list[Cell]:
+    """The cells with every node on `choice` (`run --kernel-build DIR`), whatever kernel the scenario names."""
+    out: dict[str, Cell] = {}
+    for cell in cells:
+        nodes = {name: options.model_copy(update={"kernel": None}) for name, options in cell.scenario.nodes.items()}
+        scenario = cell.scenario.model_copy(update={"kernel": choice, "nodes": nodes})
+        params = cell.params
+        if "kernel" in params:  # a kernel axis: its cells name the kernel they boot, the same one now
+            params = {**params, "kernel": {"build": choice.build}}
+        cid = cell_id(params) if params else cell.id
+        out.setdefault(cid, Cell(cid, params, scenario))  # kernel=bookworm and =trixie are one cell now
+    return list(out.values())
+
+
+def check_kernels(cells: Sequence[Cell], progress: Callable[[str], None]) -> None:
+    """Build (or find) the image of every kernel the cells boot; refuse a kernel that lacks what they need,
+    and a module parameter its driver does not take. Boots nothing."""
+    needs: dict[KernelChoice | None, list[str]] = {}
+    users: dict[KernelChoice | None, str] = {}
+    params: dict[tuple[KernelChoice | None, str, str], str] = {}  # (kernel, module, parameter) -> who asks
+    for cell in cells:
+        for node in cell.scenario.nodes:
+            choice = cell.scenario.kernel_of(node)
+            wanted = needs.setdefault(choice, [])
+            wanted += [m for m in needed_modules(cell.scenario) if m not in wanted]
+            users.setdefault(choice, f"cell {cell.id}, node {node}")
+            for module, name in cell.scenario.module_params(node):
+                params.setdefault((choice, module, name), f"cell {cell.id}, node {node}")
+    problems = []
+    for choice, wanted in needs.items():
+        image = pin_kernel_image(choice, progress)
+        lacking = missing(image, wanted) if choice is not None else []  # the recipe's own kernel has them all
+        if lacking:
+            problems.append(_lacking(choice, image, lacking, users[choice]))
+        known = image.manifest.get("module_params", {})
+        for (kernel, module, name), who in params.items():
+            if kernel == choice and module in known and name not in known[module]:
+                hint = did_you_mean(name, known[module])
+                problems.append(
+                    f"the {module} driver of kernel {image.manifest.get('kernel_version')} ({who}) has no parameter "
+                    f"{name!r}; {hint + ' ' if hint else ''}it takes: {', '.join(known[module]) or 'none'} "
+                    "(modinfo's parm)"
+                )
+    if problems:
+        raise NiclabError("\n".join(problems))
+
+
+def _lacking(choice: KernelChoice | None, image: Image, lacking: list[Missing], who: str) -> str:
+    if choice is not None and choice.build:
+        depends = [d for m in lacking for d in m.depends]
+        switches = [f"-e {d}" for d in dict.fromkeys(depends)]
+        switches += [f"-e {m.option}" if m.option in CORE else f"-m {m.option}" for m in lacking]
+        # a tree built with O= has the source behind its `source` link, scripts/config there
+        script = "source/scripts/config" if (Path(choice.build) / "source").is_dir() else "scripts/config"
+        fix = f"  turn them on: cd {choice.build} && {script} --file .config {' '.join(switches)} "
+        fix += "&& make olddefconfig bzImage modules; then run again"
+    else:
+        fix = f"  {choice or 'this'} kernel does not have them: choose another kernel"
+    return (
+        f"kernel {choice} ({image.manifest.get('kernel_version')}, for {who}) lacks what the scenario needs:\n"
+        + "".join(f"  {m.describe()}\n" for m in lacking)
+        + fix
+    )

@@ -1,0 +1,351 @@
+"""`niclab lab doctor`: can this host pass its cards through to guests, and if not, what to do.
+
+Every finding is a Check: ok, warn (works, but worth knowing) or fail (passthrough
+will not work, or would hurt the host), with the fix when there is one. A card its
+host relies on (an address, a route) fails the "host use" check: taking it away
+cuts the host off, so only --force takes it. Nothing forces the rest: a device
+that is not a network controller (unless its inventory class's allow_class
+says so), or one whose IOMMU group also holds what the host needs whatever its
+driver (a display controller, a disk's controller, the device under the
+default route), is never passed through.
+
+The card checks read the card's host through a PciReader and a NetReader,
+nothing else: Sysfs and HostNet on this machine, LibvirtPci (its libvirtd's
+node devices) and UnknownNet on a host reached through libvirt only. There
+the host-use and default-route checks cannot be made (libvirt knows no
+routes): each is a warning naming the host, not a pass.
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from niclab.model.lab import pciclass
+from niclab.model.lab.pciclass import AllowedClass
+from niclab.plumbing.lab.hostnet import NetReader
+from niclab.plumbing.lab.sysfs import VFIO_PCI, PciReader, Sysfs
+
+Status = Literal["ok", "warn", "fail"]
+HOST_USE = "host use"
+_GRUB = "to GRUB_CMDLINE_LINUX in /etc/default/grub, run update-grub and reboot"
+_MEMLOCK_ENOUGH = 1 << 30  # a guest's whole RAM gets pinned; below 1 GiB even a small guest fails
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+class CardLike(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def pci(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def class_name(self) -> str: ...
+    @property
+    def expected_pci_id(self) -> str | None: ...
+    @property
+    def allowed_class(self) -> AllowedClass | None: ...
+
+
+@dataclass(frozen=True)
+class CardRef:
+    """A card to check: its inventory id, PCI address, card class, that class's PCI ID ("8086:100e"), the
+    PCI class beyond network controllers it may report (its class's allow_class) and its lab host."""
+
+    id: str
+    pci: str
+    class_name: str = ""
+    expected_pci_id: str | None = None
+    allowed_class: AllowedClass | None = None
+    host: str = ""
+
+
+@dataclass
+class CardReport:
+    card: CardLike
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.status != "fail" for check in self.checks)
+
+    def usable(self, force: bool) -> bool:
+        """Whether a run may take the card: no failed check, except host use when forced."""
+        return all(check.status != "fail" or (force and check.name == HOST_USE) for check in self.checks)
+
+    def refusal(self, force: bool) -> str | None:
+        """Why a run may not take the card, for an error message; None if it may."""
+        failed = [c for c in self.checks if c.status == "fail" and not (force and c.name == HOST_USE)]
+        if not failed:
+            return None
+        reasons = "; ".join(f"{c.detail}" + (f" ({c.fix})" if c.fix else "") for c in failed)
+        return f"card {self.card.id} ({self.card.pci}){_on(self.card)}: {reasons}"
+
+
+def _on(card: CardLike) -> str:
+    return f" on {card.host}" if card.host else ""
+
+
+@dataclass
+class HostReport:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.status != "fail" for check in self.checks)
+
+
+def memlock_limit() -> int:
+    """The soft RLIMIT_MEMLOCK in bytes (resource.RLIM_INFINITY when unlimited)."""
+    return resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+
+
+def libvirt_version() -> str | None:
+    """The libvirt version virsh reports, or None when libvirt is not installed."""
+    if shutil.which("virsh") is None:
+        return None
+    try:
+        result = subprocess.run(["virsh", "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if result.returncode != 0:
+        return None
+    return result.stdout.strip() or None
+
+
+def iommu_parameter(vendor: str | None) -> str:
+    """The kernel parameter that turns the IOMMU on for this CPU vendor."""
+    return {"intel": "intel_iommu=on", "amd": "amd_iommu=on"}.get(vendor or "", "intel_iommu=on or amd_iommu=on")
+
+
+def diagnose_host(
+    sysfs: Sysfs,
+    memlock: Callable[[], int] = memlock_limit,
+    libvirt: Callable[[], str | None] = libvirt_version,
+) -> HostReport:
+    checks = [_iommu(sysfs), _interrupts(sysfs), _vfio(sysfs), _memlock(memlock())]
+    version = libvirt()
+    if version is None:
+        checks.append(Check("libvirt", "fail", "libvirt not found", "apt install libvirt-daemon-system"))
+    else:
+        checks.append(Check("libvirt", "ok", f"libvirt {version}"))
+    return HostReport(checks)
+
+
+def _iommu(sysfs: Sysfs) -> Check:
+    if sysfs.iommu_on():
+        return Check("iommu", "ok", "on")
+    param = iommu_parameter(sysfs.cpu_vendor())
+    if any(word in sysfs.cmdline().split() for word in ("intel_iommu=on", "amd_iommu=on")):
+        return Check(
+            "iommu",
+            "fail",
+            "off, though the kernel command line turns it on",
+            "enable VT-d / AMD-Vi in the firmware setup",
+        )
+    return Check("iommu", "fail", "off", f"add {param} (and optionally iommu=pt) {_GRUB}")
+
+
+def _interrupts(sysfs: Sysfs) -> Check:
+    remapping = sysfs.interrupt_remapping()
+    if remapping:
+        return Check("interrupt remapping", "ok", "supported")
+    unsafe = (
+        "vfio_iommu_type1.allow_unsafe_interrupts=1 lets vfio work without it, but unsafely: "
+        "a guest can then send forged interrupts (MSI) to the host"
+    )
+    if sysfs.unsafe_interrupts_allowed():
+        return Check("interrupt remapping", "warn", "not supported; allow_unsafe_interrupts is on (unsafe)", unsafe)
+    if remapping is None:
+        return Check("interrupt remapping", "warn", "unknown (no IOMMU unit listed)")
+    return Check("interrupt remapping", "fail", "not supported: vfio refuses to assign devices", unsafe)
+
+
+def _vfio(sysfs: Sysfs) -> Check:
+    if sysfs.driver_loaded(VFIO_PCI):
+        return Check("vfio-pci", "ok", "loaded")
+    if sysfs.vfio_available():
+        return Check("vfio-pci", "warn", "available, not loaded", "modprobe vfio-pci")
+    return Check(
+        "vfio-pci",
+        "fail",
+        f"no vfio-pci module for kernel {sysfs.release}",
+        "install the kernel's modules, then modprobe vfio-pci",
+    )
+
+
+def _memlock(limit: int) -> Check:
+    if limit == resource.RLIM_INFINITY or limit >= _MEMLOCK_ENOUGH:
+        shown = "unlimited" if limit == resource.RLIM_INFINITY else f"{limit >> 20} MiB"
+        return Check("memlock", "ok", shown)
+    return Check(
+        "memlock",
+        "warn",
+        f"{limit >> 20} MiB: too little to pin a guest's RAM; libvirt raises it for its own domains",
+        "for QEMU started by hand: ulimit -l unlimited",
+    )
+
+
+def diagnose(sysfs: PciReader, hostnet: NetReader, cards: Sequence[CardLike]) -> list[CardReport]:
+    return [CardReport(card, _card_checks(sysfs, hostnet, card)) for card in cards]
+
+
+def _card_checks(sysfs: PciReader, hostnet: NetReader, card: CardLike) -> list[Check]:
+    pci = card.pci
+    if not sysfs.exists(pci):
+        where = card.host or "this host"
+        return [Check("device", "fail", f"no PCI device {pci} on {where}", "check the inventory's pci")]
+    code = sysfs.pci_class(pci)
+    checks = [Check("device", "ok", f"{pci}, class 0x{code:06x}"), _class(sysfs, pci, code, card.allowed_class)]
+    if checks[-1].status == "fail":
+        return checks  # not a card: nothing on its group, driver or use, which would read as how to bind it
+    found = sysfs.pci_id(pci)
+    expected = card.expected_pci_id
+    if expected and found.lower() != expected.lower():
+        what = f"{card.class_name} cards are" if card.class_name else "the inventory expects"
+        checks.append(Check("pci id", "fail", f"{pci} is {found}, but {what} {expected}", "check the inventory's pci"))
+    else:
+        checks.append(Check("pci id", "ok", found))
+    checks.append(_group(sysfs, hostnet, pci))
+    if (host := hostnet.unread_host()) is not None:
+        checks.append(_not_checked("default route", host))
+    driver, override = sysfs.driver(pci), sysfs.driver_override(pci)
+    shown = (driver or "unbound") + (f", driver_override {override}" if override else "")
+    ready = " (ready for passthrough)" if driver == VFIO_PCI else ""
+    checks.append(Check("driver", "ok", shown + ready))
+    checks.append(_host_use(sysfs, hostnet, pci))
+    return checks
+
+
+def _class(sysfs: PciReader, pci: str, code: int, allowed: AllowedClass | None) -> Check:
+    """A network controller, or the class the inventory allows; never the controller of the host's disk."""
+    why = pciclass.refusal(code, allowed)
+    disks = sysfs.blockdevs(pci)
+    if why is None and not disks:
+        shown = pciclass.describe(code)
+        if not pciclass.is_network(code):
+            shown += f" (class 0x{code:06x}), allowed by allow_class {allowed}"
+        return Check("class", "ok", shown)
+    lspci = f"check the inventory's pci with lspci -D -s {pci}"
+    if disks:
+        why = (why or f"is a {pciclass.describe(code)} (class 0x{code:06x})") + f", with the host's {_disks(disks)}"
+        return Check("class", "fail", f"{pci} {why}", f"{lspci}; the host's disks are never passed through")
+    if pciclass.never_passed(code):
+        hint = pciclass.NEVER_TEXT
+    else:
+        hint = f'a card that reports another class needs allow_class: "0x{code >> 8:04x}" on its class in the inventory'
+    return Check("class", "fail", f"{pci} {why}", f"{lspci}; {hint}")
+
+
+def _disks(names: list[str]) -> str:
+    return ("disk " if len(names) == 1 else "disks ") + ", ".join(names)
+
+
+def _group(sysfs: PciReader, hostnet: NetReader, pci: str) -> Check:
+    group = sysfs.iommu_group(pci)
+    if group is None:
+        return Check("iommu group", "fail", "none: the IOMMU is off", "see the host's iommu check")
+    others = [other for other in sysfs.group_devices(group) if other != pci]
+    needed = _needed_by_host(sysfs, hostnet, others)
+    if needed:
+        return Check(
+            "iommu group",
+            "fail",
+            f"group {group} also holds {', '.join(needed)}",
+            "move the card to a slot with its own IOMMU group, such as one behind a bridge with ACS; "
+            "never pass the host's disk, display or default route's device through",
+        )
+    offenders = [
+        f"{other} ({driver})"
+        for other in others
+        if not sysfs.is_bridge(other) and (driver := sysfs.driver(other)) not in (None, VFIO_PCI)
+    ]
+    if offenders:
+        return Check(
+            "iommu group",
+            "fail",
+            f"group {group} is not viable: it also holds {', '.join(offenders)}",
+            "unbind those devices or pass them through too, or move the card to a slot with its own group",
+        )
+    return Check("iommu group", "ok", f"group {group}, viable")
+
+
+def _needed_by_host(sysfs: PciReader, hostnet: NetReader, devices: list[str]) -> list[str]:
+    """Those of `devices` the host needs, whatever driver they are on (or none), each with why: a display
+    controller, a disk's controller, the device under the default route."""
+    if not devices:
+        return []
+    routes: dict[str, list[str]] = {}
+    for ifname in hostnet.default_route_interfaces():
+        if (device := sysfs.netdev_device(ifname)) is not None:
+            routes.setdefault(device, []).append(ifname)
+    found = []
+    for other in devices:
+        code = sysfs.pci_class(other)
+        why = [pciclass.describe(code)]
+        if disks := sysfs.blockdevs(other):
+            why.append(_disks(disks))
+        if other in routes:
+            why.append(f"default route via {', '.join(routes[other])}")
+        if len(why) > 1 or pciclass.base(code) == pciclass.DISPLAY:
+            found.append(f"{other} ({', '.join(why)})")
+    return found
+
+
+def _not_checked(name: str, host: str) -> Check:
+    """A check that needs the host's addresses and routes, on a host whose routes niclab cannot read."""
+    return Check(
+        name,
+        "warn",
+        f"not checked on {host} (no access to its routes yet)",
+        f"run niclab lab doctor --host {host} on {host} itself",
+    )
+
+
+def _host_use(sysfs: PciReader, hostnet: NetReader, pci: str) -> Check:
+    if (host := hostnet.unread_host()) is not None:
+        return _not_checked(HOST_USE, host)
+    netdevs = sysfs.netdevs(pci)
+    reasons = [f"{name} {reason}" for name in netdevs for reason in hostnet.uses(name)]
+    if reasons:
+        return Check(
+            HOST_USE,
+            "fail",
+            f"in use by the host: {'; '.join(reasons)}",
+            "move them off the card, or pass --force (the host loses them during the run)",
+        )
+    return Check(HOST_USE, "ok", f"{', '.join(netdevs)}: no address or route" if netdevs else "no host interface")
+
+
+_MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+
+
+def render(host: HostReport, cards: Sequence[CardReport]) -> str:
+    """The `niclab lab doctor` listing: the host, then one block per card, each fix under its check."""
+    blocks = [("host", host.checks)]
+    for report in cards:
+        card = report.card
+        title = f"card {card.id} ({card.pci}" + (f", {card.class_name})" if card.class_name else ")") + _on(card)
+        blocks.append((title, report.checks))
+    width = max((len(check.name) for _, checks in blocks for check in checks), default=0) + 2
+    lines: list[str] = []
+    for title, checks in blocks:
+        lines.append(title)
+        for check in checks:
+            lines.append(f"  {_MARK[check.status]:<5}{check.name:<{width}}{check.detail}")
+            if check.fix and check.status != "ok":
+                lines.append(f"  {'':<5}{'':<{width}}fix: {check.fix}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

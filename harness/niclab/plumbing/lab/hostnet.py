@@ -1,0 +1,169 @@
+"""What the host's own networking uses: taking a card it relies on away cuts the host off.
+
+Read from `ip -j addr` and `ip -j route` (IPv4 and IPv6, every table). A card
+counts as used when its interface, or a bridge, bond or VLAN built on it,
+carries an address or a route. The interfaces under the default route (and
+the devices they belong to) are never passed through, nor is a card that
+shares an IOMMU group with one of them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from functools import cached_property
+from typing import Protocol
+
+from niclab.base.errors import NiclabError
+
+#: Runs a command (argv) and returns its standard output.
+Runner = Callable[[list[str]], str]
+
+_IGNORED_ROUTE_TYPES = {"local", "broadcast", "multicast", "anycast", "unreachable", "prohibit", "blackhole"}
+
+
+def run_command(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+    except FileNotFoundError:
+        raise NiclabError(f"{argv[0]} not found: apt install iproute2") from None
+    except subprocess.CalledProcessError as exc:
+        raise NiclabError(f"{' '.join(argv)} failed: {exc.stderr.strip() or f'status {exc.returncode}'}") from None
+    except subprocess.TimeoutExpired:
+        raise NiclabError(f"{' '.join(argv)} did not answer in 30 s") from None
+
+
+def _json(text: str, argv: list[str]) -> list[dict]:
+    try:
+        data = json.loads(text or "[]")
+    except ValueError:
+        raise NiclabError(f"{' '.join(argv)} printed no JSON; is iproute2 older than 4.14?") from None
+    return [item for item in data if isinstance(item, dict)]
+
+
+class NetReader(Protocol):
+    """What the doctor's card checks read of a host's networking: HostNet on this machine (or, with a
+    runner that reaches another host, on that one); UnknownNet on a host it cannot read."""
+
+    def uses(self, ifname: str) -> list[str]: ...
+    def default_route_interfaces(self) -> list[str]: ...
+    def unread_host(self) -> str | None:
+        """The host whose addresses and routes this reader cannot see (the checks that need them are then
+        not made, and the doctor says so); None when it sees them."""
+        ...
+
+
+class UnknownNet:
+    """A lab host reached through libvirt only: its addresses and routes are not known (libvirt has none).
+
+    It says nothing is in use and no default route leaves anywhere, and `unread_host` names the host, so
+    the doctor reports the host-use and default-route checks as not made rather than passed.
+    """
+
+    def __init__(self, host: str):
+        self.host = host
+
+    def uses(self, ifname: str) -> list[str]:
+        return []
+
+    def default_route_interfaces(self) -> list[str]:
+        return []
+
+    def unread_host(self) -> str | None:
+        return self.host
+
+
+class HostNet:
+    """One look at the host's interfaces and routes (read once, on first use)."""
+
+    def __init__(self, runner: Runner = run_command):
+        self.runner = runner
+
+    def unread_host(self) -> str | None:
+        return None
+
+    def _ip(self, *args: str) -> list[dict]:
+        argv = ["ip", "-j", *args]
+        return _json(self.runner(argv), argv)
+
+    @cached_property
+    def _links(self) -> list[dict]:
+        return self._ip("addr")
+
+    def addresses(self) -> dict[str, list[str]]:
+        """ifname → its addresses as "address/prefix" (IPv6 link-local ones left out: every link has one)."""
+        found: dict[str, list[str]] = {}
+        for link in self._links:
+            found[link["ifname"]] = [
+                f"{info['local']}/{info['prefixlen']}"
+                for info in link.get("addr_info", [])
+                if "local" in info and not info["local"].lower().startswith("fe80:")
+            ]
+        return found
+
+    @cached_property
+    def _routes(self) -> list[dict]:
+        return self._ip("route", "show", "table", "all") + self._ip("-6", "route", "show", "table", "all")
+
+    def routes(self) -> list[dict]:
+        """The routes that send traffic somewhere: not the kernel's local, broadcast or link-local ones."""
+        return [
+            route
+            for route in self._routes
+            if route.get("type", "unicast") not in _IGNORED_ROUTE_TYPES
+            and not str(route.get("dst", "")).lower().startswith(("fe80:", "ff00:"))
+        ]
+
+    def uses(self, ifname: str) -> list[str]:
+        """Why the host needs `ifname`, one reason each, e.g. "carries the default route"; empty: it does not."""
+        reasons: list[str] = []
+        for name in self._upper(ifname):
+            via = "" if name == ifname else f" (via {name})"
+            reasons += [f"carries {address}{via}" for address in self.addresses().get(name, [])]
+            for route in self.routes():
+                if name not in _route_devs(route) or route.get("protocol") == "kernel":
+                    continue  # a kernel route only follows from an address, already said
+                table = route.get("table", "main")
+                where = "" if table == "main" else f" (table {table})"
+                family = "IPv6 " if ":" in str(route.get("gateway", route.get("dst", ""))) else ""
+                if route.get("dst") == "default":
+                    reasons.append(f"carries the {family}default route{where}{via}")
+                else:
+                    reasons.append(f"carries a route to {route.get('dst')}{where}{via}")
+        return list(dict.fromkeys(reasons))  # `ip -6 route show table all` may list one route twice
+
+    def default_route_interfaces(self) -> list[str]:
+        """The interfaces a default route (any table, IPv4 or IPv6) leaves by, and those they are built on,
+        down to the ones a device has: a bridge's ports, a bond's slaves, a VLAN's or macvlan's base."""
+        found = [dev for route in self.routes() if route.get("dst") == "default" for dev in sorted(_route_devs(route))]
+        found = list(dict.fromkeys(found))
+        for name in found:  # grows while iterating
+            for lower in self._lower(name):
+                if lower not in found:
+                    found.append(lower)
+        return found
+
+    def _lower(self, ifname: str) -> list[str]:
+        """What `ifname` is built on: the ports of a bridge or bond, the base of a VLAN."""
+        ports = [link["ifname"] for link in self._links if link.get("master") == ifname]
+        base = next((link.get("link") for link in self._links if link["ifname"] == ifname), None)
+        return ports + ([base] if isinstance(base, str) else [])
+
+    def _upper(self, ifname: str) -> list[str]:
+        """`ifname` and what is built on it: the bridge or bond it is a port of, VLANs on it, and so on up."""
+        found = [ifname]
+        for name in found:  # grows while iterating
+            for link in self._links:
+                upper = link["ifname"]
+                if upper not in found and (link.get("link") == name or _master(self._links, name) == upper):
+                    found.append(upper)
+        return found
+
+
+def _master(links: list[dict], ifname: str) -> str | None:
+    return next((link.get("master") for link in links if link["ifname"] == ifname), None)
+
+
+def _route_devs(route: dict) -> set[str]:
+    return {route["dev"]} if "dev" in route else {hop["dev"] for hop in route.get("nexthops", []) if "dev" in hop}

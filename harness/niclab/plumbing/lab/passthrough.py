@@ -1,0 +1,112 @@
+"""A lab run's hold on its cards: leased, checked, bound to vfio-pci and given back, whatever happens.
+
+For each card: a lease (niclab.plumbing.lab.lease) so no other run takes it; the
+doctor's card checks on its host, so a card that is not a network controller
+or whose IOMMU group holds the host's display, disk or default route's
+device is refused, and one the host uses (an address, a route) unless
+forced. Then, for each card on this machine, as root, the card moves to
+vfio-pci through the journal (niclab.plumbing.lab.vfio) and back to its driver
+afterwards. Without root, or where /sys takes no writes (an unprivileged
+container), libvirt's managed hostdev does the moving. Cards on remote
+hosts are checked through their libvirtd's node devices (niclab.plumbing.lab.nodedev:
+no routes there, so neither host use nor the default route is checked) and
+moved by that libvirtd (managed='yes'); they are leased here, which keeps
+runs started from this machine apart.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from niclab.base.errors import NiclabError
+from niclab.base.node import Progress
+from niclab.base.paths import state_dir
+from niclab.model import nics
+from niclab.model.lab.inventory import Inventory
+from niclab.model.lab.match import Placement
+from niclab.plumbing.lab.doctor import CardRef, CardReport, diagnose
+from niclab.plumbing.lab.hostnet import HostNet, NetReader
+from niclab.plumbing.lab.lease import leases
+from niclab.plumbing.lab.nodedev import Connect, remote_readers
+from niclab.plumbing.lab.statedir import StateDir
+from niclab.plumbing.lab.sysfs import PciReader, Sysfs
+from niclab.plumbing.lab.vfio import Journal, Sleep, passed_through
+
+
+def lease_key(lab: Inventory, card_id: str) -> str:
+    """What a lease is named by: the card's host and PCI address (two hosts may have the same address)."""
+    card = lab.card(card_id)
+    return f"{card.host}.{card.pci}"
+
+
+def card_refs(lab: Inventory, card_ids: list[str]) -> list[CardRef]:
+    refs = []
+    for card_id in card_ids:
+        card = lab.card(card_id)
+        found = nics.lookup(card.class_name)
+        expected = found.pci_id if found else None
+        refs.append(CardRef(card.id, card.pci, card.class_name, expected, lab.allowed_class(card_id), card.host))
+    return refs
+
+
+Readers = tuple[PciReader, NetReader]
+
+
+def diagnose_cards(lab: Inventory, card_ids: list[str], readers: Mapping[str, Readers]) -> list[CardReport]:
+    """The doctor's card checks on each card, read through its host's readers (`readers[host]`)."""
+    return [report for c in card_ids for report in diagnose(*readers[lab.card(c).host], card_refs(lab, [c]))]
+
+
+@contextmanager
+def hold_cards(
+    lab: Inventory,
+    placement: Placement,
+    run: str,
+    progress: Progress,
+    *,
+    wait: bool = False,
+    force: bool = False,
+    sysfs: Sysfs | None = None,
+    state: Path | None = None,
+    sleep: Sleep = time.sleep,
+    connect: Connect | None = None,
+) -> Iterator[None]:
+    """Lease the placement's cards, check each on its host (those on other hosts through their libvirt URI,
+    opened with `connect`) and, as root, hold those on this machine on vfio-pci for the block (each with its
+    inventory class's allow_class). The state directory is opened and checked first."""
+    sysfs = sysfs or Sysfs()
+    cards = list(dict.fromkeys(card.id for card in placement.cards.values()))
+    local = [c for c in cards if lab.hosts[lab.card(c).host].local]
+    with ExitStack() as stack:
+        checked = stack.enter_context(StateDir(state or state_dir()))
+        keys = {lease_key(lab, c): c for c in cards}
+        stack.enter_context(leases(checked, list(keys), run, wait=wait, progress=progress, cards=keys))
+        hostnet = HostNet()
+        readers: dict[str, Readers] = {}
+        for name in dict.fromkeys(lab.card(c).host for c in cards):
+            host = lab.hosts[name]
+            if not host.local:
+                progress(f"checking the cards on {name} through its libvirt's node devices ({host.libvirt})")
+            readers[name] = (sysfs, hostnet) if host.local else remote_readers(name, host.libvirt, connect)
+        reports = diagnose_cards(lab, cards, readers)
+        for report in reports:
+            for warned in (c for c in report.checks if c.status == "warn"):
+                progress(f"card {report.card.id}: {warned.name} {warned.detail}")
+        refusals = [why for report in reports if (why := report.refusal(force)) is not None]
+        if refusals:
+            raise NiclabError(
+                "the lab's cards cannot be passed through: " + "; ".join(refusals) + " (niclab lab doctor says more)"
+            )
+        if local and os.geteuid() == 0 and sysfs.writable():
+            journal = Journal(checked)
+            allowed = {lab.card(c).pci: lab.allowed_class(c) for c in local}
+            progress(f"binding {', '.join(local)} to vfio-pci (journal in {journal.dir.path})")
+            stack.enter_context(passed_through(sysfs, journal, allowed, run, sleep=sleep))
+        elif local:
+            why = "not root" if os.geteuid() != 0 else f"{sysfs.sys} takes no writes (read-only, as in a container)"
+            progress(f"{why}: libvirt's managed hostdev binds the cards to vfio-pci and back")
+        yield

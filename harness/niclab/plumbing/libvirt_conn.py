@@ -1,0 +1,136 @@
+"""Talking to libvirt: the python module, connections, a domain's console, and leftover domains.
+
+libvirt-python is optional (`make lab`): it is imported here, on first use,
+with its error handler silenced (its errors reach niclab as exceptions).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from niclab.base.errors import NiclabError
+from niclab.base.procs import pid_namespace, process_start_time
+
+METADATA_NS = "urn:niclab:domain:1"  # the namespace of what niclab records in a domain's <metadata>
+
+
+def libvirt_module() -> Any:
+    try:
+        import libvirt
+    except ImportError:
+        raise NiclabError(
+            "libvirt-python is not installed: run `make lab` (or .venv/bin/pip install libvirt-python)"
+        ) from None
+    libvirt.registerErrorHandler(_quiet, None)  # errors reach niclab as exceptions, not lines on stderr
+    return libvirt
+
+
+def _quiet(_context: object, _error: object) -> None:
+    pass
+
+
+def open_uri(uri: str) -> Any:
+    libvirt = libvirt_module()
+    try:
+        return libvirt.open(uri)
+    except libvirt.libvirtError as exc:
+        raise NiclabError(
+            f"cannot reach libvirt at {uri}: {exc.get_error_message()}; start libvirtd "
+            "(scripts/setup-host --lab), or give another URI (--libvirt-uri, or the host's libvirt: in the lab)"
+        ) from None
+
+
+class Console(threading.Thread):
+    """Copies a domain's console (through libvirt) into the node's serial log in the work directory."""
+
+    def __init__(self, uri: str, domain_name: str, log: Path):
+        super().__init__(daemon=True, name=f"console-{domain_name}")
+        # A connection of its own: a stream blocked in recv must not hold up the run's libvirt calls.
+        self.conn = open_uri(uri)
+        self.stream = self.conn.newStream(0)
+        self.conn.lookupByName(domain_name).openConsole(None, self.stream, 0)
+        self.log = log
+
+    def run(self) -> None:
+        libvirt = libvirt_module()
+        with open(self.log, "ab") as out:
+            while True:
+                try:
+                    data = self.stream.recv(4096)
+                except libvirt.libvirtError:
+                    return
+                if not isinstance(data, bytes) or not data:
+                    return
+                out.write(data)
+                out.flush()
+
+    def close(self) -> None:
+        try:
+            self.stream.abort()
+        except Exception:  # the domain is gone, and its stream with it
+            pass
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+
+def active(domain: Any) -> bool:
+    try:
+        return bool(domain.isActive())
+    except Exception:
+        return False
+
+
+def destroy(domain: Any) -> None:
+    try:
+        domain.destroy()
+    except Exception:  # already gone: a transient domain vanishes when it stops
+        pass
+
+
+def version(conn: Any) -> str:
+    number = conn.getLibVersion()
+    return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    destroyed: list[str]
+    elsewhere: list[str]  # left alone: their harness's PID belongs to another host or container
+
+
+def leftover_domains(uri: str, include_running: bool = False) -> Leftovers:
+    """Destroy the niclab domains on `uri` whose harness is gone (or all of them).
+
+    A domain's metadata names its harness's PID and start time (a recycled PID has another start time),
+    and where that PID means something: a domain whose harness ran in another container or on another
+    host is left alone, since its PID cannot be checked here.
+    """
+    libvirt = libvirt_module()
+
+    ended, elsewhere = [], []
+    here = pid_namespace()
+    conn = open_uri(uri)
+    try:
+        for domain in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+            if not domain.name().startswith("niclab-"):
+                continue
+            try:
+                meta = ET.fromstring(domain.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, METADATA_NS, 0))
+                pid, start = int(meta.get("harness-pid", "0")), meta.get("harness-start")
+                at = meta.get("harness-at", here)
+            except (libvirt.libvirtError, ET.ParseError, ValueError):
+                continue  # not one of ours after all
+            if not include_running and at != here:
+                elsewhere.append(domain.name())
+            elif include_running or str(process_start_time(pid)) != start:
+                destroy(domain)
+                ended.append(domain.name())
+    finally:
+        conn.close()
+    return Leftovers(ended, elsewhere)

@@ -1,0 +1,244 @@
+"""Configure the guests' test network, check it is what was asked, and that it passes traffic.
+
+Everything runs in the guests through each node's command channel (`ip`, `tc`,
+`ethtool`), so the same code serves emulated NICs and passed-through cards.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import TypeVar
+
+from niclab.base.errors import NiclabError
+from niclab.base.node import Node
+from niclab.model import offloads
+from niclab.plumbing.backends.base import Rig
+from niclab.plumbing.guestsh import sections
+from niclab.plumbing.netconf import params, verify
+from niclab.plumbing.netconf.plan import PREFIX, Iface, NetconfError, NetPlan, plan, subnet
+from niclab.plumbing.netconf.script import CARRIER_TIMEOUT_S, features_script, knobs_script, node_script, reset_script
+
+PING_TIMEOUT_S = 20
+RTT_RE = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)")
+T = TypeVar("T")
+
+__all__ = [
+    "PREFIX",
+    "Iface",
+    "NetPlan",
+    "NetconfError",
+    "apply_node",
+    "check_node",
+    "configure",
+    "node_script",
+    "plan",
+    "offload_baseline",
+    "reachability",
+    "reset",
+    "subnet",
+]
+
+
+def ping_script(source: Iface, targets: list[Iface]) -> str:
+    """Wait until each target answers once, then measure the idle round trip with three more."""
+    lines = []
+    for target in targets:
+        via = f"-I {shlex.quote(source.name)} {target.address}"
+        lines.append(
+            f"ok=''; for i in $(seq {PING_TIMEOUT_S}); do ping -n -q -c 1 -W 1 {via} >/dev/null && "
+            f"{{ ok=1; break; }}; done; [ -n \"$ok\" ] || {{ echo 'unreachable {target.address}'; exit 1; }}; "
+            f"echo 'target {target.address}'; ping -n -q -c 3 -i 0.2 -W 1 {via} | tail -n 1"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def parallel(jobs: dict[str, Callable[[], T]]) -> dict[str, T]:
+    """Run one job per node at once. Failures are raised in the caller's thread, all of them, in node order
+    (so the message does not depend on which thread lost the race)."""
+    results: dict[str, T] = {}
+    errors: dict[str, BaseException] = {}
+
+    def run(key: str, job: Callable[[], T]) -> None:
+        try:
+            results[key] = job()
+        except BaseException as exc:
+            errors[key] = exc
+
+    threads = [threading.Thread(target=run, args=item, daemon=True) for item in jobs.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    failed = [(key, errors[key]) for key in jobs if key in errors]
+    unexpected = [(key, exc) for key, exc in failed if not isinstance(exc, NiclabError)]
+    if unexpected:  # a bug (or Ctrl-C) is raised as itself, with its traceback, not dressed as a known failure
+        key, exc = unexpected[0]
+        exc.add_note(f"(in the job of node {key})")
+        raise exc
+    if len(failed) == 1:
+        raise failed[0][1]
+    if failed:
+        raise NetconfError(
+            "\n".join(str(exc) if isinstance(exc, NiclabError) else f"{key}: {exc}" for key, exc in failed)
+        ) from failed[0][1]
+    return results
+
+
+def reachability(rig: Rig, net: NetPlan) -> dict[str, float]:
+    """Ping across every cable (one way) and within every segment (every pair)."""
+    jobs: dict[str, list[tuple[Iface, list[Iface]]]] = {}
+    for group in net.segments().values():
+        sources = group[:1] if len(group) == 2 else group
+        for source in sources:
+            targets = [t for t in group if t is not source]
+            jobs.setdefault(source.node, []).append((source, targets))
+
+    def ping_from(node: str) -> dict[str, float]:
+        rtts = {}
+        for source, targets in jobs[node]:
+            result = rig.node(node).run(
+                ping_script(source, targets), timeout=(PING_TIMEOUT_S + 5) * len(targets), check=False
+            )
+            current = None
+            for line in result.stdout.splitlines():
+                if line.startswith("unreachable "):
+                    target = next(t for t in targets if t.address == line.split()[1])
+                    raise NetconfError(
+                        f"link {source.link}: {source.node} ({source.address}) cannot reach {target.node} "
+                        f"({target.address}) over {source.name} ({source.ports[0].model}) within {PING_TIMEOUT_S} s"
+                    )
+                if line.startswith("target "):
+                    current = next(t for t in targets if t.address == line.split()[1])
+                elif (match := RTT_RE.search(line)) and current is not None:
+                    rtts[f"{source.node}->{current.node} {source.name}"] = float(match[1])
+            if not result.ok and not rtts:
+                raise NetconfError(f"{node}: ping failed: {(result.stderr or result.stdout).strip()}")
+        return rtts
+
+    found = parallel({node: partial(ping_from, node) for node in jobs})
+    return {key: value for rtts in found.values() for key, value in rtts.items()}
+
+
+def _run_script(node: Node, script: str, doing: str, timeout: float) -> None:
+    """Run a netconf script in one node's guest; a failure says what it was doing and what the guest printed."""
+    result = node.run(script, timeout=timeout, check=False)
+    if not result.ok:
+        raise NetconfError(f"{node.name}: {doing} failed: {(result.stderr or result.stdout).strip()}")
+
+
+def apply_node(node: Node, ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -> None:
+    """Run the configuration script in one node's guest (after asking its drivers whether they take its knobs)."""
+    wanted = {
+        p.ifname: (macs[p.key], list(dict.fromkeys(k for k, _, _ in p.knobs)))
+        for i in ifaces
+        for p in i.ports
+        if p.knobs
+    }
+    unchanged: frozenset[tuple[str, str, str]] = frozenset()
+    if wanted:
+        shown = verify.read_knobs(node.run(knobs_script(wanted), timeout=30, check=False).stdout)
+        if problems := verify.knob_problems(node.name, ifaces, shown, before=True):
+            raise NetconfError(f"{node.name}: a driver knob the driver does not take:\n  " + "\n  ".join(problems))
+        unchanged = verify.knobs_at_value(ifaces, shown)
+    doing = f"configuring {', '.join(i.name for i in ifaces)}"
+    _run_script(node, node_script(ifaces, macs, unchanged), doing, CARRIER_TIMEOUT_S + 60)
+
+
+def check_node(
+    node: Node,
+    ifaces: list[Iface],
+    drivers: Mapping[tuple[str, int, int], str] | None = None,
+    started: Mapping[str, dict[str, bool]] | None = None,
+) -> dict:
+    """Read one node's network back and compare it with the plan; returns the observed state.
+    `started`: the offloads its ports started with, where an earlier cell on this boot may have changed them."""
+    text = node.run(verify.state_script(ifaces), timeout=60).stdout
+    state, shown = verify.parse_state(text), verify.read_knobs(text)
+    problems = verify.mismatches(node.name, ifaces, state, drivers, started)
+    problems += verify.knob_problems(node.name, ifaces, shown, before=False)
+    if problems:
+        raise NetconfError(f"{node.name}: the network is not what the scenario asks:\n  " + "\n  ".join(problems))
+    observed = verify.summary(state)
+    for section, values in verify.knob_readback(ifaces, shown).items():
+        observed.setdefault(section, {}).update(values)
+    return observed
+
+
+def offload_baseline(rig: Rig, net: NetPlan) -> dict[str, dict[str, dict[str, bool]]]:
+    """node -> port -> feature -> on (each the driver lets change), for the ports the plan changes offloads on,
+    read before it does."""
+    wanted = {node: {p.ifname: rig.mac(p) for i in net.on(node) if i.offloads for p in i.ports} for node in rig.nodes}
+
+    def read(node: str) -> dict[str, dict[str, bool]]:
+        text = rig.node(node).run(features_script(wanted[node]), timeout=30).stdout
+        return {
+            name.removeprefix("port "): offloads.changeable("\n".join(lines))
+            for name, lines in sections(text)[1].items()
+        }
+
+    return parallel({node: partial(read, node) for node in wanted if wanted[node]})
+
+
+def reset(rig: Rig, previous: NetPlan, baseline: Mapping[str, dict[str, dict[str, bool]]]) -> None:
+    """Undo what `previous` set in every guest (bonds, netem, addresses, changed offloads), for the next plan."""
+
+    def reset_node(node: str) -> None:
+        script = reset_script(previous.on(node), baseline.get(node, {}))
+        _run_script(rig.node(node), script, "undoing the previous cell's network", 60)
+
+    parallel({node: partial(reset_node, node) for node in rig.nodes if previous.on(node)})
+
+
+def configure(
+    rig: Rig, net: NetPlan, progress, baseline: Mapping[str, dict[str, dict[str, bool]]] | None = None
+) -> dict:
+    """Configure every node (in parallel), check the result, ping across every wire. Returns facts.
+
+    `baseline` (node -> port -> feature -> on): the offloads the driver started with, on a rig earlier
+    cells used; a port that differs in a feature this plan does not name fails the check."""
+    started = time.monotonic()
+
+    def configure_node(node: str) -> dict:
+        ifaces = net.on(node)
+        if not ifaces:
+            return {}
+        apply_node(rig.node(node), ifaces, {port.key: rig.mac(port) for iface in ifaces for port in iface.ports})
+        observed = check_node(rig.node(node), ifaces, rig.drivers, (baseline or {}).get(node))
+        if wanted := params.asked(rig.topology.node(node).cmdline):
+            text = rig.node(node).run(params.readback_script(wanted), timeout=30).stdout
+            observed["module_params"], problems = params.parse_readback(text, wanted)
+            if problems:
+                raise NetconfError(f"{node}: the driver is not what the scenario asks:\n  " + "\n  ".join(problems))
+        return observed
+
+    states = parallel({node: partial(configure_node, node) for node in rig.nodes})
+    configured = time.monotonic() - started
+    rtts = reachability(rig, net)
+    progress(
+        f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
+        f"idle RTT " + ", ".join(f"{k} {v:.2f} ms" for k, v in sorted(rtts.items())) + ")"
+    )
+    return {
+        "configure_s": round(configured, 2),
+        "idle_rtt_ms": rtts,
+        "interfaces": {
+            f"{i.node}/{i.name}": {
+                "address": f"{i.address}/{PREFIX}",
+                "mtu": i.mtu,
+                "link": i.link,
+                "lane": i.lane,
+                "ports": [p.ifname for p in i.ports],
+                "model": i.ports[0].model,
+                **({"bond": i.bond.model_dump(exclude_none=True)} if i.bond else {}),
+                **({"netem": i.netem.describe()} if i.netem else {}),
+                **({"offloads": i.offloads} if i.offloads else {}),
+            }
+            for i in net.ifaces
+        },
+        "observed": states,
+    }

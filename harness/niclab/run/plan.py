@@ -1,0 +1,86 @@
+"""Estimate how long a scenario's cells take, without booting anything.
+
+A cell costs its boot, its network set-up and check, and its benchmarks
+(each benchmark estimates itself); cells that share a boot (niclab.run.rigs) pay
+for it once, and for their network each time one follows another on the
+boot (alternating repeats: about once per round). Boot and set-up figures are what TCG
+takes on a 2-core host; KVM boots faster, which the estimate ignores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from niclab.model.scenario import Cell
+from niclab.run.rigs import network_setups, shared_boots
+
+BOOT_S = 8.0  # QEMU start to every agent answering, under TCG
+NETWORK_S = 4.0  # configure, read back, ping each wire
+PER_SEGMENT_PING_S = 1.0
+
+
+@dataclass(frozen=True)
+class CellEstimate:
+    cell: Cell
+    boot_s: float
+    network_s: float
+    benchmarks_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.boot_s + self.network_s + self.benchmarks_s
+
+
+def rounds(cell: Cell) -> int:
+    """How many rounds the cell runs: its most repeated benchmark's repeats."""
+    return max((spec.options.repeat or cell.scenario.repeat for spec in cell.scenario.benchmarks), default=1)
+
+
+def estimate(cell: Cell, boots: bool = True, setups: int = 1) -> CellEstimate:
+    scenario = cell.scenario
+    wires = sum(link.count if not link.bond else 1 for link in scenario.links)
+    benchmarks = sum(
+        (spec.plugin.estimate_seconds(spec.options) + 1) * (spec.options.repeat or scenario.repeat)
+        for spec in scenario.benchmarks
+    )
+    network = (NETWORK_S + PER_SEGMENT_PING_S * wires) * setups
+    return CellEstimate(cell, BOOT_S if boots else 0.0, network, benchmarks)
+
+
+def estimates(cells: list[Cell]) -> list[CellEstimate]:
+    """Each cell's estimate, in order: the first cell of a boot pays for it; each pays for every network set-up."""
+    found: dict[int, CellEstimate] = {}
+    for group in shared_boots([cell.scenario.topology() for cell in cells]):
+        setups = network_setups([rounds(cells[i]) for i in group])
+        for place, i in enumerate(group):
+            found[i] = estimate(cells[i], place == 0, setups[place])
+    return [found[i] for i in range(len(cells))]
+
+
+def duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def plan_table(name: str, cells: list[Cell]) -> str:
+    found = estimates(cells)
+    boots = sum(1 for e in found if e.boot_s)
+    width = max([len("cell"), *(len(e.cell.id) for e in found)]) + 2
+    lines = [f"{'cell':<{width}}{'nodes':>5}  {'links':>5}  {'benchmarks':>10}  estimate"]
+    for e in found:
+        s = e.cell.scenario
+        lines.append(
+            f"{e.cell.id:<{width}}{len(s.nodes):>5}  {len(s.links):>5}  {len(s.benchmarks):>10}  {duration(e.total_s)}"
+        )
+    total = sum(e.total_s for e in found)
+    lines.append(
+        f"scenario {name}: {len(cells)} cell{'s' if len(cells) != 1 else ''}, about {duration(total)} "
+        f"(TCG on 2 cores; {boots} boot{'s' if boots != 1 else ''} and network set-ups included)"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""Which cells a backend (and its lab) can realize, asked before anything boots.
+
+`run`, `plan`, `validate` and `run --dry-run` share this: the command line's
+backend options become a Backend, and each cell's topology is checked by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from niclab.model.lab.inventory import load_inventory
+from niclab.model.scenario import Cell
+from niclab.plumbing.backends import Backend, BackendOptions, get_backend
+from niclab.run.results import cell_dirname
+
+
+@dataclass(frozen=True)
+class Verdict:
+    cell: Cell
+    reason: str | None  # None: the backend can realize it
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+@contextmanager
+def backend_from_args(args) -> Iterator[Backend]:
+    """The backend the command line asks for; inside the block a lab's card classes are known to scenarios."""
+    lab = None
+    if getattr(args, "lab", None):
+        lab = load_inventory(Path(args.lab), allow_uri_params=getattr(args, "allow_uri_params", False))
+    options = BackendOptions(
+        lab=lab,
+        libvirt_uri=getattr(args, "libvirt_uri", None),
+        wait=getattr(args, "wait", False),
+        force=getattr(args, "force", False),
+    )
+    with lab.classes_known() if lab is not None else nullcontext():
+        yield get_backend(getattr(args, "backend", None), options)
+
+
+def verdicts(backend: Backend, cells: list[Cell]) -> list[Verdict]:
+    return [Verdict(cell, backend.check(cell.scenario.topology())) for cell in cells]
+
+
+def describe(backend: Backend, checked: list[Verdict], out: Path | None) -> str:
+    """What `run --dry-run` prints: per cell, how it maps onto the backend (and lab), or why it cannot."""
+    lines = []
+    for verdict in checked:
+        cell = verdict.cell
+        if not verdict.ok:
+            lines.append(f"{cell.id}: cannot realize: {verdict.reason}")
+            continue
+        lines.append(f"{cell.id}:")
+        workdir = out / cell_dirname(cell.id) if out is not None else None
+        lines += [f"  {line}" for line in backend.describe(cell.scenario.topology(), workdir)]
+    return "\n".join(lines)

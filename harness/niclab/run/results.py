@@ -1,0 +1,167 @@
+"""Run directories and the results they hold.
+
+    runs/2026-11-22T10-00-00-two-node/
+      run.json          what ran, on what, when, and how it ended
+      results.jsonl     one JSON object per line, appended as measured:
+                        {"type": "cell", ...provenance} then {"type": "measurement", ...}
+      cells/<cell>/     QEMU's work directory: serial logs, QEMU logs, pids
+      raw/<cell>/       each tool's own output
+
+A crash loses nothing already measured: every record is flushed to disk as
+soon as it is written.
+
+A cell id becomes a directory name only through `cell_dirname`: safe (no /,
+no leading dot, no control character, at most 200 bytes), unique (also on a
+file system that ignores case) and reversible (`cell_id_of`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import string
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from niclab import __version__
+from niclab.base import atomic
+from niclab.run.records import Warn, as_dict, read_results, warn_on_stderr
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# Characters a cell's directory name keeps as they are; every other byte is written %xx (lowercase hex).
+_KEPT = frozenset(string.ascii_letters + string.digits + "=,._+:@-")
+MAX_DIRNAME = 200  # bytes: under the file systems' 255, with room for what tools add (.tmp, ~)
+_HASHED = 16  # hex digits of the hash that ends a name cut to MAX_DIRNAME
+
+
+def _digest(cell_id: str, digits: int) -> str:
+    return hashlib.sha256(cell_id.encode("utf-8", "surrogatepass")).hexdigest()[:digits]
+
+
+def cell_dirname(cell_id: str) -> str:
+    """The directory name of a cell: `nic=e1000,mtu=9000` as it is; any other byte as %xx (a leading dot
+    too, so never `.` or `..`); an id with capitals ends in ~ and 8 hex digits of its hash (unique where
+    case is ignored: `nic=E1000` and `nic=e1000`); a name over MAX_DIRNAME bytes is cut and ends in ~ and
+    16 hex digits (then `cell_id_of` needs the run's cell ids)."""
+    body = (
+        "".join(
+            ch
+            if ch in _KEPT and not (i == 0 and ch == ".")
+            else "".join(f"%{b:02x}" for b in ch.encode("utf-8", "surrogatepass"))
+            for i, ch in enumerate(cell_id)
+        )
+        or "%"
+    )  # the empty id: a name that decodes to nothing
+    if any(ch.isupper() for ch in body):
+        body += "~" + _digest(cell_id, 8)
+    if len(body) > MAX_DIRNAME:
+        cut = body[: MAX_DIRNAME - _HASHED - 1]
+        cut = cut[: cut.rfind("%")] if "%" in cut[-2:] else cut  # never half an escape
+        body = cut + "~" + _digest(cell_id, _HASHED)
+    return body
+
+
+def cell_id_of(dirname: str, known: list[str] | None = None) -> str | None:
+    """The cell id a `cell_dirname` came from; a cut name is found among `known` (None if it is not there)."""
+    body, tilde, tag = dirname.rpartition("~")
+    if not tilde:
+        body = dirname
+    elif len(tag) == _HASHED:
+        return next((cid for cid in known or [] if cell_dirname(cid) == dirname), None)
+    if body == "%":
+        return ""
+    raw = bytearray()
+    for piece in re.split(r"(%[0-9a-f]{2})", body):
+        raw += bytes([int(piece[1:], 16)]) if re.fullmatch(r"%[0-9a-f]{2}", piece) else piece.encode()
+    try:
+        text = raw.decode("utf-8", "surrogatepass")
+    except UnicodeError:
+        return None
+    return text if cell_dirname(text) == dirname else None
+
+
+def new_run_dir(base: Path, scenario: str) -> Path:
+    stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime())
+    base.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1000):
+        path = base / (f"{stamp}-{scenario}" if attempt == 0 else f"{stamp}-{scenario}-{attempt}")
+        try:
+            path.mkdir(mode=0o700)  # it will hold the guests' control sockets
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"cannot create a run directory under {base}")
+
+
+@dataclass
+class RunInfo:
+    scenario: str
+    scenario_file: str
+    scenario_text: str
+    cells: list[str]
+    backend: str
+    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    niclab_version: str = __version__
+    started_at: str = field(default_factory=utc_now)
+    finished_at: str | None = None
+    status: str = "running"  # running, ok, failed, interrupted
+    message: str = ""
+    host: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # e.g. KVM did not work and the run fell back to TCG
+    error: dict | None = None  # why the run stopped early: message and traceback
+    internal_errors: list[dict] = field(default_factory=list)  # unexpected exceptions in cells, with tracebacks
+    lab: dict | None = None  # a lab run's inventory: its name, file, text and card prices
+
+
+class RunDir:
+    def __init__(self, path: Path):
+        self.path = path
+        self.results = path / "results.jsonl"
+
+    def cell_dir(self, cell: str) -> Path:
+        """The cell's work directory (QEMU's logs and control sockets)."""
+        return self.path / "cells" / cell_dirname(cell)
+
+    def raw_dir(self, cell: str) -> Path:
+        return self.path / "raw" / cell_dirname(cell)
+
+    def write_info(self, info: RunInfo) -> None:
+        atomic.write_text(self.path / "run.json", json.dumps(asdict(info), indent=2) + "\n")
+
+    def append(self, record: dict[str, Any]) -> None:
+        with self.results.open("a") as sink:
+            sink.write(json.dumps(record, sort_keys=False) + "\n")
+            sink.flush()
+            os.fsync(sink.fileno())
+
+    def save_raw(self, cell: str, name: str, text: str) -> Path:
+        directory = self.raw_dir(cell)
+        directory.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 10000):
+            path = directory / f"{name}-{n}.txt"
+            try:
+                with open(path, "x") as sink:  # O_CREAT|O_EXCL: never an existing file, nor a symlink's target
+                    sink.write(text)
+            except FileExistsError:
+                continue
+            return path
+        raise RuntimeError(f"too many raw files named {name} in {directory}")
+
+
+def read_records(path: Path, warn: Warn = warn_on_stderr) -> list[dict]:
+    """Every record of a results.jsonl, validated (niclab.run.records), as plain mappings.
+
+    A killed run can leave its last line cut off: that line is dropped, and
+    `warn` says so. A damaged line anywhere else, a file that is not a regular
+    file or is too large: a RunDirError naming the file and line.
+    """
+    return [as_dict(record) for _, record in read_results(path, warn)]

@@ -1,0 +1,449 @@
+"""Run a scenario's cells: realize each one in a Session, run its benchmarks, judge the results.
+
+Records go to the run directory as they are produced (results.jsonl):
+
+- `cell`: provenance at the start (host, rig, network as read back, nodes);
+- `run`: one run of one benchmark (which repeat, where, how long, and what
+  each NIC counted meanwhile: packets, bytes, drops, interrupts per CPU);
+- `measurement`: one number of one run, linked to its run by `run`;
+- `summary`: a metric over a benchmark's repeats (mean, median, spread,
+  Student-t interval, every sample) and whether it is stable;
+- `cell_end`: the nodes' facts after the benchmarks;
+- `expectation`: each check of `expect:` with the value it saw;
+- `error`: a benchmark or cell that failed.
+
+Cells that need the same guests (equal topologies: they differ only in what
+netconf sets, such as MTU, netem, offloads or bond mode) share one boot
+(niclab.run.rigs): they run one after the other on the same rig, and each cell's
+record says which boot it ran on. When such cells repeat their benchmarks
+(`repeat: N`), the repeats go round-robin across them (A B B A A B …, not
+A A B B; each round starts one cell later), so a host that gets busier or
+quieter during the run moves every cell alike rather than the last ones.
+
+A failed benchmark run is recorded and the next one runs; a cell that cannot
+boot, whose network is not what was asked, or that fails in any other way
+(a guest killed under it, a bug) is recorded and the next cell runs. Nothing
+escapes a cell as a traceback: an unexpected exception is recorded with its
+traceback in the cell's log (cells/<cell>/cell.log) and results.jsonl.
+
+`Runner.run(cells)` owns run.json: it is "running" while cells run and always
+ends in a final status (ok, failed, interrupted), whatever happened.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from niclab.base.errors import NiclabError, describe_exception
+from niclab.base.node import NodeGone
+from niclab.model import expect
+from niclab.model.scenario import BenchmarkSpec, Cell
+from niclab.plumbing.backends.base import Backend
+from niclab.plumbing.contention import contention_of
+from niclab.run import stats
+from niclab.run.results import RunDir, RunInfo, utc_now
+from niclab.run.rigs import RigKeeper, shared_boots, turns
+from niclab.run.session import BenchRun, Session, describe_gone
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class CellOutcome:
+    cell: Cell
+    summaries: list[dict] = field(default_factory=list)  # the `summary` records
+    errors: list[str] = field(default_factory=list)
+    verdicts: list[expect.Verdict] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+
+    @property
+    def missed(self) -> list[expect.Verdict]:
+        return [v for v in self.verdicts if not v.passed]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and not self.missed
+
+
+@dataclass
+class RunOutcome:
+    cells: list[CellOutcome]
+    status: str  # ok or failed (an interrupted run raises KeyboardInterrupt)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class CellWork:
+    """A cell under way: its session, its runs so far per benchmark, whether it failed."""
+
+    number: int  # its place among the run's cells, from 1
+    of: int
+    cell: Cell
+    session: Session
+    log: Path  # cells/<cell>/cell.log
+    repeats: list[int]  # each benchmark's number of runs
+    base: dict  # what every record of the cell carries: scenario, cell, params
+    runs: dict[int, list[tuple[str, BenchRun]]] = field(default_factory=dict)  # benchmark index -> its runs
+    outcome: CellOutcome = field(init=False)
+    recorded: bool = False  # its `cell` record is written
+    failed: bool = False
+    summarized: set[int] = field(default_factory=set)  # benchmark indices whose summaries are written
+    interleaved_with: list[str] = field(default_factory=list)  # cells whose repeats alternate with its own
+
+    def __post_init__(self) -> None:
+        self.outcome = CellOutcome(self.cell)
+
+    @property
+    def rounds(self) -> int:
+        return max(self.repeats, default=1)
+
+
+def schedule(works: Sequence[CellWork]) -> list[tuple[CellWork, range]]:
+    """The steps of a run: (cell, its rounds to run now).
+
+    Cells sharing a boot run one after the other; when they repeat, their
+    rounds alternate (niclab.run.rigs.turns). A cell alone on its rig runs all its
+    rounds in one step, benchmark by benchmark as ever.
+    """
+    steps: list[tuple[CellWork, range]] = []
+    for group in shared_boots([work.cell.scenario.topology() for work in works]):
+        members = [works[i] for i in group]
+        if len(members) > 1 and max(work.rounds for work in members) > 1:
+            for work in members:
+                work.interleaved_with = [other.cell.id for other in members if other is not work]
+        steps += [(members[place], now) for place, now in turns([work.rounds for work in members])]
+    return steps
+
+
+class RunAborted(NiclabError):
+    """The run could not go on (its directory cannot be written, or a bug); run.json says so."""
+
+
+class Runner:
+    def __init__(
+        self,
+        backend: Backend,
+        run_dir: RunDir,
+        info: RunInfo,
+        progress: Progress,
+        started: float | None = None,
+        repeat: int | None = None,
+    ):
+        self.backend = backend
+        self.run_dir = run_dir
+        self.info = info
+        self.scenario_name = info.scenario
+        self._progress = progress
+        self.started = time.monotonic() if started is None else started  # when `niclab run` began
+        self.repeat = repeat  # overrides the scenario's and the benchmarks' repeat counts
+        self._cell_log: Path | None = None
+
+    def progress(self, message: str) -> None:
+        """A progress line, also kept in the current cell's log."""
+        self._progress(message)
+        self._log(message)
+
+    def _log(self, text: str) -> None:
+        if self._cell_log is None:
+            return
+        try:
+            with self._cell_log.open("a") as log:
+                log.write(f"{utc_now()} {text}\n")
+        except OSError:
+            pass  # the log is a convenience; results.jsonl is the record
+
+    # -- the run ----------------------------------------------------------
+
+    def run(self, cells: Sequence[Cell]) -> RunOutcome:
+        """Run the cells; run.json ends ok, failed or interrupted, whatever happens.
+
+        KeyboardInterrupt (Ctrl-C, SIGTERM) is recorded and re-raised, so the
+        caller can stop as it must (the CLI prints a line, pytest its summary).
+        Anything else that ends the run early becomes a RunAborted with one line.
+        """
+        self.info.status = "running"
+        works: list[CellWork] = []
+        try:
+            self._write_info()
+            works = [self._work(n, cell, len(cells)) for n, cell in enumerate(cells, start=1)]
+            with RigKeeper(self.backend, self.progress) as rigs:
+                for work, rounds in schedule(works):
+                    self._run_step(rigs, work, rounds)
+        except KeyboardInterrupt:
+            self._finish("interrupted", "interrupted; every guest was stopped")
+            raise
+        except Exception as exc:
+            message = describe_exception(exc)
+            self.info.error = {"message": message, "traceback": traceback.format_exc()}
+            self._finish("failed", f"the run stopped early: {message}")
+            raise RunAborted(f"the run stopped early: {message}; see {self.run_dir.path / 'run.json'}") from None
+        outcomes = [work.outcome for work in works]
+        failed = [o for o in outcomes if not o.ok]
+        self._finish(
+            "failed" if failed else "ok",
+            "; ".join(
+                [e for o in failed for e in o.errors]
+                + [f"expectation missed: {v.describe()}" for o in failed for v in o.missed]
+            ),
+        )
+        return RunOutcome(outcomes, self.info.status)
+
+    def _finish(self, status: str, message: str) -> None:
+        self.info.status, self.info.finished_at, self.info.message = status, utc_now(), message[:2000]
+        self._write_info()
+
+    def _write_info(self) -> None:
+        try:
+            self.run_dir.write_info(self.info)
+        except OSError as exc:
+            if self.info.status == "running":
+                raise
+            self._progress(f"run.json could not be written: {describe_exception(exc)}")
+
+    def warn(self, message: str) -> None:
+        """A warning about the whole run (e.g. KVM fell back to TCG): progress and run.json."""
+        self.progress(f"warning: {message}")
+        if message not in self.info.warnings:
+            self.info.warnings.append(message)
+            self._write_info()
+
+    # -- one cell ---------------------------------------------------------
+
+    def run_cell(self, cell: Cell) -> CellOutcome:
+        """Run one cell on a rig of its own (booted for it, stopped after)."""
+        work = self._work(1, cell, 1)
+        with RigKeeper(self.backend, self.progress) as rigs:
+            self._run_step(rigs, work, range(1, work.rounds + 1))
+        return work.outcome
+
+    def _work(self, number: int, cell: Cell, of: int) -> CellWork:
+        cell_dir = self.run_dir.cell_dir(cell.id)
+        session = Session(
+            cell,
+            self.backend,
+            cell_dir,
+            self.progress,
+            save_raw=lambda name, text: self.run_dir.save_raw(cell.id, name, text),
+        )
+        repeats = [self.repeat or spec.options.repeat or cell.scenario.repeat for spec in cell.scenario.benchmarks]
+        base = {"scenario": self.scenario_name, "cell": cell.id, "params": cell.params}
+        return CellWork(number, of, cell, session, cell_dir / "cell.log", repeats, base)
+
+    def _run_step(self, rigs: RigKeeper, work: CellWork, rounds: range) -> None:
+        """Run rounds of one cell's benchmarks on its rig; the cell's last round also ends it."""
+        if work.failed:
+            return
+        work.log.parent.mkdir(parents=True, exist_ok=True)
+        self._cell_log = work.log
+        cell, session = work.cell, work.session
+        shown = f" (round {rounds.start}/{work.rounds})" if work.interleaved_with else ""
+        self._progress(f"cell {work.number}/{work.of}: {cell.id}{shown}")
+        ended = False
+        try:
+            session.prepare(rigs)
+            if not work.recorded:
+                self._record_cell(work)
+            for index, spec in enumerate(cell.scenario.benchmarks):
+                for n in rounds:
+                    if n <= work.repeats[index]:
+                        self._run_benchmark(session, index, n, spec, work)
+                if work.repeats[index] in rounds:  # its last run is done
+                    self._summarize_benchmark(work, index)
+            if rounds.stop > work.rounds:
+                self.run_dir.append({"type": "cell_end", **work.base, "time": utc_now(), "nodes": session.facts_now()})
+                ended = True
+        except Exception as exc:  # the cell boundary: record it, go on with the next cell
+            session.abandon(rigs)
+            if session.gone and not isinstance(exc, NodeGone):  # a guest died under it: that is the cause
+                exc = NodeGone(f"{describe_gone(session.gone)} ({describe_exception(exc)})")
+            self._cell_failed(exc, work.base, work.outcome, "cell")
+            work.failed = ended = True
+            for index in range(len(cell.scenario.benchmarks)):  # what its finished runs measured (an interleaved
+                self._summarize_benchmark(work, index)  # cell has runs of every benchmark by now)
+        finally:
+            self._cell_log = None
+        if ended:
+            self._judge(cell, work.base, work.outcome)
+
+    def _summarize_benchmark(self, work: CellWork, index: int) -> None:
+        """The summary of one benchmark's runs, once; fewer runs than asked (the cell failed) are marked partial."""
+        runs = work.runs.get(index)
+        if not runs or index in work.summarized:
+            return
+        work.summarized.add(index)
+        spec = work.cell.scenario.benchmarks[index]
+        self._summarize(work.session, index, spec, spec.describe(), runs, work.base, work.outcome, work.repeats[index])
+
+    def _record_cell(self, work: CellWork) -> None:
+        session = work.session
+        work.outcome.facts = session.facts
+        work.recorded = True
+        if fallback := session.facts["rig"].get("accel_fallback"):
+            self.warn(fallback)
+        ready = session.booted.ready_at - self.started if session.booted is not None else None
+        self.run_dir.append(
+            {
+                "type": "cell",
+                **work.base,
+                "time": utc_now(),
+                "timings": {
+                    **session.timings,
+                    **({"agents_ready_since_start_s": round(ready, 2)} if ready is not None else {}),
+                },
+                **session.facts,
+                **({"interleaved_with": work.interleaved_with} if work.interleaved_with else {}),
+            }
+        )
+
+    def _cell_failed(
+        self, exc: Exception, base: dict, outcome: CellOutcome, stage: str, shown: str | None = None, **where
+    ) -> str:
+        """Record a failure of a cell or a benchmark run; returns its one-line message.
+
+        A NiclabError is a failure niclab understands (its message says it all);
+        anything else is a bug or an unforeseen fault, kept with its traceback.
+        Only a failure to write the results themselves ends the run.
+        """
+        message = describe_exception(exc)
+        record = {"type": "error", **base, "time": utc_now(), "stage": stage, **where, "message": message}
+        if not isinstance(exc, NiclabError):
+            record["traceback"] = traceback.format_exc()
+            self._log(record["traceback"])
+            message += f" (traceback in {self.run_dir.cell_dir(base['cell']) / 'cell.log'})"
+            record["message"] = message
+            self.info.internal_errors.append({key: record[key] for key in ("cell", "stage", "message", "traceback")})
+            self._write_info()
+        label = shown or where.get("benchmark")
+        outcome.errors.append(f"{label}: {message}" if label else message)
+        self.progress(f"{label or 'cell ' + base['cell']} failed: {message}")
+        self.run_dir.append(record)
+        return message
+
+    def _run_benchmark(self, session: Session, index: int, n: int, spec: BenchmarkSpec, work: CellWork) -> None:
+        """Run 1 of a benchmark's repeats, record it; a failed run is recorded and the cell goes on."""
+        label, repeats, base = spec.describe(), work.repeats[index], work.base
+        run_id = f"{index}.{n}"
+        of = f" run {n}/{repeats}" if repeats > 1 else ""
+        self.progress(f"running {label}{of} (about {spec.plugin.estimate_seconds(spec.options):.0f} s)")
+        started_at = utc_now()
+        try:
+            run = session.run(spec)
+        except NiclabError as exc:
+            self._cell_failed(exc, base, work.outcome, "benchmark", shown=f"{label}{of}", run=run_id, benchmark=label)
+            session.check_nodes()  # a node that died under the benchmark ends the cell, saying which and why
+            return
+        self._record_run(session, spec, label, run_id, n, repeats, started_at, run, base)
+        work.runs.setdefault(index, []).append((run_id, run))
+        shown = ", ".join(f"{m.metric} {m.value:g} {m.unit}" for m in run.measurements if m.headline)
+        self.progress(f"{label}{of}: {shown}" + "".join(f" [{m.warning}]" for m in run.measurements if m.warning))
+        if run.host_load is not None and run.host_load.contended:
+            self.progress(f"{label}{of}: host contention: {'; '.join(run.host_load.reasons)}")
+
+    def _record_run(self, session, spec, label, run_id, n, repeats, started_at, run: BenchRun, base) -> None:
+        ends = run.ends
+        where = {"client": ends.client.name, "server": ends.server.name, "link": ends.link}
+        self.run_dir.append(
+            {
+                "type": "run",
+                **base,
+                "run": run_id,
+                "benchmark": label,
+                "tool": spec.tool,
+                "repeat": n,
+                "repeats": repeats,
+                "boot": session.booted.number if session.booted else None,
+                **where,
+                "options": spec.options.model_dump(by_alias=True, exclude_none=True),
+                "started_at": started_at,
+                "finished_at": utc_now(),
+                "seconds": run.seconds,
+                "nics": {node: session.nic_summary(node, ends.link) for node in (ends.client.name, ends.server.name)},
+                "accel": session.facts["rig"].get("accel"),
+                "counters": run.counters,
+                **({"host_load": run.host_load.to_dict()} if run.host_load is not None else {}),
+            }
+        )
+        for m in run.measurements:
+            self.run_dir.append(
+                {
+                    "type": "measurement",
+                    **base,
+                    "run": run_id,
+                    "repeat": n,
+                    "benchmark": m.benchmark,
+                    "test": m.test,
+                    "metric": m.metric,
+                    "name": m.name,
+                    "value": m.value,
+                    "unit": m.unit,
+                    **where,
+                    **({"warning": m.warning} if m.warning else {}),
+                    "extra": m.extra,
+                }
+            )
+
+    def _summarize(self, session, index, spec, label, runs, base, outcome, wanted: int) -> None:
+        settings = session.scenario.statistics
+        limits = stats.Limits(settings.max_cv, settings.max_ci_width)
+        by_metric: dict[str, list] = {}
+        sources: dict[str, list[str]] = {}  # the run of each sample
+        for run_id, run in runs:
+            for m in run.measurements:
+                by_metric.setdefault(m.name, []).append(m)
+                sources.setdefault(m.name, []).append(run_id)
+        ends = runs[0][1].ends
+        loads = [run.host_load for _, run in runs if run.host_load is not None]
+        contention = contention_of(loads)
+        for name, found in by_metric.items():
+            summary = stats.summarize([m.value for m in found], settings.confidence)
+            reasons = stats.instability(summary, limits, [m.warning for m in found if m.warning])
+            record = {
+                "type": "summary",
+                **base,
+                "benchmark_index": index,
+                "benchmark": label,
+                "name": name,
+                "test": found[0].test,
+                "metric": found[0].metric,
+                "unit": found[0].unit,
+                "headline": found[0].headline,
+                "client": ends.client.name,
+                "server": ends.server.name,
+                "link": ends.link,
+                "runs": sources[name],
+                **summary.to_dict(),
+                "unstable": bool(reasons),
+                "reasons": reasons,
+                **({"partial": True} if len(runs) < wanted else {}),  # the cell failed before its other runs
+                # the guests did not get their CPU in some run: the figure says more about the host than the NIC
+                **({"contended": bool(contention), "contention": contention} if loads else {}),
+            }
+            self.run_dir.append(record)
+            outcome.summaries.append(record)
+            if reasons and found[0].headline:
+                self.progress(f"{label} {found[0].metric} is unstable: {'; '.join(reasons)}")
+
+    def _judge(self, cell: Cell, base: dict, outcome: CellOutcome) -> None:
+        for text in cell.scenario.expect:
+            for verdict in expect.evaluate(expect.parse(text), outcome.summaries):
+                outcome.verdicts.append(verdict)
+                self.run_dir.append(
+                    {
+                        "type": "expectation",
+                        **base,
+                        "time": utc_now(),
+                        "expectation": text,
+                        "passed": verdict.passed,
+                        "measured": verdict.measured,
+                        "unit": verdict.expectation.unit,
+                        "samples": verdict.samples,
+                        "where": verdict.where,
+                    }
+                )

@@ -1,0 +1,255 @@
+"""A Session is one realized cell: nodes up, network configured and checked.
+
+It is the seam between a topology and whatever measures it: the runner runs
+the scenario's benchmarks through it, and tests use it directly::
+
+    with Session(cell, get_backend("qemu"), workdir) as s:
+        s.node("a").run("ethtool -i link0")
+        s.bench("netperf", test="TCP_RR", seconds=5)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from niclab.base.errors import NiclabError, UsageError
+from niclab.base.node import Node, NodeGone
+from niclab.base.problems import Problems
+from niclab.model import bench as benchmarks
+from niclab.model.bench.base import BenchContext, Endpoints, Measurement
+from niclab.model.scenario import BenchmarkSpec, Cell
+from niclab.model.scenario.model import benchmark_problems, benchmark_spec
+from niclab.plumbing import contention, facts, netconf
+from niclab.plumbing.backends.base import Backend, Rig
+from niclab.plumbing.contention import HostLoad
+from niclab.run.rigs import Booted, RigKeeper
+
+Progress = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+@dataclass
+class BenchRun:
+    """One run of one benchmark: where it ran, what it measured, what the NICs counted meanwhile."""
+
+    ends: Endpoints
+    measurements: list[Measurement]
+    counters: dict[str, dict]  # node -> port -> counter deltas (packets, bytes, drops, interrupts per CPU)
+    seconds: float
+    host_load: HostLoad | None = None  # whether the guests got their CPU meanwhile (None: not on this host)
+
+
+def describe_gone(gone: dict[str, str]) -> str:
+    return "; ".join(f"node {node} is gone: {why}" for node, why in sorted(gone.items()))
+
+
+class Session:
+    def __init__(
+        self,
+        cell: Cell,
+        backend: Backend,
+        workdir: Path,
+        progress: Progress = _quiet,
+        save_raw: Callable[[str, str], Path] | None = None,
+    ):
+        self.cell = cell
+        self.scenario = cell.scenario
+        self.backend = backend
+        self.workdir = workdir
+        self.progress = progress
+        self._save_raw = save_raw or self._save_in_workdir
+        self.net = netconf.plan(self.scenario)
+        self.rig: Rig | None = None
+        self.booted: Booted | None = None
+        self._boot_place = 0  # how many cells used the boot before this one
+        self.facts: dict = {}
+        self.timings: dict = {}
+        self.gone: dict[str, str] = {}  # nodes found dead when the session ended on an error: node -> why
+        self._stack = ExitStack()
+
+    def __enter__(self) -> Session:
+        """Boot this cell's own rig and configure it; on exit stop it."""
+        rigs = self._stack.enter_context(RigKeeper(self.backend, self.progress))
+        try:
+            self.prepare(rigs)
+        except BaseException:
+            self.abandon(rigs)
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:
+            self._note_the_dead()
+        self._stack.close()
+        self.rig = None
+
+    def prepare(self, rigs: RigKeeper) -> None:
+        """Make the rig this cell runs on ready: booted (or kept from an earlier cell), its network this cell's.
+
+        The first call fills `facts` and `timings`; a later one (the cell's next
+        round on a shared rig) configures and checks the network again if
+        another cell changed it meanwhile.
+        """
+        started = time.monotonic()
+        was_on, self.rig, self.booted = self.booted, None, None  # a boot that fails leaves no stale rig here
+        booted = rigs.get(self.scenario.topology(), self.workdir)
+        if was_on is not booted:  # this cell's first time on this boot
+            self._boot_place = len(booted.cells)
+            booted.cells.append(self.cell.id)
+        self.rig, self.booted = booted.rig, booted
+        if booted.net is self.net:
+            return
+        boot_s = time.monotonic() - started
+        if booted.net is not None:  # another cell's network: undo it first
+            undone, booted.net = booted.net, None
+            netconf.reset(booted.rig, undone, booted.baseline)
+        if any(i.offloads for i in self.net.ifaces):
+            for node, ports in netconf.offload_baseline(booted.rig, self.net).items():
+                for port, features in ports.items():
+                    booted.baseline.setdefault(node, {}).setdefault(port, features)
+        network = netconf.configure(booted.rig, self.net, self.progress, booted.baseline)
+        booted.net = self.net
+        if self.facts:
+            return
+        nodes = self.facts_now()
+        self.timings = {
+            "boot_s": 0.0 if self._boot_place else booted.boot_s,
+            "network_s": round(time.monotonic() - started - boot_s, 2),
+        }
+        self.facts = {
+            "host": facts.host_facts(),
+            "rig": booted.rig.facts,
+            "boot": {"number": booted.number, "reused": self._boot_place > 0, "first_cell": booted.cells[0]},
+            "network": network,
+            "nodes": nodes,
+        }
+
+    def abandon(self, rigs: RigKeeper) -> None:
+        """After a failure: note which guests had died (the cause), then stop the rig; the next cell boots anew."""
+        self._note_the_dead()
+        if self.booted is not None and rigs.current is self.booted:
+            rigs.drop()
+        self.rig = self.booted = None
+
+    def _note_the_dead(self) -> None:
+        """Before the guests are stopped: which ones had already died, and why (the cause of an error)."""
+        if self.rig is not None:
+            self.gone = self.rig.gone()
+
+    # -- handles ----------------------------------------------------------
+
+    def node(self, name: str) -> Node:
+        if self.rig is None:
+            raise NiclabError("the session is not running (use it inside `with`)")
+        return self.rig.node(name)
+
+    def check_nodes(self) -> None:
+        """Raise NodeGone if a node's guest died (killed, crashed): nothing more can run in this cell."""
+        if self.rig is None:
+            return
+        if gone := self.rig.gone():
+            raise NodeGone(describe_gone(gone))
+
+    def iface(self, node: str, link: int = 0, lane: int = 0) -> netconf.Iface:
+        return self.net.find(node, link, lane)
+
+    def endpoints(self, spec: BenchmarkSpec) -> Endpoints:
+        options = spec.options
+        link = self.scenario.links[options.link]
+        client = options.from_ or link.between[0]
+        server = options.to or next(n for n in link.between if n != client)
+        return Endpoints(
+            client=self.node(client),
+            server=self.node(server),
+            client_address=self.net.find(client, options.link).address,
+            server_address=self.net.find(server, options.link).address,
+            link=options.link,
+        )
+
+    def nic_summary(self, node: str, link: int) -> dict:
+        iface = self.net.find(node, link)
+        found = self.facts.get("nodes", {}).get(node, {}).get("interfaces", {}).get(iface.ports[0].ifname, {})
+        return {
+            "model": iface.ports[0].model,
+            "driver": found.get("driver"),
+            "driver_version": found.get("version"),
+            "pci_id": found.get("pci_id"),
+            "ifname": iface.name,
+            "ports": len(iface.ports),
+            "bond": iface.bond.mode if iface.bond else None,
+            "mtu": iface.mtu,
+        }
+
+    # -- measuring --------------------------------------------------------
+
+    def spec(self, tool: str, **options) -> BenchmarkSpec:
+        """A benchmark spec checked as the scenario file would check it."""
+        if "from_" in options:
+            options["from"] = options.pop("from_")
+        try:
+            spec = benchmark_spec({tool: options})
+            problems = benchmark_problems(spec, self.scenario)
+        except Problems as exc:
+            problems = exc.problems
+        if problems:
+            raise UsageError("; ".join(f"{'.'.join(map(str, p.path))}: {p.message}" for p in problems))
+        return spec
+
+    def run(self, spec: BenchmarkSpec) -> BenchRun:
+        ends = self.endpoints(spec)
+        ports = {
+            node: [p.ifname for p in self.net.find(node, spec.options.link).ports]
+            for node in (ends.client.name, ends.server.name)
+        }
+
+        def read(n: str) -> dict[str, dict]:
+            return facts.read_counters(self.node(n), ports[n])
+
+        before = netconf.parallel({n: partial(read, n) for n in ports})
+        started = time.monotonic()
+        ctx = BenchContext(ends=ends, save_raw=self._save_raw, progress=self.progress)
+        with contention.watch(self.rig.host_pids() if self.rig is not None else {}) as host:
+            found = spec.plugin.run(ctx, spec.options)
+        seconds = time.monotonic() - started
+        after = netconf.parallel({n: partial(read, n) for n in ports})
+        counters = {n: facts.counter_deltas(before[n], after[n]) for n in ports}
+        return BenchRun(ends, found, counters, round(seconds, 2), host.load)
+
+    def facts_now(self) -> dict:
+        """The nodes' facts as they are now (for the end of a cell: counters, drivers)."""
+        return {
+            name: facts.node_facts(
+                node,
+                [i.name for i in self.net.on(name)] + [p.ifname for i in self.net.on(name) for p in i.ports if i.bond],
+            )
+            for name, node in (self.rig.nodes.items() if self.rig else [])
+        }
+
+    def bench(self, tool: str, **options) -> list[Measurement]:
+        """Run one benchmark now, e.g. bench("netperf", test="TCP_RR", link=1)."""
+        return self.run(self.spec(tool, **options)).measurements
+
+    def _save_in_workdir(self, name: str, text: str) -> Path:
+        directory = self.workdir / "raw"
+        directory.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 10000):
+            path = directory / f"{name}-{n}.txt"
+            try:
+                with open(path, "x") as sink:  # O_CREAT|O_EXCL: never an existing file, nor a symlink's target
+                    sink.write(text)
+            except FileExistsError:
+                continue
+            return path
+        raise RuntimeError(f"too many raw files named {name} in {directory}")
+
+
+__all__ = ["Session", "benchmarks"]

@@ -1,0 +1,1 @@
+"""The `niclab` command: main (the verbs), lab and vagrant (their sub-commands)."""

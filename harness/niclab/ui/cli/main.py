@@ -1,0 +1,643 @@
+"""The `niclab` command. Exit codes: 0 ok, 1 failed, 2 usage error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from niclab import __version__
+from niclab.base.errors import NiclabError, UsageError, describe_exception
+from niclab.ui.cli.lab import add_allow_uri_params
+from niclab.ui.console import EXIT_FAILED, EXIT_OK, STARTED, FileCheck, Progress
+
+# -- verbs ----------------------------------------------------------------
+
+
+def cmd_run(args) -> int:
+    from niclab.run.realizable import backend_from_args
+
+    with backend_from_args(args) as backend:
+        return _run(args, backend)
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an --out no run directory can be made in (its nearest existing folder is a file, or not ours)."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    why = (
+        "Not a directory"
+        if not existing.is_dir()
+        else "Permission denied"
+        if not os.access(existing, os.W_OK | os.X_OK)
+        else ""
+    )
+    if why:
+        raise NiclabError(f"cannot create a run directory in --out {out}: {why}; choose a directory you can write to")
+
+
+def _run(args, backend) -> int:
+    from niclab.model.scenario import load_scenario
+    from niclab.model.shard import parse_shard
+    from niclab.plumbing.facts import host_facts
+    from niclab.run.realizable import describe, verdicts
+    from niclab.run.results import RunDir, RunInfo, new_run_dir
+    from niclab.run.runner import Runner
+    from niclab.ui.table import cell_table
+
+    progress = Progress(args.quiet)
+    scenario_file = load_scenario(Path(args.scenario))
+    cells = scenario_file.select(args.cell)
+    if args.shard:
+        shard = parse_shard(args.shard)
+        cells = [cell for cell in cells if shard.holds(scenario_file.name, cell.id)]
+        progress(f"shard {shard}: {len(cells)} of {len(scenario_file.cells)} cells")
+        if not cells:
+            print(f"niclab: shard {shard} of {scenario_file.name} holds no cell; nothing to run", file=sys.stderr)
+            return EXIT_OK
+    if args.kernel_build:
+        from niclab.model.kernel_choice import parse_kernel
+        from niclab.plumbing.kernel_check import with_kernel
+
+        try:
+            cells = with_kernel(cells, parse_kernel({"build": args.kernel_build}))
+        except ValueError as exc:
+            raise UsageError(f"--kernel-build: {exc}") from None
+    out = Path(args.out)
+    where = out / f"dry-run-{scenario_file.name}"
+    checked = verdicts(backend, cells)
+    if args.dry_run:
+        print(f"{scenario_file.name} on the {backend.name} backend (boots nothing):")
+        print(describe(backend, checked, where))
+        if where.is_dir():
+            print(f"what it would start is in {where}")
+        return EXIT_OK if any(v.ok for v in checked) else EXIT_FAILED
+    skipped = [v for v in checked if not v.ok]
+    for verdict in skipped:
+        progress(f"skipping cell {verdict.cell.id}: the {backend.name} backend cannot realize it: {verdict.reason}")
+    if len(skipped) == len(cells):
+        raise NiclabError(
+            f"the {backend.name} backend cannot realize any cell of {scenario_file.name}: {skipped[0].reason}"
+        )
+    cells = [cell for cell in cells if cell.id not in {v.cell.id for v in skipped}]
+    from niclab.plumbing.kernel_check import check_kernels
+
+    _check_out(out)  # before images are built: a typo in --out is found at once
+    check_kernels(cells, progress)  # builds each kernel's image first; refuses one that lacks a driver
+    try:
+        run_dir = RunDir(new_run_dir(out, scenario_file.name))
+    except OSError as exc:
+        raise NiclabError(
+            f"cannot create a run directory in --out {out}: {exc.strerror}; choose a directory you can write to"
+        ) from None
+    info = RunInfo(
+        scenario=scenario_file.name,
+        scenario_file=str(Path(args.scenario).resolve()),
+        scenario_text=Path(args.scenario).read_text(errors="replace"),
+        cells=[c.id for c in cells],
+        backend=backend.name,
+        host=host_facts(),
+    )
+    info.warnings += [f"cell {v.cell.id} not run: {v.reason}" for v in skipped]
+    if args.lab:
+        lab = getattr(backend, "lab", None)
+        info.lab = {
+            "file": str(Path(args.lab).resolve()),
+            "text": Path(args.lab).read_text(errors="replace"),
+            **({"name": lab.name, "prices": lab.prices()} if lab is not None else {}),
+        }
+    progress(f"run directory {run_dir.path}")
+    runner = Runner(backend, run_dir, info, progress, started=STARTED, repeat=args.repeat)
+    try:
+        outcome = runner.run(cells)
+    except KeyboardInterrupt:
+        print(f"niclab: interrupted; the guests were stopped; partial results in {run_dir.results}", file=sys.stderr)
+        write_run_report(run_dir.path, progress)
+        return EXIT_FAILED
+    for cell in outcome.cells:
+        accel = cell.facts.get("rig", {}).get("accel", "?")
+        print(cell_table(scenario_file.name, cell, accel))
+        print()
+    for warning in info.warnings:
+        print(f"warning: {warning}")
+    print(f"results: {run_dir.results}")
+    print(f"report:  {write_run_report(run_dir.path, progress)}")
+    return EXIT_OK if outcome.ok else EXIT_FAILED
+
+
+def write_run_report(run_dir: Path, progress) -> Path | str:
+    from niclab.ui.report import report_runs
+
+    try:
+        return report_runs([run_dir], run_dir / "report.html")
+    except Exception as exc:  # a report problem must not hide the results already written
+        progress(f"the report could not be written: {exc!r}")
+        return "(not written; see the message above)"
+
+
+def _recipe_name(name: str) -> str:
+    from niclab.base.paths import images_dir
+
+    known = sorted(p.parent.name for p in images_dir().glob("*/recipe.toml"))
+    if name not in known:
+        raise UsageError(f"no image recipe {name!r}; recipes are: {', '.join(known)} (in {images_dir()})")
+    return name
+
+
+def cmd_image_build(args) -> int:
+    from niclab.plumbing.image.store import build_image
+
+    image = build_image(_recipe_name(args.recipe), force=args.force, progress=Progress())
+    print(image.directory)
+    return EXIT_OK
+
+
+def cmd_image_info(args) -> int:
+    from niclab.plumbing.image.store import find_image, recipe
+
+    name = _recipe_name(args.recipe)
+    image = find_image(name)
+    if image is None:
+        wanted = recipe(name)
+        build = "niclab image build" + ("" if name == "micro" else f" {name}")
+        print(f"image {wanted.name}-{wanted.input_hash()} is not built; run `{build}`", file=sys.stderr)
+        return EXIT_FAILED
+    m = image.manifest
+    if args.json:
+        print(json.dumps(m, indent=2))
+        return EXIT_OK
+    print(
+        f"image      {image.id}\ndirectory  {image.directory}\nbuilt      {m['built_at']} "
+        f"in {m['build_seconds']} s\nsuite      {m['suite']}\nkernel     {m['kernel_version']}\n"
+        f"initramfs  {m['initrd_bytes'] / 2**20:.1f} MiB\nmodules    {', '.join(m['modules'])}"
+    )
+    if image.disk is not None:
+        qcow2_mib = m["disk"]["qcow2_bytes"] / 2**20
+        print(f"disk       {image.disk} ({m['disk']['size_mib']} MiB ext4, {qcow2_mib:.0f} MiB qcow2)")
+    tools = (
+        "linux-image-amd64",
+        "netperf",
+        "netpipe-tcp",
+        "iperf3",
+        "lmbench",
+        "iproute2",
+        "ethtool",
+        "qemu-guest-agent",
+        "nfs-kernel-server",
+        "busybox-static",
+        "firmware-misc-nonfree",
+        "systemd",
+        "openssh-server",
+        "fio",
+    )
+    shown = [p for p in tools if p in m["packages"]]
+    print("packages   " + "\n           ".join(f"{p} {m['packages'][p]}" for p in shown))
+    for source, directory in m.get("built_from_source", {}).items():
+        print(f"built      {source} from Debian source ({directory})")
+    print(f"           ({len(m['packages'])} packages in all: niclab image info --json)")
+    return EXIT_OK
+
+
+def cmd_accel(args) -> int:
+    from niclab.plumbing.accel import choose_accel
+    from niclab.plumbing.image import ensure_image
+
+    progress = Progress()
+    choice = choose_accel(ensure_image(progress=progress), refresh=args.probe, progress=progress)
+    how = "set by NICLAB_ACCEL" if choice.forced else f"decided {choice.probed_at}"
+    print(f"{choice.accel} ({how}): {choice.reason}")
+    return EXIT_OK
+
+
+def cmd_down(args) -> int:
+    from niclab.base.procs import down
+
+    ended = down(include_running=args.all)
+    for leftover in ended:
+        print(f"stopped {leftover.name} (pid {leftover.pid}) of {leftover.pid_dir.parent}")
+    domains = _down_domains(args)
+    if not ended and not domains:
+        print("nothing to stop")
+    return EXIT_OK
+
+
+def _down_domains(args) -> list[str]:
+    """The libvirt domains of killed runs, on --libvirt-uri, each host of --lab, else qemu:///system if it
+    answers: destroyed, or left alone when their harness ran elsewhere; each said, and all named in the result."""
+    from niclab.plumbing.libvirt_conn import leftover_domains
+
+    uris = [args.libvirt_uri] if args.libvirt_uri else []
+    if args.lab:
+        from niclab.model.lab.inventory import load_inventory
+
+        lab = load_inventory(Path(args.lab), allow_uri_params=args.allow_uri_params)
+        uris += [host.libvirt for host in lab.hosts.values()]
+    explicit = bool(uris)
+    ended = []
+    for uri in dict.fromkeys(uris or ["qemu:///system"]):
+        try:
+            found = leftover_domains(uri, include_running=args.all)
+        except NiclabError as exc:
+            if explicit:  # say so, and go on with the other hosts
+                print(f"niclab: {exc}", file=sys.stderr)
+            continue  # without --lab or --libvirt-uri: no libvirt here, so no domain to stop either
+        for name in found.destroyed:
+            print(f"destroyed libvirt domain {name} on {uri}")
+        for name in found.elsewhere:
+            print(
+                f"left libvirt domain {name} on {uri} alone: its run was started in a container or on another "
+                "host, where its PID cannot be checked from here (niclab down --all stops it)"
+            )
+        ended += found.destroyed + found.elsewhere
+    return ended
+
+
+def cmd_nics(args) -> int:
+    from niclab.model import nics
+    from niclab.plumbing.backends.qemu_nics import qemu_nic
+
+    print(f"{'model':<34}{'driver':<12}{'max MTU':>8}  {'PCI ID':<11}card")
+    for model in nics.CATALOG:
+        print(f"{model.name:<34}{model.driver:<12}{model.max_mtu:>8}  {model.pci_id:<11}{model.card}")
+    notes = [model for model in nics.CATALOG if model.notes]
+    if notes:
+        print()
+        for model in notes:
+            properties = qemu_nic(model.name).properties
+            qemu = f" (QEMU: {properties})" if properties else ""
+            print(f"{model.name}: {model.notes}{qemu}")
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    import yaml
+
+    from niclab.ui.report import report_runs
+
+    prices = None
+    if args.prices:
+        try:
+            prices = yaml.safe_load(Path(args.prices).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise UsageError(f"{args.prices}: cannot read prices ({exc})") from None
+        if not isinstance(prices, dict):
+            raise UsageError(f"{args.prices}: prices are a mapping of NIC model to price, e.g. {{e1000: 35}}")
+        for model, price in prices.items():
+            if isinstance(price, bool) or not isinstance(price, int | float):
+                raise UsageError(f"{args.prices}: {model}: {price!r} is not a price; give a number, e.g. 35")
+    runs = [Path(p) for p in args.runs]
+    out = Path(args.out) if args.out else (runs[0] / "report.html" if len(runs) == 1 else Path("report.html"))
+    print(report_runs(runs, out, prices))
+    return EXIT_OK
+
+
+def cmd_compare(args) -> int:
+    from niclab.ui import compare
+
+    base = Path(args.base)
+    new = Path(args.new) if args.new else base
+    if args.cells:
+        from niclab.ui.report.data import load_run
+
+        if args.new:  # two runs: nothing pairs their repeats
+            a, b = load_run(base).cell(args.cells[0]), load_run(new).cell(args.cells[1])
+            changes = compare.compare_pair(a, b, args.threshold, args.alpha, args.all, paired=False)
+        else:
+            base_cell, new_cell = args.cells
+            changes = compare.compare_cells(load_run(base), base_cell, new_cell, args.threshold, args.alpha, args.all)
+    elif not args.new:
+        raise UsageError("compare needs two runs, or one run and --cells BASE_CELL NEW_CELL")
+    else:
+        changes = compare.compare_dirs(base, new, args.threshold, args.alpha, every_metric=args.all)
+    render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]
+    text = render(changes, base, new, args.threshold, args.alpha)
+    if args.out:
+        from niclab.base.atomic import write_text
+
+        write_text(Path(args.out), text + ("" if text.endswith("\n") else "\n"))
+        print(args.out)
+    else:
+        print(text)
+    worse = [c for c in changes if c.verdict == "worse"]
+    if not changes:
+        print("niclab: the runs share no cell and metric to compare", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED if worse else EXIT_OK
+
+
+def cmd_export(args) -> int:
+    from niclab.ui.export import export
+
+    run_dir = Path(args.run)
+    out = Path(args.out) if args.out else run_dir / f"{args.what}.{args.format}"
+    count = export(run_dir, args.format, out, args.what)
+    print(f"{out} ({count} rows)")
+    return EXIT_OK
+
+
+def cmd_metrics(args) -> int:
+    from niclab.model.bench import all_metrics
+
+    metrics = all_metrics()
+    width = max(len(m.name) for m in metrics) + 2
+    print(f"{'metric':<{width}}{'unit':<10}{'better':<8}meaning")
+    for m in metrics:
+        print(f"{m.name:<{width}}{m.unit:<10}{m.better or '':<8}{m.description}")
+    return EXIT_OK
+
+
+def cmd_plan(args) -> int:
+    from niclab.model.scenario import load_scenario
+    from niclab.run.plan import plan_table
+    from niclab.run.realizable import backend_from_args, verdicts
+
+    with backend_from_args(args) as backend:
+        scenario_file = load_scenario(Path(args.scenario))
+        cells = scenario_file.select(args.cell)
+        print(plan_table(scenario_file.name, cells))
+        if args.lab or args.backend:
+            for verdict in verdicts(backend, cells):
+                if not verdict.ok:
+                    print(f"cannot realize {verdict.cell.id} on {backend.name}: {verdict.reason}")
+    return EXIT_OK
+
+
+def cmd_validate(args) -> int:
+    from niclab.model.scenario import load_scenario
+    from niclab.run.realizable import backend_from_args, verdicts
+
+    files = FileCheck()
+    with backend_from_args(args) as backend:
+        for name, scenario_file in files.each(args.files, load_scenario):
+            count = len(scenario_file.cells)
+            print(f"{name}: ok ({count} cell{'s' if count != 1 else ''})")
+            if args.lab or args.backend:
+                for verdict in verdicts(backend, scenario_file.cells):
+                    if not verdict.ok:
+                        print(f"{name}: cell {verdict.cell.id}: {backend.name} cannot realize it: {verdict.reason}")
+    return files.status
+
+
+def add_backend_options(parser: argparse.ArgumentParser, dry_run: bool = False) -> None:
+    from niclab.plumbing.backends import registry
+
+    parser.add_argument(
+        "--backend",
+        choices=tuple(registry()),
+        help="how nodes are realized: "
+        + "; ".join(f"{p.name}: {p.summary}" for p in registry().values())
+        + " (default: qemu, or libvirt with --lab)",
+    )
+    parser.add_argument("--lab", metavar="LAB_YAML", help="a lab inventory: run on its real cards and cables")
+    add_allow_uri_params(parser)
+    parser.add_argument(
+        "--libvirt-uri", metavar="URI", help="libvirt connection of --backend libvirt without a lab (qemu:///system)"
+    )
+
+
+# -- parser ---------------------------------------------------------------
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1; give 1 or more")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="niclab", description="Reproducible benchmarks of network cards and drivers.")
+    parser.add_argument("--version", action="version", version=f"niclab {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    run = verbs.add_parser(
+        "run",
+        help="run a scenario's benchmarks",
+        description="Boot the scenario's nodes, configure the links, run the benchmarks and write a run directory.",
+    )
+    run.add_argument("scenario", metavar="SCENARIO", help="scenario file (YAML)")
+    run.add_argument("--out", default="runs", metavar="DIR", help="where run directories go (default: runs)")
+    run.add_argument(
+        "--cell", action="append", metavar="ID", help="run only this matrix cell (e.g. nic=e1000); repeat for several"
+    )
+    add_backend_options(run)
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="boot nothing: say how each cell maps onto the backend (a lab's cards and cables) and write "
+        "the domain XML",
+    )
+    run.add_argument("--wait", action="store_true", help="a lab card another run holds: wait for it, not refuse")
+    run.add_argument(
+        "--force", action="store_true", help="take lab cards the host uses (an address, a route): it loses them"
+    )
+    run.add_argument(
+        "--repeat", type=positive_int, metavar="N", help="run every benchmark N times (overrides the scenario)"
+    )
+    run.add_argument("--shard", metavar="I/N", help="run only the cells of shard I of N (stable across machines)")
+    run.add_argument(
+        "--kernel-build",
+        metavar="DIR",
+        help="boot every node on the kernel built in DIR (its bzImage and modules), whatever the scenario names",
+    )
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    run.set_defaults(func=cmd_run)
+
+    image = verbs.add_parser(
+        "image",
+        help="build or describe the guest image",
+        description="The guest image is built from Debian packages and cached per recipe hash.",
+    )
+    image_verbs = image.add_subparsers(dest="image_verb", metavar="ACTION", required=True)
+    build = image_verbs.add_parser(
+        "build",
+        help="build the image (if its recipe changed, or with --force)",
+        description="Build a guest image for the current recipe: micro (a kernel and an initramfs, what "
+        "`niclab run` boots) or debian (a full Debian disk, the Vagrant box).",
+    )
+    build.add_argument("recipe", nargs="?", default="micro", metavar="RECIPE", help="micro (default) or debian")
+    build.add_argument("--force", action="store_true", help="build even if the cache has it")
+    build.set_defaults(func=cmd_image_build)
+    info = image_verbs.add_parser(
+        "info",
+        help="show the image's versions",
+        description="Show the built image: kernel, packages and their versions.",
+    )
+    info.add_argument("recipe", nargs="?", default="micro", metavar="RECIPE", help="micro (default) or debian")
+    info.add_argument("--json", action="store_true", help="the whole manifest as JSON")
+    info.set_defaults(func=cmd_image_info)
+
+    accel = verbs.add_parser(
+        "accel",
+        help="say whether guests run under KVM or TCG here, and why",
+        description="KVM is used only where the guest image's kernel reaches userspace "
+        "under it; the verdict is cached per host and image.",
+    )
+    accel.add_argument("--probe", action="store_true", help="probe KVM again instead of using the cached verdict")
+    accel.set_defaults(func=cmd_accel)
+
+    down = verbs.add_parser(
+        "down",
+        help="stop what a killed run left behind",
+        description="Stop the QEMU processes recorded by harnesses that are no longer "
+        "running (by recorded PID and start time), and destroy the libvirt domains such runs left.",
+    )
+    down.add_argument("--all", action="store_true", help="also stop those of runs still in progress")
+    down.add_argument(
+        "--libvirt-uri", metavar="URI", help="destroy leftover niclab domains there (default: qemu:///system)"
+    )
+    down.add_argument("--lab", metavar="LAB_YAML", help="destroy leftover niclab domains on every host of this lab")
+    add_allow_uri_params(down)
+    down.set_defaults(func=cmd_down)
+
+    nics = verbs.add_parser(
+        "nics",
+        help="list the emulated NIC models",
+        description="The NIC models a scenario can name, their drivers and limits.",
+    )
+    nics.set_defaults(func=cmd_nics)
+
+    report = verbs.add_parser(
+        "report",
+        help="write an HTML report of one or more runs",
+        description="One self-contained HTML page (plots embedded) from run directories: "
+        "summary tables, NetPIPE curves, bars, MTU and bonding plots, fio, "
+        "costs, findings and provenance.",
+    )
+    report.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    report.add_argument("--out", metavar="FILE", help="default: RUN_DIR/report.html for one run, else report.html")
+    report.add_argument("--prices", metavar="FILE", help="YAML: NIC model -> price, for cost per Mbit/s")
+    report.set_defaults(func=cmd_report)
+
+    compare = verbs.add_parser(
+        "compare",
+        help="what changed between two runs, and whether it is real",
+        description="Per metric and cell: the change in %% and a verdict from Welch's "
+        "t-test on the samples (a paired t-test for two cells of one run whose repeats alternated). "
+        "Exit 1 if a metric got worse.",
+    )
+    compare.add_argument("base", metavar="BASE_RUN")
+    compare.add_argument("new", metavar="NEW_RUN", nargs="?", help="omitted: compare two cells of BASE_RUN (--cells)")
+    compare.add_argument(
+        "--cells",
+        nargs=2,
+        metavar=("BASE_CELL", "NEW_CELL"),
+        help="A/B: this cell of BASE_RUN against that one (of NEW_RUN, or of BASE_RUN itself); "
+        "cells whose repeats alternated on one boot are compared repeat by repeat (a paired t-test)",
+    )
+    compare.add_argument("--format", choices=("text", "json", "html"), default="text")
+    compare.add_argument("--out", metavar="FILE", help="write there instead of to stdout")
+    compare.add_argument(
+        "--threshold",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="smallest change that counts, in %% of the base mean (default 5)",
+    )
+    compare.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    compare.add_argument(
+        "--all",
+        action="store_true",
+        help="judge every metric, not only the headline ones (retransmits, percentiles, ...)",
+    )
+    compare.set_defaults(func=cmd_compare)
+
+    export = verbs.add_parser(
+        "export",
+        help="a run's results as CSV or Parquet",
+        description="One flat table for pandas: measurements (default) or summaries.",
+    )
+    export.add_argument("run", metavar="RUN_DIR")
+    export.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    export.add_argument("--what", choices=("measurements", "summaries"), default="measurements")
+    export.add_argument("--out", metavar="FILE", help="default: RUN_DIR/<what>.<format>")
+    export.set_defaults(func=cmd_export)
+
+    metrics = verbs.add_parser(
+        "metrics",
+        help="list every metric, with its unit",
+        description="The metrics benchmarks report, by the names expectations use.",
+    )
+    metrics.set_defaults(func=cmd_metrics)
+
+    plan = verbs.add_parser(
+        "plan",
+        help="list a scenario's cells and estimate the run's wall time",
+        description="List the matrix cells a run would realize, with an estimate of "
+        "each one's wall time; boots nothing.",
+    )
+    plan.add_argument("scenario", metavar="SCENARIO")
+    plan.add_argument("--cell", action="append", metavar="ID", help="only these cells")
+    add_backend_options(plan)
+    plan.set_defaults(func=cmd_plan)
+
+    validate = verbs.add_parser(
+        "validate",
+        help="check scenario files without booting anything",
+        description="Check scenario files; exit 1 if any has a problem.",
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    add_backend_options(validate)
+    validate.set_defaults(func=cmd_validate)
+
+    from niclab.ui.cli.lab import add_parser as add_lab_parser
+    from niclab.ui.cli.vagrant import add_parser as add_vagrant_parser
+
+    add_lab_parser(verbs)
+    add_vagrant_parser(verbs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from niclab.base.procs import raise_interrupt
+
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        return args.func(args)
+    except NiclabError as exc:  # a scenario that does not validate exits 1 under validate, plan and run alike
+        text = str(exc)
+        print(text if "\n" in text or exc.shown_as_is else f"niclab: {text}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("niclab: interrupted", file=sys.stderr)
+        return EXIT_FAILED
+    except BrokenPipeError:
+        # Only a closed stdout gets here (`niclab metrics | head`): a guest's socket raises AgentError.
+        # Point stdout at /dev/null so the interpreter's final flush does not complain, and stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except OSError as exc:
+        print(f"niclab: {describe_exception(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:
+        saved = save_crash(exc)
+        print(
+            f"niclab: {describe_exception(exc)}; this is a bug in niclab: the traceback is in {saved}", file=sys.stderr
+        )
+        return EXIT_FAILED
+
+
+def save_crash(exc: Exception) -> str:
+    """Write the traceback of an unexpected exception to the cache, for a bug report."""
+    import traceback
+
+    from niclab.base.paths import cache_dir
+
+    text = "".join(traceback.format_exception(exc))
+    try:
+        path = cache_dir() / "crashes" / f"{time.strftime('%Y-%m-%dT%H-%M-%S')}-{os.getpid()}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"niclab {__version__}: {' '.join(sys.argv)}\n{text}")
+        return str(path)
+    except OSError:
+        sys.stderr.write(text)
+        return "the lines above"

@@ -1,0 +1,291 @@
+"""Compare two runs: per metric and cell, the change and whether it is real.
+
+The verdict comes from Welch's two-sample t-test (unequal variances) on the
+samples each run kept for that metric: "better" or "worse" (by the metric's
+direction) when the difference is significant at `alpha` AND larger than
+`threshold` % of the base mean; otherwise "no significant change". A metric
+with fewer than two samples on either side cannot be tested and says so.
+Cells are matched by id; two single-cell runs are matched whatever their ids.
+By default the headline metrics are judged (throughput, transaction rate,
+mean latency, loss); secondary ones such as retransmit counts are noisy
+enough to raise false alarms, and come with `every_metric`.
+
+A metric measured while the host starved the guests of CPU on either side
+(the summary's `contended`, niclab.plumbing.contention) gets no verdict: "host
+contention, no verdict", with the reason. A busy host looks exactly like a
+slower driver.
+
+Two cells of one run (an A/B comparison, `compare_cells`) whose repeats
+alternated on one boot (A1 B1 B2 A2 …, niclab.run.runner) are compared paired:
+a paired t-test on the differences of same-numbered repeats. Whatever the
+host did meanwhile hit A's and B's repeat alike and cancels in the
+difference, so such a pair gets a verdict even under host contention (the
+contention is still listed). A round in which the host was contended during
+one side's repeat only (a burst, the hypervisor's steal), or whose two
+repeats ran on different boots (another cell's failure stopped the rig), is not a fair pair
+and is left out, and the comparison says how many were. Cells that did not
+alternate are compared with Welch's test, as two runs are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from scipy import stats as scipy_stats
+
+from niclab.model.bench import all_metrics
+from niclab.ui.report.data import CellData, RunData, load_run
+
+METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
+PAIRED = "paired t-test on the differences of alternating repeats (A1 B1 B2 A2 … on one boot)"
+CONTENDED = "host contention, no verdict"
+
+
+@dataclass(frozen=True)
+class Change:
+    cell: str
+    benchmark: str
+    name: str
+    unit: str
+    link: int
+    base_mean: float
+    new_mean: float
+    change_pct: float | None
+    p_value: float | None
+    base_n: int
+    new_n: int
+    verdict: str  # better, worse, no significant change, untested, host contention, no verdict
+    contention: list[str] = field(default_factory=list)  # contended runs, "base: …", "new: …" (unpaired: no verdict)
+    paired: bool = False  # judged on repeat-by-repeat differences (the cells alternated on one boot)
+    left_out: int = 0  # pairs not judged: the host was contended during one side's repeat only, or a reboot between
+
+
+def _direction() -> dict[str, str | None]:
+    return {m.name: m.better for m in all_metrics()}
+
+
+def _key(summary: dict) -> tuple:
+    return (summary["benchmark_index"], summary["name"], summary["link"], summary["client"], summary["server"])
+
+
+def _pairs(base: RunData, new: RunData):
+    if len(base.cells) == 1 and len(new.cells) == 1:
+        yield base.cells[0], new.cells[0]
+        return
+    by_id = {cell.id: cell for cell in new.cells}
+    for cell in base.cells:
+        if cell.id in by_id:
+            yield cell, by_id[cell.id]
+
+
+def compare(
+    base: RunData, new: RunData, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
+) -> list[Change]:
+    """Changes of the headline metrics (every metric with every_metric) present in both runs."""
+    changes = []
+    for base_cell, new_cell in _pairs(base, new):
+        changes += compare_pair(base_cell, new_cell, threshold_pct, alpha, every_metric, paired=False)
+    return changes
+
+
+def alternated(a: CellData, b: CellData) -> bool:
+    """Whether two cells' repeats alternated on one boot (the runner's interleaving), so they pair up."""
+    return b.id in a.facts.get("interleaved_with", []) and a.id in b.facts.get("interleaved_with", [])
+
+
+def compare_cells(
+    run: RunData, base_id: str, new_id: str, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
+) -> list[Change]:
+    """A/B within one run: cell `base_id` against cell `new_id`, paired when their repeats alternated."""
+    a, b = (run.cell(cid) for cid in (base_id, new_id))
+    return compare_pair(a, b, threshold_pct, alpha, every_metric, paired=alternated(a, b))
+
+
+def _by_repeat(cell: CellData, summary: dict) -> dict[int, tuple[str, float]]:
+    """A summary's samples keyed by repeat number: repeat -> (run id, value).
+
+    The number is the `run` record's; runs written before it said so are
+    numbered by their id (BENCHMARK.REPEAT).
+    """
+    runs, samples = summary["runs"], summary["samples"]
+    found = {}
+    for run_id, value in zip(runs, samples, strict=False):
+        number = run_id.rpartition(".")[2]
+        named = int(number) if number.isdecimal() and len(number) < 10 else None
+        repeat = cell.runs.get(run_id, {}).get("repeat") or named
+        if repeat is not None:  # a sample of no known repeat pairs with nothing
+            found[repeat] = (run_id, value)
+    return found
+
+
+def _conditions(cell: CellData, run_id: str) -> tuple[bool, int | None]:
+    """What a repeat ran under that its pair must share: whether the host was contended, and the boot."""
+    run = cell.runs.get(run_id, {})
+    return bool(run.get("host_load", {}).get("contended")), run.get("boot")
+
+
+def fair_pairs(base_cell: CellData, base: dict, new_cell: CellData, new: dict) -> tuple[list[float], list[float], int]:
+    """Same-numbered repeats of two alternated cells, but not those the host hit on one side only.
+
+    A host that stayed busy hits both repeats of a round alike (the pair is
+    fair); a burst (another tenant, the hypervisor's steal) during one repeat
+    only is not, nor are two repeats on different boots (another cell's
+    failure stopped the rig between them). Returns the base and new samples of the fair pairs, and how
+    many pairs were left out.
+    """
+    base_by, new_by = _by_repeat(base_cell, base), _by_repeat(new_cell, new)
+    kept_base, kept_new, left_out = [], [], 0
+    for repeat in sorted(set(base_by) & set(new_by)):
+        (base_run, base_value), (new_run, new_value) = base_by[repeat], new_by[repeat]
+        if _conditions(base_cell, base_run) != _conditions(new_cell, new_run):
+            left_out += 1
+            continue
+        kept_base.append(base_value)
+        kept_new.append(new_value)
+    return kept_base, kept_new, left_out
+
+
+def _p_value(base: list[float], new: list[float], paired: bool) -> float:
+    result = scipy_stats.ttest_rel(base, new) if paired else scipy_stats.ttest_ind(base, new, equal_var=False)
+    if math.isnan(result.pvalue):  # no variance at all (of the differences, when paired)
+        return 1.0 if statistics.fmean(base) == statistics.fmean(new) else 0.0
+    return float(result.pvalue)
+
+
+def compare_pair(
+    base_cell: CellData,
+    new_cell: CellData,
+    threshold_pct: float,
+    alpha: float,
+    every_metric: bool,
+    paired: bool,
+) -> list[Change]:
+    better_of = _direction()
+    changes = []
+    news = {_key(s): s for s in new_cell.summaries}
+    for b in base_cell.summaries:
+        if not (every_metric or b.get("headline", True)):
+            continue
+        n = news.get(_key(b))
+        if n is None:
+            continue
+        p_value, left_out = None, 0
+        contention = [f"{side}: {why}" for side, s in (("base", b), ("new", n)) for why in s.get("contention", [])]
+        base_mean, new_mean = b["mean"], n["mean"]
+        if paired:
+            base_samples, new_samples, left_out = fair_pairs(base_cell, b, new_cell, n)
+            if base_samples:  # the change the test judges: over the pairs it judges
+                base_mean, new_mean = statistics.fmean(base_samples), statistics.fmean(new_samples)
+        else:
+            base_samples, new_samples = b["samples"], n["samples"]
+        change = 100.0 * (new_mean - base_mean) / abs(base_mean) if base_mean else None
+        if contention and not paired:
+            verdict = CONTENDED
+        elif len(base_samples) < 2 or len(new_samples) < 2:
+            verdict = "untested"
+        else:
+            p_value = _p_value(base_samples, new_samples, paired)
+            better = better_of.get(b["name"])
+            if p_value < alpha and change is not None and abs(change) > threshold_pct and better:
+                improved = (change > 0) == (better == "higher")
+                verdict = "better" if improved else "worse"
+            else:
+                verdict = "no significant change"
+        changes.append(
+            Change(
+                base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}",
+                b["benchmark"],
+                b["name"],
+                b["unit"],
+                b["link"],
+                base_mean,
+                new_mean,
+                change,
+                p_value,
+                len(base_samples),
+                len(new_samples),
+                verdict,
+                contention,
+                paired,
+                left_out,
+            )
+        )
+    return changes
+
+
+def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
+    method = PAIRED if any(c.paired for c in changes) else METHOD
+    lines = [
+        f"base {base}",
+        f"new  {new}",
+        f"verdicts: {method}; significant at p < {alpha:g} and beyond {threshold_pct:g} %",
+        "",
+    ]
+    width = max([len(c.name) for c in changes] + [6]) + 2
+    cells = max([len(c.cell) for c in changes] + [14]) + 2
+    for c in changes:
+        change = "n/a" if c.change_pct is None else f"{c.change_pct:+.1f} %"
+        p = "" if c.p_value is None else f"p={c.p_value:.3g}"
+        lines.append(
+            f"{c.cell:<{cells}}{c.name:<{width}}{c.base_mean:>10.4g} → {c.new_mean:<10.4g}{c.unit:<8}"
+            f"{change:>9}  {p:<9} {c.verdict}"
+        )
+    worse = [c for c in changes if c.verdict == "worse"]
+    contended = sum(c.verdict == CONTENDED for c in changes)
+    lines += [
+        "",
+        f"{len(worse)} worse, {sum(c.verdict == 'better' for c in changes)} better, "
+        f"{sum(c.verdict == 'no significant change' for c in changes)} no significant change, "
+        f"{sum(c.verdict == 'untested' for c in changes)} untested (fewer than two samples)"
+        + (f", {contended} without a verdict (host contention)" if contended else ""),
+    ]
+    for c in changes:
+        if c.left_out:
+            lines.append(
+                f"{c.cell} {c.name}: {c.left_out} round(s) left out: the host was contended in one side only, "
+                "or the sides ran on different boots"
+            )
+        if c.contention:
+            why = "host contention (paired: rounds it hit on both sides alike)" if c.paired else "no verdict"
+            lines.append(f"{c.cell} {c.name}: {why}: {'; '.join(c.contention)}")
+    return "\n".join(lines)
+
+
+def as_json(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
+    return json.dumps(
+        {
+            "base": str(base),
+            "new": str(new),
+            "method": PAIRED if any(c.paired for c in changes) else METHOD,
+            "alpha": alpha,
+            "threshold_pct": threshold_pct,
+            "changes": [asdict(c) for c in changes],
+        },
+        indent=2,
+    )
+
+
+def compare_dirs(
+    base: Path, new: Path, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
+) -> list[Change]:
+    return compare(load_run(base), load_run(new), threshold_pct, alpha, every_metric)
+
+
+def as_html(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    from niclab.ui.report.render import TEMPLATES
+
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
+    return env.get_template("compare.html.j2").render(
+        changes=changes,
+        base=base,
+        new=new,
+        method=PAIRED if any(c.paired for c in changes) else METHOD,
+        alpha=alpha,
+        threshold=threshold_pct,
+    )

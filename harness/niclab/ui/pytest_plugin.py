@@ -1,0 +1,342 @@
+"""niclab as a pytest plugin: scenarios are tests, and hand-written tests get a `rig`.
+
+Registered through the `pytest11` entry point, so it is active wherever niclab
+is installed:
+
+- Every `*.yaml` below a directory named `scenarios` (or named on the
+  command line) is collected, one item per matrix cell:
+  `nic-shootout.yaml::nic=e1000`. An item boots its cell, runs its
+  benchmarks and fails with the expectations it missed, with the values it
+  measured. A file that does not validate is one failing item,
+  `file.yaml::validate`, with the validation errors.
+- Options: --niclab-backend, --niclab-lab LAB.yaml (cells that lab cannot
+  realize are skipped, with the reason), --niclab-out DIR (run directories
+  kept, e.g. for CI artifacts; default: pytest's temporary directory),
+  --niclab-repeat N, --niclab-shard I/N.
+- Markers: niclab_slow (a cell estimated over two minutes), niclab_lab (a
+  cell run on lab hardware), niclab_kvm (a test that needs KVM: skipped,
+  with the probe's reason, where KVM does not work).
+- The `rig` fixture opens a Session on a scenario cell for hand-written tests.
+- JUnit XML properties carry each cell's headline results and run directory.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from niclab.base.errors import NiclabError, UsageError
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr, TracebackStyle
+
+SLOW_S = 120.0
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("niclab", "niclab scenarios and rigs")
+    group.addoption(
+        "--niclab-backend",
+        metavar="NAME",
+        help="how nodes are realized: qemu (emulated NICs; the default) or libvirt (the default with --niclab-lab)",
+    )
+    group.addoption("--niclab-lab", metavar="LAB_YAML", help="a lab inventory; cells it has no cards for are skipped")
+    group.addoption(
+        "--niclab-allow-uri-params",
+        action="store_true",
+        help="accept libvirt URI parameters such as command= in the --niclab-lab inventory (only one you trust)",
+    )
+    group.addoption("--niclab-out", metavar="DIR", help="keep the run directories here (e.g. CI artifacts)")
+    group.addoption("--niclab-repeat", type=int, metavar="N", help="run every benchmark N times")
+    group.addoption("--niclab-shard", metavar="I/N", help="run only the cells of shard I of N")
+    group.addoption(
+        "--niclab-kernel-build", metavar="DIR", help="boot every node on the kernel built in DIR (a driver under test)"
+    )
+
+
+def _backend_options(config):
+    """The backend options pytest's command line gives: a lab inventory (--niclab-lab)."""
+    from niclab.plumbing.backends import BackendOptions
+
+    return BackendOptions(lab=getattr(config, "_niclab_lab", None))
+
+
+def _lab_classes(config) -> None:
+    """With --niclab-lab, scenarios may name the lab's own card classes, from collection on."""
+    lab_file = config.getoption("niclab_lab", None)
+    if not lab_file:
+        return
+    from contextlib import ExitStack
+
+    from niclab.model.lab.inventory import load_inventory
+
+    config._niclab_lab = load_inventory(Path(lab_file), allow_uri_params=config.getoption("niclab_allow_uri_params"))
+    config._niclab_classes = ExitStack()
+    config._niclab_classes.enter_context(config._niclab_lab.classes_known())
+
+
+def pytest_unconfigure(config) -> None:
+    if (classes := getattr(config, "_niclab_classes", None)) is not None:
+        classes.close()
+
+
+def pytest_configure(config) -> None:
+    _sigterm_interrupts()
+    for name, text in (
+        ("niclab_slow", f"a scenario cell estimated to take over {SLOW_S:.0f} s"),
+        ("niclab_lab", "needs real cards from a lab inventory"),
+        ("niclab_kvm", "needs a working KVM; skipped where the probe finds none"),
+    ):
+        config.addinivalue_line("markers", f"{name}: {text}")
+    _lab_classes(config)
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM stops a session as Ctrl-C does: guests stopped, pytest's interrupted summary, no test after.
+
+    Only where nobody else chose what SIGTERM does (its default), and only in the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        from niclab.base.procs import raise_interrupt
+
+        signal.signal(signal.SIGTERM, raise_interrupt)
+
+
+# -- collection -----------------------------------------------------------
+
+
+def _named_on_command_line(path: Path, config) -> bool:
+    for arg in config.args:
+        candidate = Path(str(arg).split("::", 1)[0])
+        if not candidate.is_absolute():
+            candidate = Path(config.invocation_params.dir) / candidate
+        if candidate.resolve() == path.resolve():
+            return True
+    return False
+
+
+def _shown(path: Path, config) -> Path:
+    """The path as the user would write it: relative to where pytest was started, if inside it."""
+    try:
+        return path.relative_to(Path(config.invocation_params.dir).resolve())
+    except ValueError:
+        return path
+
+
+def pytest_collect_file(file_path: Path, parent):
+    if file_path.suffix not in (".yaml", ".yml"):
+        return None
+    if "scenarios" in file_path.parent.parts or _named_on_command_line(file_path, parent.config):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ScenarioFile(pytest.File):
+    def collect(self):
+        from niclab.model.scenario import ScenarioError, parse
+        from niclab.model.shard import parse_shard
+        from niclab.run.plan import estimate
+
+        try:
+            scenario_file = parse(self.path.read_text(), str(_shown(self.path, self.config)), self.path)
+        except (ScenarioError, UsageError) as exc:
+            yield InvalidScenario.from_parent(self, name="validate", error=exc)
+            return
+        shard_text = self.config.getoption("niclab_shard")
+        shard = parse_shard(shard_text) if shard_text else None
+        for cell in scenario_file.cells:
+            item = ScenarioCell.from_parent(self, name=cell.id, cell=cell, scenario_name=scenario_file.name)
+            if shard and not shard.holds(scenario_file.name, cell.id):
+                item.add_marker(pytest.mark.niclab_other_shard)
+            if estimate(cell).total_s > SLOW_S:
+                item.add_marker(pytest.mark.niclab_slow)
+            if self.config.getoption("niclab_lab"):
+                item.add_marker(pytest.mark.niclab_lab)
+            yield item
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Cells of other shards are deselected, so each runner reports only its own."""
+    if not config.getoption("niclab_shard"):
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (dropped if item.get_closest_marker("niclab_other_shard") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+class ScenarioInvalid(Exception):
+    pass
+
+
+class InvalidScenario(pytest.Item):
+    def __init__(self, *, error: NiclabError, **kwargs):
+        super().__init__(**kwargs)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise ScenarioInvalid(str(self.error))
+
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
+    ) -> str | TerminalRepr:
+        if isinstance(excinfo.value, ScenarioInvalid):
+            return f"{self.path.name} does not validate:\n{excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}::validate"
+
+
+class CellFailed(Exception):
+    pass
+
+
+class ScenarioCell(pytest.Item):
+    def __init__(self, *, cell, scenario_name: str, **kwargs):
+        super().__init__(**kwargs)
+        self.cell = cell
+        self.scenario_name = scenario_name
+
+    def runtest(self) -> None:
+        from niclab.model.kernel_choice import parse_kernel
+        from niclab.plumbing.backends import get_backend
+        from niclab.plumbing.facts import host_facts
+        from niclab.plumbing.kernel_check import check_kernels, with_kernel
+        from niclab.run.results import RunDir, RunInfo, new_run_dir
+        from niclab.run.runner import Runner
+
+        config = self.config
+        cell = self.cell
+        if tree := config.getoption("niclab_kernel_build"):
+            try:
+                (cell,) = with_kernel([cell], parse_kernel({"build": tree}))
+            except ValueError as exc:
+                raise NiclabError(f"--niclab-kernel-build: {exc}") from None
+        backend = get_backend(config.getoption("niclab_backend"), _backend_options(config))
+        if config.getoption("niclab_lab") and (reason := backend.check(cell.scenario.topology())) is not None:
+            pytest.skip(reason)
+        check_kernels([cell], _progress)  # a kernel that lacks a driver fails here, before anything boots
+        run_dir = RunDir(new_run_dir(_out_dir(config), self.scenario_name))
+        info = RunInfo(
+            scenario=self.scenario_name,
+            scenario_file=str(self.path),
+            scenario_text=self.path.read_text(),
+            cells=[self.cell.id],
+            backend=backend.name,
+            host=host_facts(),
+        )
+        self.user_properties.append(("niclab_run_dir", str(run_dir.path)))
+        runner = Runner(backend, run_dir, info, _progress, repeat=config.getoption("niclab_repeat"))
+        outcome = runner.run([cell]).cells[0]  # Ctrl-C propagates: pytest stops with its own summary
+        for s in outcome.summaries:
+            if s["headline"]:
+                where = f"[link={s['link']}]" if s["link"] else ""
+                self.user_properties.append((f"{s['name']}{where}", f"{s['mean']:.6g} {s['unit']}"))
+        if not outcome.ok:
+            lines = [
+                f"{len(outcome.missed)} expectation(s) missed, {len(outcome.errors)} failure(s) "
+                f"in cell {self.cell.id} of {self.path.name}:"
+            ]
+            lines += [f"  missed: {v.describe()}" for v in outcome.missed]
+            lines += ["  failed: " + e.replace("\n", "\n          ") for e in outcome.errors]
+            lines.append(f"run directory: {run_dir.path}")
+            raise CellFailed("\n".join(lines))
+
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
+    ) -> str | TerminalRepr:
+        if isinstance(excinfo.value, (CellFailed, NiclabError)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}::{self.cell.id}"
+
+
+def _progress(message: str) -> None:
+    print(f"[niclab {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _out_dir(config) -> Path:
+    if out := config.getoption("niclab_out"):
+        path = Path(out)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    factory = getattr(config, "_tmp_path_factory", None)
+    return factory.mktemp("niclab-runs", numbered=True) if factory else Path(tempfile.mkdtemp(prefix="niclab-runs-"))
+
+
+def pytest_runtest_setup(item) -> None:
+    if item.get_closest_marker("niclab_kvm") is not None:
+        from niclab.plumbing.accel import choose_accel, forced_choice
+        from niclab.plumbing.image import ensure_image
+
+        choice = forced_choice() or choose_accel(ensure_image(progress=_progress), progress=_progress)
+        if choice.accel != "kvm":
+            pytest.skip(f"needs KVM, and it does not work here: {choice.reason}")
+
+
+# -- the rig fixture --------------------------------------------------------
+
+
+def choose_cell(scenario_file, cell):
+    """A cell by id ("nic=e1000"), by parameters ({"nic": "e1000"}), or the only one."""
+    cells = scenario_file.cells
+    if cell is None:
+        if len(cells) != 1:
+            raise UsageError(
+                f"{scenario_file.display} has {len(cells)} cells; name one: {', '.join(c.id for c in cells)}"
+            )
+        return cells[0]
+    if isinstance(cell, str):
+        return scenario_file.select([cell])[0]
+    wanted = {k: str(v) for k, v in cell.items()}
+    matching = [c for c in cells if all(str(c.params.get(k)) == v for k, v in wanted.items())]
+    if len(matching) != 1:
+        raise UsageError(
+            f"{scenario_file.display}: {len(matching)} cells match {cell}; cells are: {', '.join(c.id for c in cells)}"
+        )
+    return matching[0]
+
+
+@pytest.fixture
+def rig(request, tmp_path):
+    """Open a rig on a scenario cell: `with rig("scenarios/two-node.yaml", cell={"nic": "e1000"}) as r:`.
+
+    `r` is a niclab Session: r.node("a").run(...), r.bench("netperf", test="TCP_RR"), r.iface("a", link=0).
+    Leaving the `with` stops every guest, also when the test fails.
+    """
+    from niclab.model.scenario import load_scenario
+    from niclab.plumbing.backends import get_backend
+    from niclab.run.session import Session
+
+    backend_name = request.config.getoption("niclab_backend")
+
+    @contextmanager
+    def open_rig(scenario: str | Path, cell: dict | str | None = None) -> Iterator[Session]:
+        path = Path(scenario)
+        if not path.is_absolute():
+            path = Path(request.config.rootpath) / path if not path.exists() else path
+        chosen = choose_cell(load_scenario(path), cell)
+        workdir = tmp_path / f"rig-{chosen.scenario.name}-{len(list(tmp_path.glob('rig-*')))}"
+        with Session(
+            chosen, get_backend(backend_name, _backend_options(request.config)), workdir, _progress
+        ) as session:
+            yield session
+
+    return open_rig

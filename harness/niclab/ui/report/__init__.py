@@ -1,0 +1,20 @@
+"""Reports: one self-contained HTML page from one or more run directories.
+
+from niclab.ui.report import report_runs
+report_runs([Path("runs/…-nic-shootout")], Path("report.html"))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from niclab.ui.report.build import build
+from niclab.ui.report.data import load_runs
+from niclab.ui.report.render import write_report
+
+
+def report_runs(run_dirs: list[Path], out: Path, prices: dict[str, float] | None = None) -> Path:
+    return write_report(build(load_runs(run_dirs), prices), out)
+
+
+__all__ = ["report_runs"]

@@ -1,0 +1,100 @@
+"""Assemble a report from run directories: per run, its table, plots, costs, checks and provenance."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from niclab import __version__
+from niclab.ui.report import cost, findings, plots, provenance
+from niclab.ui.report.data import RunData, merge_runs
+from niclab.ui.report.figures import Plot
+from niclab.ui.report.tables import Table, summary_table
+
+SECTIONS = ("NetPIPE curves", "throughput, latency and CPU", "throughput against MTU", "bonding", "fio over NFS")
+
+
+@dataclass
+class RunSection:
+    run: RunData
+    table: Table
+    plots: dict[str, list[Plot]]
+    missing: list[str]  # sections these runs have no data for
+    undrawn: list[str]  # sections whose figures matplotlib could not draw (values such as 1e308 beside 1)
+    costs: list[cost.CostRow]
+    currency: str
+    expectations: list[dict]
+    errors: list[dict]
+    cells: list[dict] = field(default_factory=list)  # provenance per cell
+
+
+@dataclass
+class Report:
+    title: str
+    generated_at: str
+    version: str
+    runs: list[RunSection]
+    findings: list[findings.Finding]
+
+
+def _drawn(title: str, make: Callable[[RunData], Any], run: RunData, undrawn: list[str]) -> list[Plot]:
+    """A section's figures; none when matplotlib cannot draw the run's values (a run directory is
+    untrusted: a mean of 1e308 beside one of 1 leaves no tick to place), and the section says so."""
+    try:
+        made = make(run)
+    except (ValueError, ArithmeticError):
+        undrawn.append(title)
+        return []
+    return [p for p in (made if isinstance(made, list) else [made]) if p]
+
+
+def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report:
+    """A report of the runs; runs of one scenario (shards of a sweep) become one section."""
+    runs = merge_runs(runs)
+    sections = []
+    for run in runs:
+        undrawn: list[str] = []
+        figures = {
+            title: _drawn(title, make, run, undrawn)
+            for title, make in (
+                ("NetPIPE curves", plots.netpipe_plots),
+                ("throughput, latency and CPU", plots.throughput_bars),
+                ("throughput against MTU", plots.mtu_lines),
+                ("bonding", plots.bonding_plot),
+                ("fio over NFS", plots.nfs_plot),
+                ("against a swept setting", plots.sweep_lines),
+            )
+        }
+        known, currency = cost.prices_of(run, prices)
+        sections.append(
+            RunSection(
+                run=run,
+                table=summary_table(run),
+                plots={k: v for k, v in figures.items() if v},
+                missing=[k for k, v in figures.items() if not v and k not in undrawn],
+                undrawn=undrawn,
+                costs=cost.cost_rows(run, known),
+                currency=currency,
+                expectations=[e for c in run.cells for e in c.expectations],
+                errors=[e for c in run.cells for e in c.errors],
+                cells=[
+                    {
+                        "id": c.id,
+                        "rig": provenance.rig_line(c),
+                        "interfaces": provenance.interfaces(c),
+                        "interrupts": provenance.interrupt_spread(c),
+                    }
+                    for c in run.cells
+                ],
+            )
+        )
+    names = list(dict.fromkeys(run.scenario for run in runs))
+    return Report(
+        title="niclab report: " + ", ".join(names),
+        generated_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        version=__version__,
+        runs=sections,
+        findings=[f for run in runs for f in findings.find(run)],
+    )

@@ -1,0 +1,82 @@
+"""Cost per Mbit/s: a card's price over the most it moved in the run.
+
+Prices come from the scenario (`prices: {e1000: 35, rtl8139: 9}`,
+`currency: USD`), from the cards of a lab run's inventory (what the lab
+paid; over the scenario's), or from a YAML file given to `niclab report
+--prices` (same keys; over both). The peak
+is the highest mean among the cell's throughput metrics (netperf TCP_STREAM,
+NetPIPE's peak, lmbench bw_tcp, netperf UDP received).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from niclab.base import yamlpos
+from niclab.model import nics
+from niclab.ui.report.data import RunData
+
+PEAK_METRICS = (
+    "netperf.TCP_STREAM.throughput_mbps",
+    "netpipe.peak_throughput_mbps",
+    "lmbench.bw_tcp.throughput_mbps",
+    "netperf.UDP_STREAM.recv_throughput_mbps",
+)
+
+
+@dataclass(frozen=True)
+class CostRow:
+    card: str
+    cell: str
+    price: float
+    peak_mbps: float
+    peak_metric: str
+
+    @property
+    def per_mbps(self) -> float:
+        return self.price / self.peak_mbps
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        price = float(value)
+    except OverflowError:
+        return None
+    return price if math.isfinite(price) else None
+
+
+def prices_of(run: RunData, extra: dict[str, float] | None = None) -> tuple[dict[str, float], str]:
+    """The card prices and their currency; the scenario text is the run's (untrusted: read with
+    niclab.base.yamlpos's limits, and what is not a price of a card is left out)."""
+    try:
+        scenario = yamlpos.load(run.info.get("scenario_text") or "")[0]
+    except yamlpos.YamlError:
+        scenario = None
+    if not isinstance(scenario, dict):
+        scenario = {}
+    given = scenario.get("prices")
+    prices = {}
+    lab = (run.info.get("lab") or {}).get("prices") or {}
+    for model, price in {**(given if isinstance(given, dict) else {}), **lab, **(extra or {})}.items():
+        found = nics.lookup(str(model))
+        if (number := _number(price)) is not None:
+            prices[found.name if found else str(model)] = number
+    currency = scenario.get("currency")
+    return prices, currency if isinstance(currency, str) else ""
+
+
+def cost_rows(run: RunData, prices: dict[str, float]) -> list[CostRow]:
+    rows = []
+    for cell in run.cells:
+        model = nics.lookup(cell.card)
+        price = prices.get(model.name if model else cell.card)
+        peaks = [(s["mean"], s["name"]) for name in PEAK_METRICS if (s := cell.summary(name))]
+        if price is None or not peaks:
+            continue
+        peak, metric = max(peaks)
+        if peak > 0:
+            rows.append(CostRow(cell.card, cell.id, price, peak, metric))
+    return rows

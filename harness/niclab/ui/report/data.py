@@ -1,0 +1,172 @@
+"""Load run directories into what reports and comparisons work from.
+
+A run directory (see docs/results.md) holds run.json and results.jsonl. Here
+its records are grouped per cell: provenance, summaries, measurements, runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from niclab.base.errors import UsageError
+from niclab.run.records import (
+    CellEndRecord,
+    CellRecord,
+    ErrorRecord,
+    ExpectationRecord,
+    MeasurementRecord,
+    RunRecord,
+    SummaryRecord,
+    as_dict,
+    read_results,
+    read_run_info,
+)
+
+
+@dataclass
+class CellData:
+    id: str
+    params: dict
+    facts: dict = field(default_factory=dict)  # the `cell` record
+    end: dict = field(default_factory=dict)  # the `cell_end` record
+    summaries: list[dict] = field(default_factory=list)
+    measurements: list[dict] = field(default_factory=list)
+    runs: dict[str, dict] = field(default_factory=dict)  # run id -> `run` record
+    errors: list[dict] = field(default_factory=list)
+    expectations: list[dict] = field(default_factory=list)
+
+    @property
+    def card(self) -> str:
+        """What the report calls this cell in per-card plots: its NIC, else its id."""
+        return str(self.params.get("nic", self.id))
+
+    def summary(self, name: str, link: int | None = None) -> dict | None:
+        for s in self.summaries:
+            if s["name"] == name and (link is None or s["link"] == link):
+                return s
+        return None
+
+    def nic_of(self, run_id: str, node: str) -> dict:
+        return self.runs.get(run_id, {}).get("nics", {}).get(node, {})
+
+
+@dataclass
+class RunData:
+    path: Path
+    info: dict
+    cells: list[CellData]
+
+    @property
+    def scenario(self) -> str:
+        return self.info.get("scenario") or self.path.name
+
+    def cell(self, cell_id: str) -> CellData:
+        for cell in self.cells:
+            if cell.id == cell_id:
+                return cell
+        ids = [c.id for c in self.cells]
+        close = difflib.get_close_matches(cell_id, ids, n=1)
+        hint = f"did you mean {_shown(close[0], quoted=True)}? " if close else ""
+        listed = ", ".join(map(_shown, ids[:CELLS_LISTED]))
+        listed += f", … ({len(ids)} in all)" if len(ids) > CELLS_LISTED else ""
+        raise UsageError(f"{self.path} has no cell {cell_id!r}; {hint}its cells: {listed or 'none'}")
+
+    @functools.cached_property
+    def axes(self) -> list[str]:
+        """The matrix axes, in file order (found once: tables and plots ask per cell)."""
+        names: dict[str, None] = {}
+        for cell in self.cells:
+            names.update(dict.fromkeys(cell.params))
+        return list(names)
+
+
+CELLS_LISTED = 20  # in a message that lists a run's cells
+
+
+def _shown(cell_id: str, quoted: bool = False) -> str:
+    """A cell id from a run directory, in a one-line message: as it is if printable, else as Python writes it."""
+    if cell_id.isprintable() and len(cell_id) < 200:
+        return f"'{cell_id}'" if quoted else cell_id
+    return repr(cell_id[:200])
+
+
+def params_of(cell_id: str) -> dict:
+    """A cell's parameters from its id (nic=e1000,mtu=9000), as text, for cells with no records yet."""
+    if cell_id == "default":
+        return {}
+    return dict(part.partition("=")[::2] for part in cell_id.split(","))
+
+
+def load_run(path: Path) -> RunData:
+    """A run directory's records, validated (niclab.run.records): a damaged file is one RunDirError line."""
+    results = path / "results.jsonl"
+    if not results.exists() and not results.is_symlink():
+        raise UsageError(f"{path} is not a niclab run directory (it has no results.jsonl)")
+    found = read_run_info(path / "run.json")
+    info = as_dict(found) if found is not None else {}
+    cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.get("cells", [])}
+    for _, model in read_results(results):
+        record = as_dict(model)
+        cell = cells.setdefault(model.cell, CellData(model.cell, {}))
+        cell.params = model.params
+        if isinstance(model, CellRecord):
+            cell.facts = record
+        elif isinstance(model, CellEndRecord):
+            cell.end = record
+        elif isinstance(model, SummaryRecord):
+            cell.summaries.append(record)
+        elif isinstance(model, MeasurementRecord):
+            cell.measurements.append(record)
+        elif isinstance(model, RunRecord):
+            cell.runs[model.run] = record
+        elif isinstance(model, ErrorRecord):
+            cell.errors.append(record)
+        elif isinstance(model, ExpectationRecord):
+            cell.expectations.append(record)
+    return RunData(path, info, list(cells.values()))
+
+
+def load_runs(paths: list[Path]) -> list[RunData]:
+    return [load_run(Path(p)) for p in paths]
+
+
+def _scenario_order(info: dict) -> list[str]:
+    """Every cell id of the scenario, in its own order (from the scenario text the run kept)."""
+    from niclab.model.scenario import parse
+
+    try:
+        return [cell.id for cell in parse(info.get("scenario_text", ""), "run.json").cells]
+    except Exception:
+        return list(info.get("cells", []))
+
+
+def merge_runs(runs: list[RunData]) -> list[RunData]:
+    """Runs of the same scenario (shards of one sweep, or cells run apart) merged into one.
+
+    A cell measured in several of them keeps the one from the later run directory.
+    """
+    groups: dict[str, list[RunData]] = {}
+    for run in runs:
+        groups.setdefault(run.scenario, []).append(run)
+    merged = []
+    for group in groups.values():
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        group = sorted(group, key=lambda r: r.path.name)
+        cells: dict[str, CellData] = {}
+        for run in group:
+            for cell in run.cells:
+                if cell.summaries or cell.facts or cell.id not in cells:
+                    cells[cell.id] = cell
+        order = _scenario_order(group[-1].info)
+        rank = {cell_id: n for n, cell_id in reversed(list(enumerate(order)))}  # the first place of each id
+        ranked = sorted(cells.values(), key=lambda c: rank.get(c.id, len(order)))
+        info = dict(group[-1].info)
+        info["cells"] = [c.id for c in ranked]
+        info["merged_from"] = [str(r.path) for r in group]
+        merged.append(RunData(group[-1].path, info, ranked))
+    return merged

@@ -1,0 +1,104 @@
+"""Findings the report flags on its own, as a careful reader of a NIC study would.
+
+- a NetPIPE dip: a message size whose throughput falls well below both of
+  its neighbours (a 2002 study found the E1000 collapsing at MTU 4000 so);
+- unstable results: a spread above what the scenario accepts, or a tool
+  that doubted its figure (netperf's confidence target missed);
+- a UDP receiver far below its sender: the card or driver drops at the
+  receiving end (a study saw 355 Mbit/s sent and 62 received);
+- a bond whose ports' interrupts all land on one CPU, though the guest has
+  more, so the bond cannot spread its work;
+- host contention: a benchmark during which other processes took the CPU
+  the guests needed (niclab.plumbing.contention), so its figure describes the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from niclab.ui.report.data import RunData
+from niclab.ui.report.figures import size_label
+from niclab.ui.report.plots import netpipe_curve
+
+DIP_DEPTH = 0.15  # a dip is at least 15 % below the lower of its two neighbours
+UDP_RECEIVER_SHARE = 0.5  # the receiver got less than half of what was sent
+IRQ_ONE_CPU_SHARE = 0.9  # a CPU took more than 90 % of a bond's interrupts
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # dip, unstable, udp-receiver, irq-one-cpu, host-contention
+    where: str  # scenario · cell
+    text: str
+
+
+def dips(curve: list[list[float]], depth: float = DIP_DEPTH) -> list[tuple[int, float, float]]:
+    """(size, throughput, the lower neighbour's throughput) of each point well below both neighbours."""
+    found = []
+    for left, point, right in zip(curve, curve[1:], curve[2:], strict=False):
+        floor = min(left[1], right[1])
+        if floor > 0 and point[1] < (1 - depth) * floor:
+            found.append((int(point[0]), point[1], floor))
+    return found
+
+
+def find(run: RunData) -> list[Finding]:
+    found: list[Finding] = []
+    for cell in run.cells:
+        where = f"{run.scenario} · {cell.id}"
+        if curve := netpipe_curve(cell):
+            for size, value, floor in dips(curve):
+                found.append(
+                    Finding(
+                        "dip",
+                        where,
+                        f"NetPIPE dips at {size_label(size)} bytes: {value:.0f} Mbit/s, "
+                        f"{100 * (1 - value / floor):.0f} % below its neighbours",
+                    )
+                )
+        contended = {s["benchmark"]: s["contention"] for s in cell.summaries if s.get("contended")}
+        for benchmark, reasons in contended.items():
+            found.append(Finding("host-contention", where, f"{benchmark}: host contention: {'; '.join(reasons)}"))
+        for s in cell.summaries:
+            if s["unstable"] and s.get("headline"):
+                found.append(
+                    Finding("unstable", where, f"{s['benchmark']} {s['metric']} is unstable: {'; '.join(s['reasons'])}")
+                )
+        sent = cell.summary("netperf.UDP_STREAM.send_throughput_mbps")
+        received = cell.summary("netperf.UDP_STREAM.recv_throughput_mbps")
+        if sent and received and sent["mean"] > 0 and received["mean"] < UDP_RECEIVER_SHARE * sent["mean"]:
+            found.append(
+                Finding(
+                    "udp-receiver",
+                    where,
+                    f"UDP: {sent['mean']:.0f} Mbit/s sent, {received['mean']:.0f} received "
+                    f"({100 * received['mean'] / sent['mean']:.0f} %): the receiver drops",
+                )
+            )
+        found += _bond_irqs(cell, where)
+    return found
+
+
+def _bond_irqs(cell, where: str) -> list[Finding]:
+    found = []
+    for run in cell.runs.values():
+        for node, nic in run.get("nics", {}).items():
+            if (nic.get("ports") or 1) < 2:
+                continue
+            per_cpu: list[int] = []
+            for port in run.get("counters", {}).get(node, {}).values():
+                counts = port.get("interrupts_per_cpu", [])
+                per_cpu = [a + b for a, b in zip(per_cpu, counts, strict=False)] if per_cpu else list(counts)
+            total = sum(per_cpu)
+            if len(per_cpu) >= 2 and total and max(per_cpu) > IRQ_ONE_CPU_SHARE * total:
+                cpu = per_cpu.index(max(per_cpu))
+                found.append(
+                    Finding(
+                        "irq-one-cpu",
+                        where,
+                        f"{node}: {100 * max(per_cpu) / total:.0f} % of the interrupts of its "
+                        f"{nic['ports']} bonded ports landed on CPU {cpu} ({run['benchmark']})",
+                    )
+                )
+                break
+    return found

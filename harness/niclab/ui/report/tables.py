@@ -1,0 +1,123 @@
+"""The classic summary table: one row per test, one column per card (or cell).
+
+As the NIC studies printed it: `tcp`, `udp send`, `udp receive`, `rr` and
+the rest of the headline metrics down the side, the cards across, each value
+the mean with ± its confidence interval's half width, the unit in the row.
+The same table comes as CSV (its text escaped for spreadsheets, niclab.ui.csvsafe)
+and as Markdown.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+from niclab.ui import csvsafe
+from niclab.ui.formats import drivers_line, format_value, metric_label
+from niclab.ui.report.data import RunData
+
+CLASSIC_NAMES = {
+    "netperf.TCP_STREAM.throughput_mbps": "tcp",
+    "netperf.TCP_MAERTS.throughput_mbps": "tcp (reverse)",
+    "netperf.UDP_STREAM.send_throughput_mbps": "udp send",
+    "netperf.UDP_STREAM.recv_throughput_mbps": "udp receive",
+    "netperf.UDP_STREAM.loss_pct": "udp loss",
+    "netperf.TCP_STREAM.local_cpu_pct": "tcp cpu (sender)",
+    "netperf.TCP_STREAM.remote_cpu_pct": "tcp cpu (receiver)",
+    "netperf.UDP_STREAM.local_cpu_pct": "udp cpu (sender)",
+    "netperf.UDP_STREAM.remote_cpu_pct": "udp cpu (receiver)",
+    "netperf.TCP_RR.transaction_rate": "rr",
+    "netperf.TCP_RR.latency_mean_us": "rr latency",
+    "netpipe.latency_us": "NetPIPE latency",
+    "netpipe.peak_throughput_mbps": "NetPIPE peak",
+    "lmbench.bw_tcp.throughput_mbps": "lmbench bw_tcp",
+    "lmbench.lat_tcp.latency_us": "lmbench lat_tcp",
+    "lmbench.lat_udp.latency_us": "lmbench lat_udp",
+    "lmbench.lat_connect.latency_us": "lmbench lat_connect",
+    "ping.rtt_avg_ms": "ping RTT",
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    mean: float | None
+    half: float | None
+    unstable: bool
+
+    def text(self) -> str:
+        if self.mean is None:
+            return "–"
+        value = format_value(self.mean) + (f" ± {format_value(self.half)}" if self.half else "")
+        return value + (" *" if self.unstable else "")
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[tuple[str, str, list[Cell]]]  # (test, unit, one cell per column)
+    notes: list[str]
+
+    def csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["test", "unit"] + [csvsafe.text(h) for c in self.columns for h in (c, f"{c} ±")])
+        for test, unit, cells in self.rows:
+            writer.writerow(
+                [csvsafe.text(test), csvsafe.text(unit)]
+                + [
+                    v
+                    for c in cells
+                    for v in ("" if c.mean is None else f"{c.mean:.6g}", "" if not c.half else f"{c.half:.6g}")
+                ]
+            )
+        return out.getvalue()
+
+    def markdown(self) -> str:
+        lines = ["| test | unit | " + " | ".join(self.columns) + " |", "|---|---|" + "---|" * len(self.columns)]
+        lines += [
+            f"| {test} | {unit} | " + " | ".join(c.text() for c in cells) + " |" for test, unit, cells in self.rows
+        ]
+        return "\n".join(lines + [""] + [f"{note}" for note in self.notes]) + "\n"
+
+
+def column_label(run: RunData, cell) -> str:
+    return cell.card if run.axes == ["nic"] else cell.id
+
+
+def summary_table(run: RunData) -> Table:
+    keys: list[tuple[str, int, str]] = []  # (name, link, label) in first-seen order
+    units: dict[tuple[str, int], str] = {}
+    for cell in run.cells:
+        for s in cell.summaries:
+            if not s.get("headline"):
+                continue
+            key = (s["name"], s["link"])
+            if key not in units:
+                units[key] = s["unit"]
+                label = CLASSIC_NAMES.get(s["name"]) or f"{s['benchmark'].split(' (')[0]} {metric_label(s)}"
+                keys.append((s["name"], s["link"], label))
+    links = {link for _, link, _ in keys}
+    rows = []
+    for name, link, label in keys:
+        cells = []
+        for cell in run.cells:
+            found = cell.summary(name, link)
+            half = (
+                (found["ci_high"] - found["ci_low"]) / 2
+                if found and found["n"] > 1 and found.get("ci_low") is not None
+                else None
+            )
+            cells.append(Cell(found["mean"] if found else None, half, bool(found and found["unstable"])))
+        rows.append((label + (f" (link {link})" if len(links) > 1 else ""), units[(name, link)], cells))
+    levels = {s["ci_level"] for c in run.cells for s in c.summaries if s["n"] > 1}
+    notes = []
+    if levels:
+        notes.append(f"± is half the {'/'.join(f'{lv:g}' for lv in sorted(levels))} % Student-t interval of the mean.")
+    if any(c.unstable for _, _, cells in rows for c in cells):
+        notes.append("* unstable: its spread is above what the scenario accepts, or its tool doubted it.")
+    kernels = {c.id: drivers_line(c.facts) for c in run.cells if c.facts.get("nodes")}
+    if len(set(kernels.values())) > 1:  # the run compares kernels or drivers: say which ran where
+        notes += [f"{column_label(run, c)}: {kernels[c.id]}" for c in run.cells if c.id in kernels]
+    return Table(f"{run.scenario}", [column_label(run, c) for c in run.cells], rows, notes)
