@@ -44,7 +44,7 @@ def backend_from_args(args) -> Iterator[Backend]:
 
 
 def verdicts(backend: Backend, cells: list[Cell]) -> list[Verdict]:
-    return [Verdict(cell, backend.check(cell.scenario.topology())) for cell in cells]
+    return [Verdict(cell, backend.check(cell.topology)) for cell in cells]
 
 
 def describe(backend: Backend, checked: list[Verdict], out: Path | None) -> str:
@@ -57,5 +57,5 @@ def describe(backend: Backend, checked: list[Verdict], out: Path | None) -> str:
             continue
         lines.append(f"{cell.id}:")
         workdir = out / cell_dirname(cell.id) if out is not None else None
-        lines += [f"  {line}" for line in backend.describe(cell.scenario.topology(), workdir)]
+        lines += [f"  {line}" for line in backend.describe(cell.topology, workdir)]
     return "\n".join(lines)

@@ -37,22 +37,15 @@ from niclab.model import nics
 from niclab.model.lab.inventory import LOCAL_URI, Inventory
 from niclab.model.lab.match import Placement, Unrealizable, place
 from niclab.model.topology import Topology
-from niclab.plumbing.accel import choose_accel, mark_kvm_unusable
+from niclab.plumbing.accel import choose_accel
 from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, Rig
+from niclab.plumbing.backends.boot import DEFAULT_BOOT_TIMEOUT_S, BootError, boot_falling_back, env_seconds, tail
 from niclab.plumbing.backends.libvirt_agent import LibvirtAgent
 from niclab.plumbing.backends.libvirt_cards import card_macs, cards_facts
 from niclab.plumbing.backends.libvirt_volumes import image_volumes
 from niclab.plumbing.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
-from niclab.plumbing.backends.qemu import (
-    DEFAULT_BOOT_TIMEOUT_S,
-    BootError,
-    emulated_model,
-    env_seconds,
-    stand_ins,
-    tail,
-)
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, port_macs
-from niclab.plumbing.backends.qemu_nics import qemu_nic
+from niclab.plumbing.backends.qemu_nics import emulated_model, qemu_nic, stand_ins
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
 from niclab.plumbing.image.kernels import image_facts, node_images
@@ -63,6 +56,10 @@ from niclab.plumbing.libvirt_conn import Console, active, destroy, libvirt_modul
 # What `run --dry-run` writes where a run gives the image's volumes (backends/libvirt_volumes.py).
 DRY_KERNEL = "/var/lib/libvirt/niclab/IMAGE-vmlinuz"
 DRY_INITRD = "/var/lib/libvirt/niclab/IMAGE-initrd"
+
+
+# What `_boot` started: each node's (URI, domain plan), its domain, its Node, and when its agent answered (s).
+Booted = tuple[dict[str, tuple[str, DomainPlan]], dict[str, Any], dict[str, AgentNode], dict[str, float]]
 
 
 def free_udp_ports(count: int) -> list[int]:
@@ -211,30 +208,26 @@ class LibvirtBackend:
             conns = {uri: open_uri(uri) for uri in sorted(uris)}
             for conn in conns.values():
                 stack.callback(conn.close)
-            domain_type = self._domain_type(image, progress)
+            accel = self._accel_of(image, progress)
             distinct = {i.id: i for i in images.values()}
             boot = {(uri, i): _volumes(conn, distinct[i], progress) for uri, conn in conns.items() for i in distinct}
-            fallback = None
             domains = stack.enter_context(ExitStack())
-            try:
-                booted = self._boot(
-                    domains, conns, boot, topology, placement, token, domain_type, images, workdir, progress
+
+            def start(under: str) -> tuple[str, Booted]:
+                kind = "kvm" if under == "kvm" else "qemu"  # libvirt's domain type for TCG is qemu
+                return kind, self._boot(
+                    domains, conns, boot, topology, placement, token, kind, images, workdir, progress
                 )
-            except BootError as exc:
-                if domain_type != "kvm" or self._accel:
-                    raise
-                domains.close()  # every KVM domain destroyed before the TCG ones start
-                why = exc.summary
-                mark_kvm_unusable(image, why)
-                fallback = (
-                    f"KVM did not work here ({why}); destroyed the domains and started them under TCG. KVM is "
-                    "marked unusable for this host and image; `niclab accel --probe` tests it again"
-                )
-                progress(f"warning: {fallback}")
-                domain_type = "qemu"
-                booted = self._boot(
-                    domains, conns, boot, topology, placement, token, domain_type, images, workdir, progress
-                )
+
+            (domain_type, booted), fallback = boot_falling_back(
+                accel,
+                start,
+                domains.close,
+                image,
+                progress,
+                "destroyed the domains and started them",
+                forced=bool(self._accel),
+            )
             plans, running, nodes, ready = booted
             macs, seen = port_macs(topology), dict[str, dict]()
             if placement is not None:
@@ -274,7 +267,7 @@ class LibvirtBackend:
         images: dict[str, Image],
         workdir: Path,
         progress: Progress,
-    ) -> tuple[dict[str, tuple[str, DomainPlan]], dict[str, Any], dict[str, AgentNode], dict[str, float]]:
+    ) -> Booted:
         """Start every node's domain as `domain_type` and wait for the agents; what it starts goes on `stack`."""
         libvirt = libvirt_module()
         metadata = {
@@ -316,10 +309,10 @@ class LibvirtBackend:
         assert self.lab is not None
         return [self.lab.hosts[host].libvirt for host in placement.hosts.values()]
 
-    def _domain_type(self, image: Image, progress: Progress) -> str:
-        if self._accel:
-            return "kvm" if self._accel == "kvm" else "qemu"
-        return "kvm" if choose_accel(image, progress=progress).accel == "kvm" else "qemu"
+    def _accel_of(self, image: Image, progress: Progress) -> str:
+        """kvm or tcg: the caller's choice, else the probe's."""
+        chosen = self._accel or choose_accel(image, progress=progress).accel
+        return "kvm" if chosen == "kvm" else "tcg"
 
     def _connect(self, domains: dict[str, Any], started: float, workdir: Path) -> dict[str, tuple[GuestAgent, float]]:
         agents: dict[str, GuestAgent] = {name: LibvirtAgent(name, domain) for name, domain in domains.items()}
