@@ -13,7 +13,7 @@ from pathlib import Path
 
 from niclab.model.lab.inventory import load_inventory
 from niclab.model.scenario import Cell
-from niclab.plumbing.backends import Backend, BackendOptions, get_backend
+from niclab.plumbing.backends import Backend, BackendOptions, declared_options, get_backend
 from niclab.run.results import cell_dirname
 
 
@@ -33,12 +33,7 @@ def backend_from_args(args) -> Iterator[Backend]:
     lab = None
     if getattr(args, "lab", None):
         lab = load_inventory(Path(args.lab), allow_uri_params=getattr(args, "allow_uri_params", False))
-    options = BackendOptions(
-        lab=lab,
-        libvirt_uri=getattr(args, "libvirt_uri", None),
-        wait=getattr(args, "wait", False),
-        force=getattr(args, "force", False),
-    )
+    options = BackendOptions(lab, **{o.dest: getattr(args, o.dest, o.default) for o in declared_options()})
     with lab.classes_known() if lab is not None else nullcontext():
         yield get_backend(getattr(args, "backend", None), options)
 

@@ -38,7 +38,15 @@ from niclab.model.lab.inventory import LOCAL_URI, Inventory
 from niclab.model.lab.match import Placement, Unrealizable, place
 from niclab.model.topology import Topology
 from niclab.plumbing.accel import choose_accel
-from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, Rig
+from niclab.plumbing.backends.base import (
+    BackendOption,
+    BackendOptions,
+    BackendPlugin,
+    DownRequest,
+    Leftovers,
+    Rig,
+    Say,
+)
 from niclab.plumbing.backends.boot import DEFAULT_BOOT_TIMEOUT_S, BootError, boot_falling_back, env_seconds, tail
 from niclab.plumbing.backends.libvirt_agent import LibvirtAgent
 from niclab.plumbing.backends.libvirt_cards import card_macs, cards_facts
@@ -51,7 +59,15 @@ from niclab.plumbing.image import Image, ensure_image
 from niclab.plumbing.image.kernels import image_facts, node_images
 from niclab.plumbing.image.store import recipe
 from niclab.plumbing.lab.passthrough import hold_cards
-from niclab.plumbing.libvirt_conn import Console, active, destroy, libvirt_module, open_uri, version
+from niclab.plumbing.libvirt_conn import (
+    Console,
+    active,
+    destroy,
+    leftover_domains,
+    libvirt_module,
+    open_uri,
+    version,
+)
 
 # What `run --dry-run` writes where a run gives the image's volumes (backends/libvirt_volumes.py).
 DRY_KERNEL = "/var/lib/libvirt/niclab/IMAGE-vmlinuz"
@@ -369,9 +385,58 @@ def _volumes(conn: Any, image: Image, progress: Progress) -> tuple[str, str]:
 
 
 def _create(options: BackendOptions, **kwargs) -> LibvirtBackend:
-    if options.lab is not None and options.libvirt_uri:
+    uri = options.text("libvirt_uri")
+    if options.lab is not None and uri:
         raise UsageError("--libvirt-uri is for runs without a lab: a lab gives each host's URI (hosts: libvirt:)")
-    return LibvirtBackend(lab=options.lab, uri=options.libvirt_uri, wait=options.wait, force=options.force, **kwargs)
+    return LibvirtBackend(lab=options.lab, uri=uri, wait=options.flag("wait"), force=options.flag("force"), **kwargs)
 
 
-PLUGIN = BackendPlugin("libvirt", "libvirt domains: emulated NICs, or a lab's real cards (--lab)", _create)
+def end_domains(request: DownRequest, say: Say, complain: Say) -> list[str]:
+    """`niclab down`: the domains of killed runs on --libvirt-uri, each host of --lab, else qemu:///system if it
+    answers: destroyed, or left alone when their harness ran elsewhere; each said, and all named in the result."""
+    uri = request.given.get("libvirt_uri")
+    uris = [uri] if isinstance(uri, str) and uri else []
+    if request.lab is not None:
+        uris += [host.libvirt for host in request.lab.hosts.values()]
+    explicit = bool(uris)
+    ended: list[str] = []
+    for uri in dict.fromkeys(uris or [LOCAL_URI]):
+        try:
+            found = leftover_domains(uri, include_running=request.include_running)
+        except NiclabError as exc:
+            if explicit:  # say so, and go on with the other hosts
+                complain(f"niclab: {exc}")
+            continue  # without --lab or --libvirt-uri: no libvirt here, so no domain to stop either
+        for name in found.destroyed:
+            say(f"destroyed libvirt domain {name} on {uri}")
+        for name in found.elsewhere:
+            say(
+                f"left libvirt domain {name} on {uri} alone: its run was started in a container or on another "
+                "host, where its PID cannot be checked from here (niclab down --all stops it)"
+            )
+        ended += found.destroyed + found.elsewhere
+    return ended
+
+
+PLUGIN = BackendPlugin(
+    "libvirt",
+    "libvirt domains: emulated NICs, or a lab's real cards (--lab)",
+    _create,
+    options=(
+        BackendOption(
+            "libvirt-uri", "libvirt connection of --backend libvirt without a lab (qemu:///system)", metavar="URI"
+        ),
+        BackendOption("wait", "a lab card another run holds: wait for it, not refuse", starts_nodes=True),
+        BackendOption("force", "take lab cards the host uses (an address, a route): it loses them", starts_nodes=True),
+    ),
+    leftovers=Leftovers(
+        end_domains,
+        options=(
+            BackendOption(
+                "libvirt-uri", "destroy leftover niclab domains there (default: qemu:///system)", metavar="URI"
+            ),
+        ),
+        order=1,
+    ),
+    lab_default=True,
+)

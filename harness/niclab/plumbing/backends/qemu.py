@@ -33,11 +33,11 @@ from pathlib import Path
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
-from niclab.base.procs import Child, Supervisor
+from niclab.base.procs import Child, Supervisor, down
 from niclab.model import nics
 from niclab.model.topology import NodeSpec, Topology
 from niclab.plumbing.accel import AccelChoice, choose_accel, now, qemu_binary
-from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, Rig
+from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, DownRequest, Leftovers, Rig, Say
 from niclab.plumbing.backends.boot import DEFAULT_BOOT_TIMEOUT_S, BootError, boot_falling_back, env_seconds, tail
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, NicPlan, VmPlan, mac_address, qemu_argv
 from niclab.plumbing.backends.qemu_nics import emulated_model, stand_ins
@@ -323,9 +323,23 @@ class QemuBackend:
 
 
 def _create(options: BackendOptions, **kwargs) -> QemuBackend:
-    if options.libvirt_uri:
+    if options.text("libvirt_uri"):
         raise UsageError("--libvirt-uri is an option of --backend libvirt; the qemu backend starts QEMU itself")
     return QemuBackend(**kwargs)
 
 
-PLUGIN = BackendPlugin("qemu", "QEMU processes with emulated NICs, no root", _create)
+def end_processes(request: DownRequest, say: Say, complain: Say) -> list[str]:
+    """`niclab down`: stop the QEMU processes (and switches) a harness that is gone recorded; each said."""
+    ended = down(include_running=request.include_running)
+    for leftover in ended:
+        say(f"stopped {leftover.name} (pid {leftover.pid}) of {leftover.pid_dir.parent}")
+    return [leftover.name for leftover in ended]
+
+
+PLUGIN = BackendPlugin(
+    "qemu",
+    "QEMU processes with emulated NICs, no root",
+    _create,
+    leftovers=Leftovers(end_processes, order=0),
+    default=True,
+)
