@@ -75,8 +75,8 @@ def leftovers() -> list[Leftovers]:
 
 
 def kernel_check(backend: Backend) -> bool:
-    """Whether the kernels the backend's guests boot are checked before a run (a backend not registered here,
-    e.g. a test's, says so on its plug-in only if it has one: checked)."""
+    """Whether the kernels the backend's guests boot are checked before a run, as its plug-in declares; a
+    backend no plug-in registers (a test's) is checked."""
     plugin = registry().get(backend.name)
     return plugin.kernel_check if plugin is not None else True
 
