@@ -50,7 +50,7 @@ def estimate(cell: Cell, boots: bool = True, setups: int = 1) -> CellEstimate:
 def estimates(cells: list[Cell]) -> list[CellEstimate]:
     """Each cell's estimate, in order: the first cell of a boot pays for it; each pays for every network set-up."""
     found: dict[int, CellEstimate] = {}
-    for group in shared_boots([cell.scenario.topology() for cell in cells]):
+    for group in shared_boots([cell.topology for cell in cells]):
         setups = network_setups([rounds(cells[i]) for i in group])
         for place, i in enumerate(group):
             found[i] = estimate(cells[i], place == 0, setups[place])

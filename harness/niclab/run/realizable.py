@@ -13,7 +13,7 @@ from pathlib import Path
 
 from niclab.model.lab.inventory import load_inventory
 from niclab.model.scenario import Cell
-from niclab.plumbing.backends import Backend, BackendOptions, get_backend
+from niclab.plumbing.backends import Backend, BackendOptions, declared_options, get_backend
 from niclab.run.results import cell_dirname
 
 
@@ -33,18 +33,13 @@ def backend_from_args(args) -> Iterator[Backend]:
     lab = None
     if getattr(args, "lab", None):
         lab = load_inventory(Path(args.lab), allow_uri_params=getattr(args, "allow_uri_params", False))
-    options = BackendOptions(
-        lab=lab,
-        libvirt_uri=getattr(args, "libvirt_uri", None),
-        wait=getattr(args, "wait", False),
-        force=getattr(args, "force", False),
-    )
+    options = BackendOptions(lab, **{o.dest: getattr(args, o.dest, o.default) for o in declared_options()})
     with lab.classes_known() if lab is not None else nullcontext():
         yield get_backend(getattr(args, "backend", None), options)
 
 
 def verdicts(backend: Backend, cells: list[Cell]) -> list[Verdict]:
-    return [Verdict(cell, backend.check(cell.scenario.topology())) for cell in cells]
+    return [Verdict(cell, backend.check(cell.topology)) for cell in cells]
 
 
 def describe(backend: Backend, checked: list[Verdict], out: Path | None) -> str:
@@ -57,5 +52,5 @@ def describe(backend: Backend, checked: list[Verdict], out: Path | None) -> str:
             continue
         lines.append(f"{cell.id}:")
         workdir = out / cell_dirname(cell.id) if out is not None else None
-        lines += [f"  {line}" for line in backend.describe(cell.scenario.topology(), workdir)]
+        lines += [f"  {line}" for line in backend.describe(cell.topology, workdir)]
     return "\n".join(lines)

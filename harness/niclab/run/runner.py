@@ -113,7 +113,7 @@ def schedule(works: Sequence[CellWork]) -> list[tuple[CellWork, range]]:
     rounds in one step, benchmark by benchmark as ever.
     """
     steps: list[tuple[CellWork, range]] = []
-    for group in shared_boots([work.cell.scenario.topology() for work in works]):
+    for group in shared_boots([work.cell.topology for work in works]):
         members = [works[i] for i in group]
         if len(members) > 1 and max(work.rounds for work in members) > 1:
             for work in members:

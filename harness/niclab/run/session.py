@@ -66,7 +66,7 @@ class Session:
         self.workdir = workdir
         self.progress = progress
         self._save_raw = save_raw or self._save_in_workdir
-        self.net = netconf.plan(self.scenario)
+        self.net = netconf.plan(self.scenario, cell.topology)
         self.rig: Rig | None = None
         self.booted: Booted | None = None
         self._boot_place = 0  # how many cells used the boot before this one
@@ -101,7 +101,7 @@ class Session:
         """
         started = time.monotonic()
         was_on, self.rig, self.booted = self.booted, None, None  # a boot that fails leaves no stale rig here
-        booted = rigs.get(self.scenario.topology(), self.workdir)
+        booted = rigs.get(self.cell.topology, self.workdir)
         if was_on is not booted:  # this cell's first time on this boot
             self._boot_place = len(booted.cells)
             booted.cells.append(self.cell.id)

@@ -12,7 +12,9 @@ is installed:
 - Options: --niclab-backend, --niclab-lab LAB.yaml (cells that lab cannot
   realize are skipped, with the reason), --niclab-out DIR (run directories
   kept, e.g. for CI artifacts; default: pytest's temporary directory),
-  --niclab-repeat N, --niclab-shard I/N.
+  --niclab-repeat N, --niclab-shard I/N, and each backend's own options as
+  it declares them (--niclab-libvirt-uri, --niclab-wait, --niclab-force).
+- A cell runs through niclab.run.start, as `niclab run` runs it.
 - Markers: niclab_slow (a cell estimated over two minutes), niclab_lab (a
   cell run on lab hardware), niclab_kvm (a test that needs KVM: skipped,
   with the probe's reason, where KVM does not work).
@@ -43,11 +45,14 @@ SLOW_S = 120.0
 
 
 def pytest_addoption(parser) -> None:
+    from niclab.plumbing.backends import declared_options, defaults, registry
+
     group = parser.getgroup("niclab", "niclab scenarios and rigs")
+    plain, with_lab = defaults()
     group.addoption(
         "--niclab-backend",
         metavar="NAME",
-        help="how nodes are realized: qemu (emulated NICs; the default) or libvirt (the default with --niclab-lab)",
+        help=f"how nodes are realized: {' or '.join(registry())} (default: {plain}, or {with_lab} with --niclab-lab)",
     )
     group.addoption("--niclab-lab", metavar="LAB_YAML", help="a lab inventory; cells it has no cards for are skipped")
     group.addoption(
@@ -61,13 +66,20 @@ def pytest_addoption(parser) -> None:
     group.addoption(
         "--niclab-kernel-build", metavar="DIR", help="boot every node on the kernel built in DIR (a driver under test)"
     )
+    for option in declared_options():  # each backend's own
+        if option.flag:
+            group.addoption(f"--niclab-{option.name}", action="store_true", help=option.help)
+        else:
+            group.addoption(f"--niclab-{option.name}", metavar=option.metavar, default=option.default, help=option.help)
 
 
 def _backend_options(config):
-    """The backend options pytest's command line gives: a lab inventory (--niclab-lab)."""
-    from niclab.plumbing.backends import BackendOptions
+    """The backend options pytest's command line gives: a lab inventory (--niclab-lab), and the options the
+    backends declare (--niclab-libvirt-uri, ...)."""
+    from niclab.plumbing.backends import BackendOptions, declared_options
 
-    return BackendOptions(lab=getattr(config, "_niclab_lab", None))
+    given = {option.dest: config.getoption(f"niclab_{option.dest}", option.default) for option in declared_options()}
+    return BackendOptions(getattr(config, "_niclab_lab", None), **given)
 
 
 def _lab_classes(config) -> None:
@@ -156,7 +168,7 @@ class ScenarioFile(pytest.File):
         shard_text = self.config.getoption("niclab_shard")
         shard = parse_shard(shard_text) if shard_text else None
         for cell in scenario_file.cells:
-            item = ScenarioCell.from_parent(self, name=cell.id, cell=cell, scenario_name=scenario_file.name)
+            item = ScenarioCell.from_parent(self, name=cell.id, cell=cell, scenario_file=scenario_file)
             if shard and not shard.holds(scenario_file.name, cell.id):
                 item.add_marker(pytest.mark.niclab_other_shard)
             if estimate(cell).total_s > SLOW_S:
@@ -207,42 +219,41 @@ class CellFailed(Exception):
 
 
 class ScenarioCell(pytest.Item):
-    def __init__(self, *, cell, scenario_name: str, **kwargs):
+    def __init__(self, *, cell, scenario_file, **kwargs):
         super().__init__(**kwargs)
         self.cell = cell
-        self.scenario_name = scenario_name
+        self.scenario_file = scenario_file
+        self.scenario_name = scenario_file.name
 
     def runtest(self) -> None:
         from niclab.model.kernel_choice import parse_kernel
         from niclab.plumbing.backends import get_backend
-        from niclab.plumbing.facts import host_facts
-        from niclab.plumbing.kernel_check import check_kernels, with_kernel
-        from niclab.run.results import RunDir, RunInfo, new_run_dir
-        from niclab.run.runner import Runner
+        from niclab.run.start import RunRequest, plan, start
 
         config = self.config
-        cell = self.cell
+        kernel = None
         if tree := config.getoption("niclab_kernel_build"):
             try:
-                (cell,) = with_kernel([cell], parse_kernel({"build": tree}))
+                kernel = parse_kernel({"build": tree})
             except ValueError as exc:
                 raise NiclabError(f"--niclab-kernel-build: {exc}") from None
         backend = get_backend(config.getoption("niclab_backend"), _backend_options(config))
-        if config.getoption("niclab_lab") and (reason := backend.check(cell.scenario.topology())) is not None:
-            pytest.skip(reason)
-        check_kernels([cell], _progress)  # a kernel that lacks a driver fails here, before anything boots
-        run_dir = RunDir(new_run_dir(_out_dir(config), self.scenario_name))
-        info = RunInfo(
-            scenario=self.scenario_name,
-            scenario_file=str(self.path),
-            scenario_text=self.path.read_text(),
-            cells=[self.cell.id],
-            backend=backend.name,
-            host=host_facts(),
+        lab_file = config.getoption("niclab_lab")
+        request = RunRequest(
+            scenario=self.scenario_file,
+            cells=[self.cell],
+            out=_out_dir(config),
+            kernel=kernel,
+            repeat=config.getoption("niclab_repeat"),
+            lab_file=Path(lab_file) if lab_file else None,
         )
+        planned = plan(request, backend)
+        if lab_file and (reason := planned.verdicts[0].reason) is not None:
+            pytest.skip(reason)
+        started = start(planned, _progress)  # a kernel that lacks a driver fails here, before anything boots
+        run_dir = started.run_dir
         self.user_properties.append(("niclab_run_dir", str(run_dir.path)))
-        runner = Runner(backend, run_dir, info, _progress, repeat=config.getoption("niclab_repeat"))
-        outcome = runner.run([cell]).cells[0]  # Ctrl-C propagates: pytest stops with its own summary
+        outcome = started.run().cells[0]  # Ctrl-C propagates: pytest stops with its own summary
         for s in outcome.summaries:
             if s["headline"]:
                 where = f"[link={s['link']}]" if s["link"] else ""

@@ -13,6 +13,7 @@ import itertools
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from niclab.base.problems import (
 )
 from niclab.base.yamlpos import Positions, YamlError, load, position_at
 from niclab.model.scenario.model import Scenario
+from niclab.model.topology import Topology
 
 PLACEHOLDER = re.compile(r"\$\{([^${}]*)\}")  # no $ or { inside: linear time even on "${${${..." strings
 AXIS_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")  # matched whole (fullmatch): no trailing newline
@@ -48,6 +50,11 @@ class Cell:
     params: dict[str, Any]
     scenario: Scenario
 
+    @cached_property
+    def topology(self) -> Topology:
+        """The cell's nodes, ports and wires: worked out once (a cell's scenario is not changed, only copied)."""
+        return self.scenario.topology()
+
 
 @dataclass
 class ScenarioFile:
@@ -55,6 +62,7 @@ class ScenarioFile:
     display: str
     matrix: dict[str, list]
     cells: list[Cell]
+    text: str = ""  # what was parsed: a run keeps it in run.json
 
     @property
     def name(self) -> str:
@@ -354,7 +362,7 @@ def _parse(text: str, display: str, path: Path | None) -> ScenarioFile:
     cells, problems = _expand(body, matrix, exclude, path.resolve().parent if path else None)
     if problems:
         raise fail(problems, positions)
-    return ScenarioFile(path or Path(display), display, matrix, cells)
+    return ScenarioFile(path or Path(display), display, matrix, cells, text)
 
 
 def load_scenario(path: Path) -> ScenarioFile:

@@ -63,20 +63,81 @@ class Backend(Protocol):
         ...
 
 
-@dataclass(frozen=True)
 class BackendOptions:
-    """What the command line gives backends: a lab inventory, a libvirt URI. Each takes what it uses."""
+    """What the command line gives backends: a lab inventory, and the values of the options the backends
+    declare (`BackendPlugin.options`), by their `dest`. Each backend takes what it uses."""
 
+    def __init__(self, lab: Inventory | None = None, **given: str | bool | None):
+        self.lab = lab
+        self.given = given
+
+    def text(self, dest: str) -> str | None:
+        """A value option's text (e.g. `libvirt_uri`), None if not given."""
+        value = self.given.get(dest)
+        return value if isinstance(value, str) and value else None
+
+    def flag(self, dest: str) -> bool:
+        """Whether a flag (e.g. `wait`) was given."""
+        return self.given.get(dest) is True
+
+
+@dataclass(frozen=True)
+class BackendOption:
+    """A command-line option a backend declares: `--NAME` of niclab's verbs, `--niclab-NAME` of the pytest plugin."""
+
+    name: str  # e.g. "libvirt-uri"
+    help: str
+    metavar: str | None = None  # None: a flag, off unless given
+    default: str | None = None
+    starts_nodes: bool = False  # only where nodes start (`run`, a pytest cell), not where cells are checked
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def flag(self) -> bool:
+        return self.metavar is None
+
+
+@dataclass(frozen=True)
+class DownRequest:
+    """What `niclab down` was asked: also leftovers of runs still going, a lab's hosts, the down options' values."""
+
+    include_running: bool = False
     lab: Inventory | None = None
-    libvirt_uri: str | None = None
-    wait: bool = False  # a lab card another run holds: wait for it (else refuse)
-    force: bool = False  # take a lab card even though the host uses it (an address, a route)
+    given: dict[str, str | bool | None] = field(default_factory=dict)
+
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What a killed run of the backend leaves behind, and how `niclab down` ends it.
+
+    `end` says each leftover it ended or left alone (`say`: a line of the output; `complain`: one of the
+    errors) and returns their names; `options` are down's own options for it. `niclab down` asks the
+    backends in `order` (the host's own processes first).
+    """
+
+    end: Callable[[DownRequest, Say, Say], list[str]]
+    options: tuple[BackendOption, ...] = ()
+    order: int = 0
 
 
 @dataclass(frozen=True)
 class BackendPlugin:
-    """A backend module's entry: its name, one line on what it does, and how to make one from options."""
+    """A backend module's entry: its name, one line on what it does, and how to make one from options; and
+    what it knows that the front ends ask: its command-line options, its leftovers, whether the kernels its
+    guests boot are checked before a run (`kernel_check`), and whether it is the default (without a lab, or
+    with one)."""
 
     name: str
     summary: str
     create: Callable[..., Backend]
+    options: tuple[BackendOption, ...] = ()
+    leftovers: Leftovers | None = None
+    kernel_check: bool = True  # its guests boot the image's kernels: each is checked for the drivers a cell needs
+    default: bool = False  # the backend of a run without a lab
+    lab_default: bool = False  # the backend of a run with a lab (it passes the lab's cards through)

@@ -37,32 +37,45 @@ from niclab.model import nics
 from niclab.model.lab.inventory import LOCAL_URI, Inventory
 from niclab.model.lab.match import Placement, Unrealizable, place
 from niclab.model.topology import Topology
-from niclab.plumbing.accel import choose_accel, mark_kvm_unusable
-from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, Rig
+from niclab.plumbing.accel import choose_accel
+from niclab.plumbing.backends.base import (
+    BackendOption,
+    BackendOptions,
+    BackendPlugin,
+    DownRequest,
+    Leftovers,
+    Rig,
+    Say,
+)
+from niclab.plumbing.backends.boot import DEFAULT_BOOT_TIMEOUT_S, BootError, boot_falling_back, env_seconds, tail
 from niclab.plumbing.backends.libvirt_agent import LibvirtAgent
 from niclab.plumbing.backends.libvirt_cards import card_macs, cards_facts
 from niclab.plumbing.backends.libvirt_volumes import image_volumes
 from niclab.plumbing.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
-from niclab.plumbing.backends.qemu import (
-    DEFAULT_BOOT_TIMEOUT_S,
-    BootError,
-    emulated_model,
-    env_seconds,
-    stand_ins,
-    tail,
-)
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, port_macs
-from niclab.plumbing.backends.qemu_nics import qemu_nic
+from niclab.plumbing.backends.qemu_nics import emulated_model, qemu_nic, stand_ins
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
 from niclab.plumbing.image.kernels import image_facts, node_images
 from niclab.plumbing.image.store import recipe
 from niclab.plumbing.lab.passthrough import hold_cards
-from niclab.plumbing.libvirt_conn import Console, active, destroy, libvirt_module, open_uri, version
+from niclab.plumbing.libvirt_conn import (
+    Console,
+    active,
+    destroy,
+    leftover_domains,
+    libvirt_module,
+    open_uri,
+    version,
+)
 
 # What `run --dry-run` writes where a run gives the image's volumes (backends/libvirt_volumes.py).
 DRY_KERNEL = "/var/lib/libvirt/niclab/IMAGE-vmlinuz"
 DRY_INITRD = "/var/lib/libvirt/niclab/IMAGE-initrd"
+
+
+# What `_boot` started: each node's (URI, domain plan), its domain, its Node, and when its agent answered (s).
+Booted = tuple[dict[str, tuple[str, DomainPlan]], dict[str, Any], dict[str, AgentNode], dict[str, float]]
 
 
 def free_udp_ports(count: int) -> list[int]:
@@ -211,30 +224,26 @@ class LibvirtBackend:
             conns = {uri: open_uri(uri) for uri in sorted(uris)}
             for conn in conns.values():
                 stack.callback(conn.close)
-            domain_type = self._domain_type(image, progress)
+            accel = self._accel_of(image, progress)
             distinct = {i.id: i for i in images.values()}
             boot = {(uri, i): _volumes(conn, distinct[i], progress) for uri, conn in conns.items() for i in distinct}
-            fallback = None
             domains = stack.enter_context(ExitStack())
-            try:
-                booted = self._boot(
-                    domains, conns, boot, topology, placement, token, domain_type, images, workdir, progress
+
+            def start(under: str) -> tuple[str, Booted]:
+                kind = "kvm" if under == "kvm" else "qemu"  # libvirt's domain type for TCG is qemu
+                return kind, self._boot(
+                    domains, conns, boot, topology, placement, token, kind, images, workdir, progress
                 )
-            except BootError as exc:
-                if domain_type != "kvm" or self._accel:
-                    raise
-                domains.close()  # every KVM domain destroyed before the TCG ones start
-                why = exc.summary
-                mark_kvm_unusable(image, why)
-                fallback = (
-                    f"KVM did not work here ({why}); destroyed the domains and started them under TCG. KVM is "
-                    "marked unusable for this host and image; `niclab accel --probe` tests it again"
-                )
-                progress(f"warning: {fallback}")
-                domain_type = "qemu"
-                booted = self._boot(
-                    domains, conns, boot, topology, placement, token, domain_type, images, workdir, progress
-                )
+
+            (domain_type, booted), fallback = boot_falling_back(
+                accel,
+                start,
+                domains.close,
+                image,
+                progress,
+                "destroyed the domains and started them",
+                forced=bool(self._accel),
+            )
             plans, running, nodes, ready = booted
             macs, seen = port_macs(topology), dict[str, dict]()
             if placement is not None:
@@ -274,7 +283,7 @@ class LibvirtBackend:
         images: dict[str, Image],
         workdir: Path,
         progress: Progress,
-    ) -> tuple[dict[str, tuple[str, DomainPlan]], dict[str, Any], dict[str, AgentNode], dict[str, float]]:
+    ) -> Booted:
         """Start every node's domain as `domain_type` and wait for the agents; what it starts goes on `stack`."""
         libvirt = libvirt_module()
         metadata = {
@@ -316,10 +325,10 @@ class LibvirtBackend:
         assert self.lab is not None
         return [self.lab.hosts[host].libvirt for host in placement.hosts.values()]
 
-    def _domain_type(self, image: Image, progress: Progress) -> str:
-        if self._accel:
-            return "kvm" if self._accel == "kvm" else "qemu"
-        return "kvm" if choose_accel(image, progress=progress).accel == "kvm" else "qemu"
+    def _accel_of(self, image: Image, progress: Progress) -> str:
+        """kvm or tcg: the caller's choice, else the probe's."""
+        chosen = self._accel or choose_accel(image, progress=progress).accel
+        return "kvm" if chosen == "kvm" else "tcg"
 
     def _connect(self, domains: dict[str, Any], started: float, workdir: Path) -> dict[str, tuple[GuestAgent, float]]:
         agents: dict[str, GuestAgent] = {name: LibvirtAgent(name, domain) for name, domain in domains.items()}
@@ -376,9 +385,58 @@ def _volumes(conn: Any, image: Image, progress: Progress) -> tuple[str, str]:
 
 
 def _create(options: BackendOptions, **kwargs) -> LibvirtBackend:
-    if options.lab is not None and options.libvirt_uri:
+    uri = options.text("libvirt_uri")
+    if options.lab is not None and uri:
         raise UsageError("--libvirt-uri is for runs without a lab: a lab gives each host's URI (hosts: libvirt:)")
-    return LibvirtBackend(lab=options.lab, uri=options.libvirt_uri, wait=options.wait, force=options.force, **kwargs)
+    return LibvirtBackend(lab=options.lab, uri=uri, wait=options.flag("wait"), force=options.flag("force"), **kwargs)
 
 
-PLUGIN = BackendPlugin("libvirt", "libvirt domains: emulated NICs, or a lab's real cards (--lab)", _create)
+def end_domains(request: DownRequest, say: Say, complain: Say) -> list[str]:
+    """`niclab down`: the domains of killed runs on --libvirt-uri, each host of --lab, else qemu:///system if it
+    answers: destroyed, or left alone when their harness ran elsewhere; each said, and all named in the result."""
+    uri = request.given.get("libvirt_uri")
+    uris = [uri] if isinstance(uri, str) and uri else []
+    if request.lab is not None:
+        uris += [host.libvirt for host in request.lab.hosts.values()]
+    explicit = bool(uris)
+    ended: list[str] = []
+    for uri in dict.fromkeys(uris or [LOCAL_URI]):
+        try:
+            found = leftover_domains(uri, include_running=request.include_running)
+        except NiclabError as exc:
+            if explicit:  # say so, and go on with the other hosts
+                complain(f"niclab: {exc}")
+            continue  # without --lab or --libvirt-uri: no libvirt here, so no domain to stop either
+        for name in found.destroyed:
+            say(f"destroyed libvirt domain {name} on {uri}")
+        for name in found.elsewhere:
+            say(
+                f"left libvirt domain {name} on {uri} alone: its run was started in a container or on another "
+                "host, where its PID cannot be checked from here (niclab down --all stops it)"
+            )
+        ended += found.destroyed + found.elsewhere
+    return ended
+
+
+PLUGIN = BackendPlugin(
+    "libvirt",
+    "libvirt domains: emulated NICs, or a lab's real cards (--lab)",
+    _create,
+    options=(
+        BackendOption(
+            "libvirt-uri", "libvirt connection of --backend libvirt without a lab (qemu:///system)", metavar="URI"
+        ),
+        BackendOption("wait", "a lab card another run holds: wait for it, not refuse", starts_nodes=True),
+        BackendOption("force", "take lab cards the host uses (an address, a route): it loses them", starts_nodes=True),
+    ),
+    leftovers=Leftovers(
+        end_domains,
+        options=(
+            BackendOption(
+                "libvirt-uri", "destroy leftover niclab domains there (default: qemu:///system)", metavar="URI"
+            ),
+        ),
+        order=1,
+    ),
+    lab_default=True,
+)

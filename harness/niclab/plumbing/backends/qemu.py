@@ -33,27 +33,20 @@ from pathlib import Path
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
-from niclab.base.procs import Child, Supervisor
+from niclab.base.procs import Child, Supervisor, down
 from niclab.model import nics
 from niclab.model.topology import NodeSpec, Topology
-from niclab.plumbing.accel import AccelChoice, choose_accel, mark_kvm_unusable, now, qemu_binary
-from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, Rig
+from niclab.plumbing.accel import AccelChoice, choose_accel, now, qemu_binary
+from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, DownRequest, Leftovers, Rig, Say
+from niclab.plumbing.backends.boot import DEFAULT_BOOT_TIMEOUT_S, BootError, boot_falling_back, env_seconds, tail
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, NicPlan, VmPlan, mac_address, qemu_argv
+from niclab.plumbing.backends.qemu_nics import emulated_model, stand_ins
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
 from niclab.plumbing.image.kernels import image_facts, node_images
 
-DEFAULT_BOOT_TIMEOUT_S = 240.0  # TCG on a busy 2-core host; $NICLAB_BOOT_TIMEOUT overrides
 # A KVM guest answers its agent in 1-3 s. Past this (s), it is hung, not slow: fall back to TCG.
 DEFAULT_KVM_DEADLINE_S = 20.0  # $NICLAB_KVM_DEADLINE overrides
-
-
-class BootError(NiclabError):
-    """A guest never came up."""
-
-    def __init__(self, message: str, summary: str = ""):
-        super().__init__(message)
-        self.summary = summary or message.splitlines()[0]
 
 
 def set_aside(workdir: Path, topology: Topology, attempt: str) -> None:
@@ -120,52 +113,9 @@ def start_switch(supervisor: Supervisor, workdir: Path, sockets: Path, name: str
     return str(path)
 
 
-def env_seconds(name: str, default: float) -> float:
-    text = os.environ.get(name)
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise UsageError(f"{name}={text!r}: give a number of seconds above 0")
-    return value
-
-
 def qemu_version(binary: str) -> str:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
     return out.splitlines()[0].strip() if out else "unknown"
-
-
-def tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(nothing written)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
-
-
-def no_stand_in(name: str) -> str:
-    return (
-        f"card class {name} has no emulated stand-in: give it `emulated_by:` (a class of `niclab nics`) "
-        "in the lab inventory, or run it on the lab"
-    )
-
-
-def stand_ins(topology: Topology) -> list[str]:
-    """What keeps a topology off emulated NICs: ports whose card class no catalog class stands in for."""
-    return [
-        no_stand_in(name) for name in sorted({port.model for port in topology.ports}) if nics.stand_in(name) is None
-    ]
-
-
-def emulated_model(name: str) -> nics.CardClass:
-    """The catalog class an emulated run uses for card class `name` (UsageError if none stands in)."""
-    model = nics.stand_in(name)
-    if model is None:
-        raise UsageError(no_stand_in(name))
-    return model
 
 
 class QemuBackend:
@@ -257,24 +207,21 @@ class QemuBackend:
             choice = choose_accel(image, progress=progress)
         workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(workdir, 0o700)  # the QMP and agent sockets in it control the guests
-        fallback = None
         with ExitStack() as stack:
-            try:
-                rig = self._boot(stack, topology, workdir, images, binary, choice, progress)
-            except BootError as exc:
-                if choice.accel != "kvm":
-                    raise
-                stack.close()  # every KVM guest stopped before the TCG ones start
-                why = exc.summary
-                mark_kvm_unusable(image, why)
-                fallback = (
-                    f"KVM did not work here ({why}); stopped the guests and booted them under TCG. "
-                    f"KVM is marked unusable for this host and image; `niclab accel --probe` tests it again"
+
+            def boot(accel: str) -> Rig:
+                chosen = (
+                    choice if accel == choice.accel else AccelChoice(accel, "KVM fell back, see the warning", now())
                 )
-                progress(f"warning: {fallback}")
+                return self._boot(stack, topology, workdir, images, binary, chosen, progress)
+
+            def undo() -> None:
+                stack.close()
                 set_aside(workdir, topology, "kvm")
-                choice = AccelChoice("tcg", "KVM fell back, see the warning", now())
-                rig = self._boot(stack, topology, workdir, images, binary, choice, progress)
+
+            rig, fallback = boot_falling_back(
+                choice.accel, boot, undo, image, progress, "stopped the guests and booted them"
+            )
             rig.facts["accel_fallback"] = fallback
             yield rig
 
@@ -376,9 +323,23 @@ class QemuBackend:
 
 
 def _create(options: BackendOptions, **kwargs) -> QemuBackend:
-    if options.libvirt_uri:
+    if options.text("libvirt_uri"):
         raise UsageError("--libvirt-uri is an option of --backend libvirt; the qemu backend starts QEMU itself")
     return QemuBackend(**kwargs)
 
 
-PLUGIN = BackendPlugin("qemu", "QEMU processes with emulated NICs, no root", _create)
+def end_processes(request: DownRequest, say: Say, complain: Say) -> list[str]:
+    """`niclab down`: stop the QEMU processes (and switches) a harness that is gone recorded; each said."""
+    ended = down(include_running=request.include_running)
+    for leftover in ended:
+        say(f"stopped {leftover.name} (pid {leftover.pid}) of {leftover.pid_dir.parent}")
+    return [leftover.name for leftover in ended]
+
+
+PLUGIN = BackendPlugin(
+    "qemu",
+    "QEMU processes with emulated NICs, no root",
+    _create,
+    leftovers=Leftovers(end_processes, order=0),
+    default=True,
+)

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from niclab.base.errors import UsageError
+from niclab.model import nics
+from niclab.model.topology import Topology
+
 # QEMU 7.2 under TCG loses a virtqueue notification now and then when EVENT_IDX suppresses them: a UDP
 # flood then wedges the guest's transmit queue for good (seen in 1 of 2-8 netperf UDP_STREAM runs; with
 # event_idx=off, none in 50). Notifications without suppression cost a little throughput, not correctness.
@@ -63,3 +67,26 @@ DEVICES: dict[str, QemuNic] = {
 def qemu_nic(name: str) -> QemuNic:
     """QEMU's realization of a catalog class (KeyError for a class QEMU does not emulate)."""
     return DEVICES[name]
+
+
+def no_stand_in(name: str) -> str:
+    return (
+        f"card class {name} has no emulated stand-in: give it `emulated_by:` (a class of `niclab nics`) "
+        "in the lab inventory, or run it on the lab"
+    )
+
+
+def stand_ins(topology: Topology) -> list[str]:
+    """What keeps a topology off emulated NICs: ports whose card class no catalog class stands in for."""
+    return [
+        no_stand_in(name) for name in sorted({port.model for port in topology.ports}) if nics.stand_in(name) is None
+    ]
+
+
+def emulated_model(name: str) -> nics.CardClass:
+    """The catalog class an emulated run (QEMU's, or libvirt's without a lab) uses for card class `name`
+    (UsageError if none stands in)."""
+    model = nics.stand_in(name)
+    if model is None:
+        raise UsageError(no_stand_in(name))
+    return model

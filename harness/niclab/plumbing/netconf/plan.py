@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from niclab.base.errors import NiclabError
 from niclab.model.netem import Netem
 from niclab.model.scenario import Bond, Scenario
-from niclab.model.topology import Port
+from niclab.model.topology import Port, Topology
 
 BASE = ipaddress.IPv4Network("198.18.0.0/15")
 PREFIX = 24
@@ -72,8 +72,9 @@ def subnet(index: int) -> ipaddress.IPv4Network:
     return ipaddress.IPv4Network((int(BASE.network_address) + index * size, PREFIX))
 
 
-def plan(scenario: Scenario) -> NetPlan:
-    topology = scenario.topology()
+def plan(scenario: Scenario, topology: Topology | None = None) -> NetPlan:
+    """Addresses and settings of every interface; `topology` is the scenario's, when the caller has it already."""
+    topology = topology or scenario.topology()
     ifaces: list[Iface] = []
     index = 0
     for link_index, link in enumerate(scenario.links):

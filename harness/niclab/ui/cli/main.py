@@ -9,11 +9,15 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from niclab import __version__
 from niclab.base.errors import NiclabError, UsageError, describe_exception
 from niclab.ui.cli.lab import add_allow_uri_params
 from niclab.ui.console import EXIT_FAILED, EXIT_OK, STARTED, FileCheck, Progress
+
+if TYPE_CHECKING:
+    from niclab.plumbing.backends import BackendOption
 
 # -- verbs ----------------------------------------------------------------
 
@@ -25,29 +29,11 @@ def cmd_run(args) -> int:
         return _run(args, backend)
 
 
-def _check_out(out: Path) -> None:
-    """Refuse an --out no run directory can be made in (its nearest existing folder is a file, or not ours)."""
-    existing = out
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    why = (
-        "Not a directory"
-        if not existing.is_dir()
-        else "Permission denied"
-        if not os.access(existing, os.W_OK | os.X_OK)
-        else ""
-    )
-    if why:
-        raise NiclabError(f"cannot create a run directory in --out {out}: {why}; choose a directory you can write to")
-
-
 def _run(args, backend) -> int:
     from niclab.model.scenario import load_scenario
     from niclab.model.shard import parse_shard
-    from niclab.plumbing.facts import host_facts
-    from niclab.run.realizable import describe, verdicts
-    from niclab.run.results import RunDir, RunInfo, new_run_dir
-    from niclab.run.runner import Runner
+    from niclab.run.realizable import describe
+    from niclab.run.start import RunRequest, plan, start
     from niclab.ui.table import cell_table
 
     progress = Progress(args.quiet)
@@ -60,61 +46,35 @@ def _run(args, backend) -> int:
         if not cells:
             print(f"niclab: shard {shard} of {scenario_file.name} holds no cell; nothing to run", file=sys.stderr)
             return EXIT_OK
+    kernel = None
     if args.kernel_build:
         from niclab.model.kernel_choice import parse_kernel
-        from niclab.plumbing.kernel_check import with_kernel
 
         try:
-            cells = with_kernel(cells, parse_kernel({"build": args.kernel_build}))
+            kernel = parse_kernel({"build": args.kernel_build})
         except ValueError as exc:
             raise UsageError(f"--kernel-build: {exc}") from None
-    out = Path(args.out)
-    where = out / f"dry-run-{scenario_file.name}"
-    checked = verdicts(backend, cells)
+    request = RunRequest(
+        scenario=scenario_file,
+        cells=cells,
+        out=Path(args.out),
+        kernel=kernel,
+        repeat=args.repeat,
+        lab_file=Path(args.lab) if args.lab else None,
+        started=STARTED,
+    )
+    planned = plan(request, backend)
     if args.dry_run:
+        where = request.out / f"dry-run-{scenario_file.name}"
         print(f"{scenario_file.name} on the {backend.name} backend (boots nothing):")
-        print(describe(backend, checked, where))
+        print(describe(backend, planned.verdicts, where))
         if where.is_dir():
             print(f"what it would start is in {where}")
-        return EXIT_OK if any(v.ok for v in checked) else EXIT_FAILED
-    skipped = [v for v in checked if not v.ok]
-    for verdict in skipped:
-        progress(f"skipping cell {verdict.cell.id}: the {backend.name} backend cannot realize it: {verdict.reason}")
-    if len(skipped) == len(cells):
-        raise NiclabError(
-            f"the {backend.name} backend cannot realize any cell of {scenario_file.name}: {skipped[0].reason}"
-        )
-    cells = [cell for cell in cells if cell.id not in {v.cell.id for v in skipped}]
-    from niclab.plumbing.kernel_check import check_kernels
-
-    _check_out(out)  # before images are built: a typo in --out is found at once
-    check_kernels(cells, progress)  # builds each kernel's image first; refuses one that lacks a driver
+        return EXIT_OK if any(v.ok for v in planned.verdicts) else EXIT_FAILED
+    started = start(planned, progress)
+    run_dir = started.run_dir
     try:
-        run_dir = RunDir(new_run_dir(out, scenario_file.name))
-    except OSError as exc:
-        raise NiclabError(
-            f"cannot create a run directory in --out {out}: {exc.strerror}; choose a directory you can write to"
-        ) from None
-    info = RunInfo(
-        scenario=scenario_file.name,
-        scenario_file=str(Path(args.scenario).resolve()),
-        scenario_text=Path(args.scenario).read_text(errors="replace"),
-        cells=[c.id for c in cells],
-        backend=backend.name,
-        host=host_facts(),
-    )
-    info.warnings += [f"cell {v.cell.id} not run: {v.reason}" for v in skipped]
-    if args.lab:
-        lab = getattr(backend, "lab", None)
-        info.lab = {
-            "file": str(Path(args.lab).resolve()),
-            "text": Path(args.lab).read_text(errors="replace"),
-            **({"name": lab.name, "prices": lab.prices()} if lab is not None else {}),
-        }
-    progress(f"run directory {run_dir.path}")
-    runner = Runner(backend, run_dir, info, progress, started=STARTED, repeat=args.repeat)
-    try:
-        outcome = runner.run(cells)
+        outcome = started.run()
     except KeyboardInterrupt:
         print(f"niclab: interrupted; the guests were stopped; partial results in {run_dir.results}", file=sys.stderr)
         write_run_report(run_dir.path, progress)
@@ -123,7 +83,7 @@ def _run(args, backend) -> int:
         accel = cell.facts.get("rig", {}).get("accel", "?")
         print(cell_table(scenario_file.name, cell, accel))
         print()
-    for warning in info.warnings:
+    for warning in started.info.warnings:
         print(f"warning: {warning}")
     print(f"results: {run_dir.results}")
     print(f"report:  {write_run_report(run_dir.path, progress)}")
@@ -215,46 +175,20 @@ def cmd_accel(args) -> int:
 
 
 def cmd_down(args) -> int:
-    from niclab.base.procs import down
+    from niclab.plumbing.backends import DownRequest, down_options, leftovers
 
-    ended = down(include_running=args.all)
-    for leftover in ended:
-        print(f"stopped {leftover.name} (pid {leftover.pid}) of {leftover.pid_dir.parent}")
-    domains = _down_domains(args)
-    if not ended and not domains:
-        print("nothing to stop")
-    return EXIT_OK
-
-
-def _down_domains(args) -> list[str]:
-    """The libvirt domains of killed runs, on --libvirt-uri, each host of --lab, else qemu:///system if it
-    answers: destroyed, or left alone when their harness ran elsewhere; each said, and all named in the result."""
-    from niclab.plumbing.libvirt_conn import leftover_domains
-
-    uris = [args.libvirt_uri] if args.libvirt_uri else []
+    lab = None
     if args.lab:
         from niclab.model.lab.inventory import load_inventory
 
         lab = load_inventory(Path(args.lab), allow_uri_params=args.allow_uri_params)
-        uris += [host.libvirt for host in lab.hosts.values()]
-    explicit = bool(uris)
+    request = DownRequest(args.all, lab, {option.dest: getattr(args, option.dest) for option in down_options()})
     ended = []
-    for uri in dict.fromkeys(uris or ["qemu:///system"]):
-        try:
-            found = leftover_domains(uri, include_running=args.all)
-        except NiclabError as exc:
-            if explicit:  # say so, and go on with the other hosts
-                print(f"niclab: {exc}", file=sys.stderr)
-            continue  # without --lab or --libvirt-uri: no libvirt here, so no domain to stop either
-        for name in found.destroyed:
-            print(f"destroyed libvirt domain {name} on {uri}")
-        for name in found.elsewhere:
-            print(
-                f"left libvirt domain {name} on {uri} alone: its run was started in a container or on another "
-                "host, where its PID cannot be checked from here (niclab down --all stops it)"
-            )
-        ended += found.destroyed + found.elsewhere
-    return ended
+    for kind in leftovers():
+        ended += kind.end(request, print, lambda line: print(line, file=sys.stderr))
+    if not ended:
+        print("nothing to stop")
+    return EXIT_OK
 
 
 def cmd_nics(args) -> int:
@@ -383,21 +317,36 @@ def cmd_validate(args) -> int:
     return files.status
 
 
-def add_backend_options(parser: argparse.ArgumentParser, dry_run: bool = False) -> None:
-    from niclab.plumbing.backends import registry
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    """--backend, --lab and the options the backends declare that matter before anything starts."""
+    from niclab.plumbing.backends import declared_options, defaults, registry
 
+    plain, with_lab = defaults()
     parser.add_argument(
         "--backend",
         choices=tuple(registry()),
         help="how nodes are realized: "
         + "; ".join(f"{p.name}: {p.summary}" for p in registry().values())
-        + " (default: qemu, or libvirt with --lab)",
+        + f" (default: {plain}, or {with_lab} with --lab)",
     )
     parser.add_argument("--lab", metavar="LAB_YAML", help="a lab inventory: run on its real cards and cables")
     add_allow_uri_params(parser)
-    parser.add_argument(
-        "--libvirt-uri", metavar="URI", help="libvirt connection of --backend libvirt without a lab (qemu:///system)"
-    )
+    add_declared(parser, declared_options(starts_nodes=False))
+
+
+def add_start_options(parser: argparse.ArgumentParser) -> None:
+    """The options the backends declare for a run that starts nodes."""
+    from niclab.plumbing.backends import declared_options
+
+    add_declared(parser, [option for option in declared_options() if option.starts_nodes])
+
+
+def add_declared(parser: argparse.ArgumentParser, options: list[BackendOption]) -> None:
+    for option in options:
+        if option.flag:
+            parser.add_argument(f"--{option.name}", action="store_true", help=option.help)
+        else:
+            parser.add_argument(f"--{option.name}", metavar=option.metavar, default=option.default, help=option.help)
 
 
 # -- parser ---------------------------------------------------------------
@@ -435,10 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="boot nothing: say how each cell maps onto the backend (a lab's cards and cables) and write "
         "the domain XML",
     )
-    run.add_argument("--wait", action="store_true", help="a lab card another run holds: wait for it, not refuse")
-    run.add_argument(
-        "--force", action="store_true", help="take lab cards the host uses (an address, a route): it loses them"
-    )
+    add_start_options(run)
     run.add_argument(
         "--repeat", type=positive_int, metavar="N", help="run every benchmark N times (overrides the scenario)"
     )
@@ -491,9 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
         "running (by recorded PID and start time), and destroy the libvirt domains such runs left.",
     )
     down.add_argument("--all", action="store_true", help="also stop those of runs still in progress")
-    down.add_argument(
-        "--libvirt-uri", metavar="URI", help="destroy leftover niclab domains there (default: qemu:///system)"
-    )
+    from niclab.plumbing.backends import down_options
+
+    add_declared(down, down_options())
     down.add_argument("--lab", metavar="LAB_YAML", help="destroy leftover niclab domains on every host of this lab")
     add_allow_uri_params(down)
     down.set_defaults(func=cmd_down)

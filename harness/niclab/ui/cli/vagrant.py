@@ -40,7 +40,7 @@ def _cell(args):
                 f"(choose with NICLAB_CELL=…: {', '.join(c.id for c in scenario_file.cells)})"
             )
         cell = scenario_file.cells[0]
-    booted = [spec for spec in cell.scenario.topology().nodes if spec.kernel is not None or spec.cmdline]
+    booted = [spec for spec in cell.topology.nodes if spec.kernel is not None or spec.cmdline]
     if booted:
         raise NiclabError(
             f"{args.scenario}: cell {cell.id} chooses a kernel or driver module parameters for node "

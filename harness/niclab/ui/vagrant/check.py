@@ -40,13 +40,13 @@ def forget(state: Path, node: str) -> None:
 
 
 def _rig(cell: Cell, nodes: dict[str, Node]) -> Rig:
-    topology = cell.scenario.topology()
+    topology = cell.topology
     return Rig(topology=topology, nodes=nodes, macs=port_macs(topology))
 
 
 def check(cell: Cell, node: str, target: SshTarget, state: Path, progress: Progress) -> dict | None:
     """Check one node; if it is the last of the rig to pass, check reachability and return the whole state."""
-    net = netconf.plan(cell.scenario)
+    net = netconf.plan(cell.scenario, cell.topology)
     started = time.monotonic()
     observed = netconf.check_node(SshNode(node, target), net.on(node)) if net.on(node) else {}
     progress(

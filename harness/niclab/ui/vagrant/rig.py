@@ -175,9 +175,9 @@ def motd_script(node: str, cell: Cell, net: NetPlan) -> str:
 def rig_for(cell: Cell, scenario_file: str, ports: dict[str, int]) -> VagrantRig:
     """The Vagrant rig of one cell; `ports` maps "node/ifname" to the UDP port that end listens on."""
     scenario = cell.scenario
-    topology = scenario.topology()
+    topology = cell.topology
     _check_wires(topology)
-    net = netconf.plan(scenario)
+    net = netconf.plan(scenario, topology)
     peer_of = {p.key: q for w in topology.wires for p, q in (w.ports, w.ports[::-1])}
     macs = port_macs(topology)
     machines = []
@@ -217,4 +217,4 @@ def rig_for(cell: Cell, scenario_file: str, ports: dict[str, int]) -> VagrantRig
 
 def port_keys(cell: Cell) -> list[str]:
     """Every cable end of the cell, as "node/ifname" (what `rig_for` needs a UDP port for)."""
-    return [f"{p.node}/{p.ifname}" for p in cell.scenario.topology().ports]
+    return [f"{p.node}/{p.ifname}" for p in cell.topology.ports]

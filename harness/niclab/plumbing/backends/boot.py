@@ -1,0 +1,94 @@
+"""What every backend that boots the guest image shares: its boot errors, its timeouts, and the KVM->TCG fallback.
+
+The accelerator is chosen by niclab.plumbing.accel before the boot. That verdict can still be wrong for a
+real run (a cached "kvm", a forced one): guests that do not answer under KVM in time are taken to be hung
+by it, stopped, and booted again under TCG, with KVM marked unusable here for later runs. `boot_falling_back`
+is that decision, the same for QEMU processes and libvirt domains.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from niclab.base.errors import NiclabError, UsageError
+from niclab.base.node import Progress
+from niclab.plumbing.accel import mark_kvm_unusable
+
+if TYPE_CHECKING:
+    from niclab.plumbing.image import Image
+
+DEFAULT_BOOT_TIMEOUT_S = 240.0  # TCG on a busy 2-core host; $NICLAB_BOOT_TIMEOUT overrides
+
+Booted = TypeVar("Booted")
+
+
+class BootError(NiclabError):
+    """A guest never came up."""
+
+    def __init__(self, message: str, summary: str = ""):
+        super().__init__(message)
+        self.summary = summary or message.splitlines()[0]
+
+
+def falls_back(accel: str, forced: bool) -> bool:
+    """Whether a boot under `accel` that failed is tried again under TCG: only KVM's, and not one the caller
+    forced on the backend (a test that asks for KVM wants to see it fail)."""
+    return accel == "kvm" and not forced
+
+
+def fallback_warning(why: str, undone: str) -> str:
+    """The run's warning for a KVM boot that failed (`why`) and what was done with its guests (`undone`)."""
+    return (
+        f"KVM did not work here ({why}); {undone} under TCG. "
+        "KVM is marked unusable for this host and image; `niclab accel --probe` tests it again"
+    )
+
+
+def boot_falling_back(
+    accel: str,
+    boot: Callable[[str], Booted],
+    undo: Callable[[], None],
+    image: Image,
+    progress: Progress,
+    undone: str,
+    forced: bool = False,
+    mark: Callable[[Image, str], object] | None = None,
+) -> tuple[Booted, str | None]:
+    """Boot under `accel` ("kvm" or "tcg"); a KVM boot that raises BootError is undone (every KVM guest
+    stopped before a TCG one starts), KVM is marked unusable for `image`, and the boot is tried once more
+    under TCG (`mark`: mark_kvm_unusable). Returns what `boot` returned and the fallback's warning (None if
+    there was none)."""
+    try:
+        return boot(accel), None
+    except BootError as exc:
+        if not falls_back(accel, forced):
+            raise
+        undo()
+        (mark or mark_kvm_unusable)(image, exc.summary)
+        warning = fallback_warning(exc.summary, undone)
+        progress(f"warning: {warning}")
+        return boot("tcg"), warning
+
+
+def env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UsageError(f"{name}={text!r}: give a number of seconds above 0")
+    return value
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(nothing written)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"

@@ -1,0 +1,153 @@
+"""The run itself, once: what `niclab run` and the pytest plugin's scenario items both do.
+
+    request = RunRequest(scenario=scenario_file, cells=chosen, out=Path("runs"))
+    planned = plan(request, backend)        # which cells the backend can realize; boots nothing
+    started = start(planned, progress)      # the kernels checked, the run directory made
+    outcome = started.run()                 # the cells run: results.jsonl and run.json written
+
+A front end parses its options into a RunRequest (the scenario file it already parsed, the cells it
+chose: `--cell`, a shard, one pytest item), makes the backend, and presents what comes back; progress
+goes through the callable it gives. The backend's plug-in says whether the kernels its guests boot are
+checked first (niclab.plumbing.backends.kernel_check).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from niclab.base.errors import NiclabError
+from niclab.base.node import Progress
+from niclab.model.kernel_choice import KernelChoice
+from niclab.model.scenario import Cell, ScenarioFile
+from niclab.plumbing.backends import Backend, kernel_check
+from niclab.plumbing.facts import host_facts
+from niclab.plumbing.kernel_check import check_kernels, with_kernel
+from niclab.run.realizable import Verdict, verdicts
+from niclab.run.results import RunDir, RunInfo, new_run_dir
+from niclab.run.runner import Runner, RunOutcome
+
+
+class RunRequest(BaseModel):
+    """What to run: the front end's options, parsed."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    scenario: ScenarioFile  # as parsed: run.json keeps its file and text, read once
+    cells: list[Cell]  # the cells chosen (--cell, a shard, a pytest item), in the scenario's order
+    out: Path  # where the run directory is made
+    kernel: KernelChoice | None = None  # every node boots this kernel, whatever the scenario names (--kernel-build)
+    repeat: int | None = None  # runs of each benchmark, over the scenario's `repeat`
+    lab_file: Path | None = None  # the lab inventory the backend runs on: run.json keeps it
+    started: float | None = None  # when the command began (time.monotonic()): the progress lines count from it
+
+
+class NothingRealizable(NiclabError):
+    """The backend can realize none of the cells."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The cells of a request on a backend, each with whether the backend can realize it. Boots nothing."""
+
+    request: RunRequest
+    backend: Backend
+    verdicts: list[Verdict]
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [verdict.cell for verdict in self.verdicts]
+
+    @property
+    def skipped(self) -> list[Verdict]:
+        return [verdict for verdict in self.verdicts if not verdict.ok]
+
+
+def plan(request: RunRequest, backend: Backend) -> Plan:
+    cells = with_kernel(request.cells, request.kernel) if request.kernel is not None else request.cells
+    return Plan(request, backend, verdicts(backend, cells))
+
+
+@dataclass(frozen=True)
+class Started:
+    """A run ready to go: its cells checked, its run directory made, run.json's first version in memory."""
+
+    plan: Plan
+    cells: list[Cell]  # the cells the backend can realize
+    run_dir: RunDir
+    info: RunInfo
+    progress: Progress
+
+    def run(self) -> RunOutcome:
+        """Run the cells; Ctrl-C stops the guests and comes through as KeyboardInterrupt, run.json written."""
+        request = self.plan.request
+        runner = Runner(
+            self.plan.backend, self.run_dir, self.info, self.progress, started=request.started, repeat=request.repeat
+        )
+        return runner.run(self.cells)
+
+
+def start(planned: Plan, progress: Progress) -> Started:
+    """Skip (and say) the cells the backend cannot realize; check --out, then the kernels (building each one's
+    image: a kernel that lacks a driver is refused before anything boots); make the run directory."""
+    request, backend = planned.request, planned.backend
+    name = request.scenario.name
+    skipped = planned.skipped
+    for verdict in skipped:
+        progress(f"skipping cell {verdict.cell.id}: the {backend.name} backend cannot realize it: {verdict.reason}")
+    if skipped and len(skipped) == len(planned.verdicts):
+        raise NothingRealizable(
+            f"the {backend.name} backend cannot realize any cell of {name}: {skipped[0].reason}",
+            skipped[0].reason or "",
+        )
+    cells = [verdict.cell for verdict in planned.verdicts if verdict.ok]
+    check_out(request.out)  # before images are built: a typo in --out is found at once
+    if kernel_check(backend):
+        check_kernels(cells, progress)
+    try:
+        run_dir = RunDir(new_run_dir(request.out, name))
+    except OSError as exc:
+        raise NiclabError(
+            f"cannot create a run directory in --out {request.out}: {exc.strerror}; choose a directory you can write to"
+        ) from None
+    info = RunInfo(
+        scenario=name,
+        scenario_file=str(request.scenario.path.resolve()),
+        scenario_text=request.scenario.text,
+        cells=[cell.id for cell in cells],
+        backend=backend.name,
+        host=host_facts(),
+    )
+    info.warnings += [f"cell {verdict.cell.id} not run: {verdict.reason}" for verdict in skipped]
+    if request.lab_file is not None:
+        lab = getattr(backend, "lab", None)  # the backend that runs on a lab holds its inventory
+        info.lab = {
+            "file": str(request.lab_file.resolve()),
+            "text": request.lab_file.read_text(errors="replace"),
+            **({"name": lab.name, "prices": lab.prices()} if lab is not None else {}),
+        }
+    progress(f"run directory {run_dir.path}")
+    return Started(planned, cells, run_dir, info, progress)
+
+
+def check_out(out: Path) -> None:
+    """Refuse an --out no run directory can be made in (its nearest existing folder is a file, or not ours)."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    why = (
+        "Not a directory"
+        if not existing.is_dir()
+        else "Permission denied"
+        if not os.access(existing, os.W_OK | os.X_OK)
+        else ""
+    )
+    if why:
+        raise NiclabError(f"cannot create a run directory in --out {out}: {why}; choose a directory you can write to")
