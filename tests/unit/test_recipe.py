@@ -61,3 +61,18 @@ def test_the_default_kernel_is_the_micro_recipes_suite(repo):
     recipe = load_recipe(repo / "images" / "micro")
     assert recipe.suite == DEFAULT_SUITE
     assert DEFAULT_SUITE in SUITES
+
+
+def test_the_images_hold_what_every_benchmark_declares(repo):
+    # The recipes stay the image's hashed inputs; this keeps them in step with the benchmarks' declarations.
+    from niclab.model import bench
+
+    micro, debian = load_recipe(repo / "images" / "micro"), load_recipe(repo / "images" / "debian")
+    micro_modules = {m.replace("-", "_") for m in micro.modules}
+    for plugin in bench.REGISTRY.values():
+        need = plugin.guest
+        built = {b.source for b in micro.builds}
+        assert set(need.packages) <= set(micro.packages) | built, f"micro image lacks {plugin.name}'s packages"
+        assert set(need.packages) <= set(debian.packages), f"debian image lacks {plugin.name}'s packages"
+        assert set(need.programs) <= set(micro.binaries), f"micro initramfs lacks {plugin.name}'s programs"
+        assert {m.name for m in need.modules} <= micro_modules, f"micro image lacks {plugin.name}'s modules"

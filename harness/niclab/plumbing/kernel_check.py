@@ -4,6 +4,7 @@ A Debian kernel has every driver niclab uses. A kernel a developer built
 may not: its .config decides. Each need is a kernel module, built in or
 loadable; a missing one is named by its config option, with how to turn it
 on, so the developer fixes the tree instead of reading a guest's console.
+The benchmarks declare the modules they load (niclab.model.bench.declare.KernelModule).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from niclab.base.errors import NiclabError
 from niclab.base.problems import did_you_mean
-from niclab.model import nics
+from niclab.model import bench, nics
 from niclab.model.kernel_choice import KernelChoice
 from niclab.model.scenario import Cell, Scenario
 from niclab.model.scenario.template import cell_id
@@ -37,8 +38,6 @@ CONFIG_OF = {
     "ne2k_pci": ("NE2K_PCI", "the ne2k_pci NIC"),
     "vmxnet3": ("VMXNET3", "the vmxnet3 NIC"),
     "virtio_net": ("VIRTIO_NET", "the virtio NICs"),
-    "nfsd": ("NFSD", "the nfs benchmark's server"),
-    "nfsv4": ("NFS_V4", "the nfs benchmark's client"),
 }
 _ETHERNET = ("NETDEVICES", "ETHERNET")
 #: option -> the menus and options it depends on (Kconfig): olddefconfig drops it while one of them is off
@@ -55,8 +54,6 @@ DEPENDS = {
     "VMXNET3": ("NETDEVICES",),
     "VIRTIO_NET": ("NETDEVICES", "NET_CORE"),
     "VIRTIO_PCI": ("VIRTIO_MENU",),
-    "NFSD": ("NETWORK_FILESYSTEMS", "FILE_LOCKING"),
-    "NFS_V4": ("NETWORK_FILESYSTEMS", "NFS_FS"),
 }
 #: Built in, whatever the scenario: the guest cannot start without them.
 CORE = {
@@ -68,16 +65,26 @@ ALWAYS = ("virtio_pci", "virtio_console", "sch_netem", "bonding")
 
 
 def needed_modules(scenario: Scenario) -> list[str]:
-    """The modules every node of the scenario needs: the agent's channel, netem, bonding, its NICs' drivers."""
+    """The modules every node of the scenario needs: the agent's channel, netem, bonding, its NICs' drivers,
+    and those its benchmarks declare."""
     needs = list(ALWAYS)
     for link in scenario.links:
         for node in link.between:
             module = nics.get(link.model_for(node)).module.replace("-", "_")
             if module not in needs:
                 needs.append(module)
-    if any(spec.tool == "nfs" for spec in scenario.benchmarks):
-        needs += ["nfsd", "nfsv4"]
+    for spec in scenario.benchmarks:
+        needs += [m.name for m in bench.get(spec.tool).guest.modules if m.name not in needs]
     return needs
+
+
+def config_of(module: str) -> tuple[str, str, tuple[str, ...]]:
+    """(config option, what niclab uses it for, the options it depends on) of a module."""
+    declared = bench.kernel_modules().get(module)
+    if declared is not None:
+        return declared.option, declared.why, declared.depends
+    option, why = CONFIG_OF.get(module, (module.upper(), f"module {module}"))
+    return option, why, DEPENDS.get(option, ())
 
 
 def config_values(text: str) -> dict[str, str]:
@@ -108,7 +115,7 @@ def missing(image: Image, needs: Sequence[str]) -> list[Missing]:
     for module in needs:
         if module in have:
             continue
-        option, why = CONFIG_OF.get(module, (module.upper(), f"module {module}"))
+        option, why, depends = config_of(module)
         value = (values or {}).get(option)
         if value == "m":
             state = f"=m, but {module}.ko was not built (run `make modules`)"
@@ -116,7 +123,7 @@ def missing(image: Image, needs: Sequence[str]) -> list[Missing]:
             state = "=y, but modules.builtin does not list it (rebuild the tree)"
         else:
             state = "is not set"
-        off = tuple(d for d in DEPENDS.get(option, ()) if values is not None and values.get(d) != "y")
+        off = tuple(d for d in depends if values is not None and values.get(d) != "y")
         found.append(Missing(option, why, state, off))
     return found
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from niclab.base.errors import NiclabError
 from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Node
+from niclab.model.bench.declare import GuestNeeds, Shows
 
 
 class BenchOptions(BaseModel):
@@ -83,6 +84,8 @@ class Benchmark(Protocol):
 
     name: ClassVar[str]
     Options: ClassVar[type[BenchOptions]]
+    guest: ClassVar[GuestNeeds]  # the packages, programs and kernel modules its guests need
+    shows: ClassVar[Shows]  # its table rows, figures and findings in the report
 
     def metrics(self) -> list[MetricInfo]:
         """Every metric run() can report."""

@@ -23,6 +23,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
+from niclab.model.bench.declare import GuestNeeds, Shows
 
 PORT = 5201
 UDP_STARTS = 3
@@ -123,6 +124,8 @@ def client_argv(options: Iperf3Options, server_address: str) -> list[str]:
 class Iperf3:
     name: ClassVar[str] = "iperf3"
     Options: ClassVar[type[Iperf3Options]] = Iperf3Options
+    guest: ClassVar[GuestNeeds] = GuestNeeds(packages=("iperf3",), programs=("/usr/bin/iperf3",))
+    shows: ClassVar[Shows] = Shows()  # its headline metrics get rows labelled by their names
 
     def metrics(self) -> list[MetricInfo]:
         out = []

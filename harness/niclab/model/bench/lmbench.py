@@ -47,6 +47,7 @@ from niclab.model.bench.base import (
     quote,
     served,
 )
+from niclab.model.bench.declare import Figure, GuestNeeds, Row, Series, Shows
 
 BIN = "/usr/lib/lmbench/bin/x86_64-linux-gnu"
 PORTS = {"bw_tcp": (31236, "tcp"), "lat_tcp": (31234, "tcp"), "lat_udp": (34298, "udp"), "lat_connect": (31237, "tcp")}
@@ -198,6 +199,26 @@ def measurements(test: str, result: CommandResult) -> list[Measurement]:
 class Lmbench:
     name: ClassVar[str] = "lmbench"
     Options: ClassVar[type[LmbenchOptions]] = LmbenchOptions
+    guest: ClassVar[GuestNeeds] = GuestNeeds(packages=("lmbench",), programs=tuple(f"{BIN}/{test}" for test in PORTS))
+    shows: ClassVar[Shows] = Shows(
+        rows=(
+            Row("lmbench.bw_tcp.throughput_mbps", "lmbench bw_tcp"),
+            Row("lmbench.lat_tcp.latency_us", "lmbench lat_tcp"),
+            Row("lmbench.lat_udp.latency_us", "lmbench lat_udp"),
+            Row("lmbench.lat_connect.latency_us", "lmbench lat_connect"),
+        ),
+        figures=(
+            Figure("throughput", (Series("lmbench.bw_tcp.throughput_mbps", "lmbench bw_tcp", order=2),)),
+            Figure(
+                "latency",
+                (
+                    Series("lmbench.lat_tcp.latency_us", "lmbench lat_tcp", order=1),
+                    Series("lmbench.lat_udp.latency_us", "lmbench lat_udp", order=2),
+                ),
+            ),
+        ),
+        peaks=("lmbench.bw_tcp.throughput_mbps",),
+    )
 
     def metrics(self) -> list[MetricInfo]:
         return [

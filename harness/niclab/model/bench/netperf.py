@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from niclab.base.node import GuestCommandError
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
+from niclab.model.bench.declare import Figure, GuestNeeds, Row, Series, Shortfall, Shows
 from niclab.model.bench.netperf_parse import (
     LATENCIES,
     REQUEST_RESPONSE,
@@ -135,6 +136,94 @@ def _declared() -> list[MetricInfo]:
 class Netperf:
     name: ClassVar[str] = "netperf"
     Options: ClassVar[type[NetperfOptions]] = NetperfOptions
+    guest: ClassVar[GuestNeeds] = GuestNeeds(packages=("netperf",), programs=("/usr/bin/netperf", "/usr/bin/netserver"))
+    shows: ClassVar[Shows] = Shows(
+        rows=(
+            Row("netperf.TCP_STREAM.throughput_mbps", "tcp"),
+            Row("netperf.TCP_MAERTS.throughput_mbps", "tcp (reverse)"),
+            Row("netperf.UDP_STREAM.send_throughput_mbps", "udp send"),
+            Row("netperf.UDP_STREAM.recv_throughput_mbps", "udp receive"),
+            Row("netperf.UDP_STREAM.loss_pct", "udp loss"),
+            Row("netperf.TCP_STREAM.local_cpu_pct", "tcp cpu (sender)"),
+            Row("netperf.TCP_STREAM.remote_cpu_pct", "tcp cpu (receiver)"),
+            Row("netperf.UDP_STREAM.local_cpu_pct", "udp cpu (sender)"),
+            Row("netperf.UDP_STREAM.remote_cpu_pct", "udp cpu (receiver)"),
+            Row("netperf.TCP_RR.transaction_rate", "rr"),
+            Row("netperf.TCP_RR.latency_mean_us", "rr latency"),
+        ),
+        figures=(
+            Figure("throughput", (Series("netperf.TCP_STREAM.throughput_mbps", "TCP_STREAM"),)),
+            Figure(
+                "bars",
+                (
+                    Series("netperf.UDP_STREAM.send_throughput_mbps", "sent"),
+                    Series("netperf.UDP_STREAM.recv_throughput_mbps", "received"),
+                ),
+                section="throughput, latency and CPU",
+                title="UDP: sent against received",
+                caption="netperf UDP_STREAM; the gap is what the receiver lost.",
+                unit="Mbit/s",
+                order=21,
+                link=0,
+            ),
+            Figure("latency", (Series("netperf.TCP_RR.latency_mean_us", "TCP_RR mean"),)),
+            *(
+                figure
+                for test, unit, suffix in (
+                    ("TCP_STREAM", "µs per KB", "kb"),
+                    ("UDP_STREAM", "µs per KB", "kb"),
+                    ("TCP_RR", "µs per transaction", "tr"),
+                )
+                for figure in (
+                    Figure(
+                        "bars",
+                        (
+                            Series(f"netperf.{test}.local_cpu_pct", "local"),
+                            Series(f"netperf.{test}.remote_cpu_pct", "remote"),
+                        ),
+                        section="throughput, latency and CPU",
+                        title=f"CPU utilization, netperf {test}",
+                        caption="netperf -c -C.",
+                        unit="%",
+                        order=23,
+                    ),
+                    Figure(
+                        "bars",
+                        (
+                            Series(f"netperf.{test}.local_sd_us_per_{suffix}", "local"),
+                            Series(f"netperf.{test}.remote_sd_us_per_{suffix}", "remote"),
+                        ),
+                        section="throughput, latency and CPU",
+                        title=f"Service demand, netperf {test}",
+                        caption="CPU time per unit of work.",
+                        unit=unit,
+                        order=23,
+                    ),
+                )
+            ),
+            Figure("against-mtu", (Series("netperf.TCP_STREAM.throughput_mbps", "TCP_STREAM"),)),
+            Figure(
+                "against-ports",
+                (Series("netperf.TCP_STREAM.throughput_mbps", "TCP_STREAM"),),
+                section="bonding",
+                title="Bonding: throughput against ports",
+                caption="netperf TCP_STREAM over one card and over the bond, against the ideal of N times the single "
+                "card.",
+                unit="TCP throughput (Mbit/s)",
+                order=40,
+            ),
+        ),
+        findings=(
+            Shortfall(
+                "udp-receiver",
+                whole="netperf.UDP_STREAM.send_throughput_mbps",
+                part="netperf.UDP_STREAM.recv_throughput_mbps",
+                share=0.5,
+                text="UDP: {whole:.0f} Mbit/s sent, {part:.0f} received ({percent:.0f} %): the receiver drops",
+            ),
+        ),
+        peaks=("netperf.TCP_STREAM.throughput_mbps", "netperf.UDP_STREAM.recv_throughput_mbps"),
+    )
 
     def metrics(self) -> list[MetricInfo]:
         return _declared()

@@ -30,6 +30,8 @@ from pydantic import Field, model_validator
 
 from niclab.base.node import GuestCommandError
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
+from niclab.model.bench.declare import Dip, Figure, GuestNeeds, Series, Shows
+from niclab.model.bench.declare import Row as TableRow
 
 PORT = 5002
 OUTPUT = "/tmp/niclab-netpipe.out"
@@ -137,6 +139,28 @@ def failure(returncode: int, stdout: str, stderr: str) -> str:
 class Netpipe:
     name: ClassVar[str] = "netpipe"
     Options: ClassVar[type[NetpipeOptions]] = NetpipeOptions
+    guest: ClassVar[GuestNeeds] = GuestNeeds(packages=("netpipe-tcp",), programs=("/usr/bin/NPtcp",))
+    shows: ClassVar[Shows] = Shows(
+        rows=(
+            TableRow("netpipe.latency_us", "NetPIPE latency"),
+            TableRow("netpipe.peak_throughput_mbps", "NetPIPE peak"),
+        ),
+        figures=(
+            Figure(
+                "size-curve",
+                (Series("netpipe.peak_throughput_mbps", "NetPIPE"),),
+                section="NetPIPE curves",
+                title="NetPIPE",
+                caption="NPtcp's sweep, Mbit/s = 10^6 bit/s.",
+                order=10,
+            ),
+            Figure("throughput", (Series("netpipe.peak_throughput_mbps", "NetPIPE peak", order=1),)),
+            Figure("latency", (Series("netpipe.latency_us", "NetPIPE", order=3),)),
+            Figure("against-mtu", (Series("netpipe.peak_throughput_mbps", "NetPIPE peak", order=1),)),
+        ),
+        findings=(Dip("netpipe.peak_throughput_mbps", "NetPIPE"),),
+        peaks=("netpipe.peak_throughput_mbps",),
+    )
 
     def metrics(self) -> list[MetricInfo]:
         return [

@@ -43,6 +43,8 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import ClassVar, Literal
 
@@ -50,6 +52,7 @@ from pydantic import Field, model_validator
 
 from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Node
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote
+from niclab.model.bench.declare import Figure, GuestNeeds, KernelModule, Series, Shows
 
 EXPORT_DIR = "/srv/niclab-nfs"
 MOUNT_DIR = "/mnt/niclab-nfs"
@@ -69,14 +72,19 @@ def size_bytes(size: str) -> int:
     return int(size.rstrip("kmg")) * {"k": 2**10, "m": 2**20, "g": 2**30}.get(size[-1], 1)
 
 
-class NfsOptions(BenchOptions):
+class ShareOptions(BenchOptions):
+    """The NFS share's options, which every benchmark on the share takes (`share`)."""
+
     nfs_version: Literal["4.0", "4.1", "4.2"] = Field("4.2", description="NFS version the client mounts (vers=)")
+    export_size: str = Field("128m", pattern=SIZE, description="size of the tmpfs the server exports (in its RAM)")
+
+
+class NfsOptions(ShareOptions):
     block_size: str = Field("1m", pattern=SIZE, description="fio block size (bs) of seqread")
     random_block_size: str = Field("4k", pattern=SIZE, description="fio block size (bs) of randread and randrw")
     file_size: str = Field("32m", pattern=SIZE, description="each job's file (fio size=)")
     numjobs: int = Field(2, ge=1, le=16, description="fio jobs, each on its own file (numjobs=)")
     seconds: int = Field(10, ge=1, le=3600, description="run time of each pattern (runtime=, time_based)")
-    export_size: str = Field("128m", pattern=SIZE, description="size of the tmpfs the server exports (in its RAM)")
     direct: bool = Field(True, description="O_DIRECT on the client (direct=1), so every I/O crosses the link")
 
     @model_validator(mode="after")
@@ -168,7 +176,7 @@ def _mounted(path: str) -> str:
     return f"grep -q ' {path} ' /proc/mounts"
 
 
-def server_setup(options: NfsOptions, server_address: str, client_address: str) -> list[tuple[str, str]]:
+def server_setup(options: ShareOptions, server_address: str, client_address: str) -> list[tuple[str, str]]:
     """(step, shell command) to run on the server before rpc.mountd starts."""
     export = "rw,fsid=0,no_subtree_check,no_root_squash"
     return [
@@ -194,7 +202,7 @@ def server_start(server_address: str) -> list[tuple[str, str]]:
     ]
 
 
-def client_mount(options: NfsOptions, server_address: str) -> list[tuple[str, str]]:
+def client_mount(options: ShareOptions, server_address: str) -> list[tuple[str, str]]:
     return [
         ("load the NFS client module", "modprobe nfsv4"),
         (
@@ -262,6 +270,38 @@ def _mount_options(node: Node) -> dict:
 class Nfs:
     name: ClassVar[str] = "nfs"
     Options: ClassVar[type[NfsOptions]] = NfsOptions
+    guest: ClassVar[GuestNeeds] = GuestNeeds(
+        packages=("fio", "nfs-kernel-server"),
+        programs=(
+            "/usr/bin/fio",
+            "/usr/sbin/rpc.nfsd",
+            "/usr/sbin/rpc.mountd",
+            "/usr/sbin/exportfs",
+            "/usr/sbin/mount.nfs",
+        ),
+        modules=(
+            KernelModule("nfsd", "NFSD", "the nfs benchmark's server", ("NETWORK_FILESYSTEMS", "FILE_LOCKING")),
+            KernelModule("nfsv4", "NFS_V4", "the nfs benchmark's client", ("NETWORK_FILESYSTEMS", "NFS_FS")),
+        ),
+    )
+    shows: ClassVar[Shows] = Shows(
+        figures=(
+            Figure(
+                "pattern-bars",
+                (
+                    Series("nfs.seqread.bandwidth_mb_s", "seqread"),
+                    Series("nfs.randread.bandwidth_mb_s", "randread"),
+                    Series("nfs.randrw.read_bandwidth_mb_s", "randrw read"),
+                    Series("nfs.randrw.write_bandwidth_mb_s", "randrw write"),
+                ),
+                section="fio over NFS",
+                title="fio over NFS: bandwidth per pattern",
+                caption="NFSv4 on a tmpfs across the link.",
+                unit="MB/s (10^6 bytes)",
+                order=50,
+            ),
+        )
+    )
 
     def metrics(self) -> list[MetricInfo]:
         out = []
@@ -305,27 +345,9 @@ class Nfs:
         return 8 + layout + len(PATTERNS) * (options.seconds + 1)  # set-up and clean-up take ~8 s
 
     def run(self, ctx: BenchContext, options: NfsOptions) -> list[Measurement]:
-        ends = ctx.ends
-        server, client = ends.server, ends.client
-        mountd: GuestProcess | None = None
+        client = ctx.ends.client
         found: list[Measurement] = []
-        done = False
-        try:
-            _step(server, "find the NFS server programs", _have(["rpc.nfsd", "rpc.mountd", "exportfs"]))
-            _step(client, "find fio and mount.nfs", _have(["fio", "mount.nfs"]))
-            for step, command in server_setup(options, ends.server_address, ends.client_address):
-                _step(server, step, command)
-            mountd = server.spawn(MOUNTD)
-            for step, command in server_start(ends.server_address):
-                _step(server, step, command)
-            if (gone := mountd.poll()) is not None:
-                raise BenchmarkError(
-                    f"nfs: rpc.mountd on {server.name} exited {gone.returncode}: "
-                    f"{(gone.stderr or gone.stdout).strip()[-500:]}"
-                )
-            for step, command in client_mount(options, ends.server_address):
-                _step(client, step, command)
-            mount = _mount_options(client)
+        with share(ctx, options, ["fio"]) as mount:
             layout = options.numjobs * size_bytes(options.file_size) / 1e6  # 1 MB/s at worst
             for pattern in PATTERNS:
                 argv = fio_argv(options, pattern)
@@ -344,12 +366,44 @@ class Nfs:
                         f"{(result.stderr or result.stdout).strip()[-500:]} (raw output: {path})"
                     )
                 found += [replace(m, extra={**m.extra, "mount": mount}) for m in measured]
-            done = True
-        finally:
-            problems = cleanup(client, server, mountd)
-            if done and problems:
-                raise BenchmarkError("nfs: clean-up failed: " + "; ".join(problems))
         return found
+
+
+@contextmanager
+def share(ctx: BenchContext, options: ShareOptions, programs: list[str]) -> Iterator[dict]:
+    """The server's tmpfs exported and mounted on the client at MOUNT_DIR for the length of the block.
+
+    `programs` are what the block runs on the client (checked first, with
+    mount.nfs); yields what the client really mounted (_mount_options). Clean-up
+    always runs; its failures are an error only when the block succeeded (else
+    the block's error is the one that counts).
+    """
+    ends = ctx.ends
+    server, client = ends.server, ends.client
+    mountd: GuestProcess | None = None
+    try:
+        _step(server, "find the NFS server programs", _have(["rpc.nfsd", "rpc.mountd", "exportfs"]))
+        needed = [*programs, "mount.nfs"]
+        _step(client, f"find {' and '.join(needed)}", _have(needed))
+        for step, command in server_setup(options, ends.server_address, ends.client_address):
+            _step(server, step, command)
+        mountd = server.spawn(MOUNTD)
+        for step, command in server_start(ends.server_address):
+            _step(server, step, command)
+        if (gone := mountd.poll()) is not None:
+            raise BenchmarkError(
+                f"nfs: rpc.mountd on {server.name} exited {gone.returncode}: "
+                f"{(gone.stderr or gone.stdout).strip()[-500:]}"
+            )
+        for step, command in client_mount(options, ends.server_address):
+            _step(client, step, command)
+        yield _mount_options(client)
+    except BaseException:
+        cleanup(client, server, mountd)
+        raise
+    problems = cleanup(client, server, mountd)
+    if problems:
+        raise BenchmarkError("nfs: clean-up failed: " + "; ".join(problems))
 
 
 def cleanup(client: Node, server: Node, mountd: GuestProcess | None) -> list[str]:

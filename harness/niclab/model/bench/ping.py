@@ -12,6 +12,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote
+from niclab.model.bench.declare import GuestNeeds, Row, Shows
 
 SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) received")
 RTT = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
@@ -67,6 +68,8 @@ def argv(options: PingOptions, source: str, target: str) -> list[str]:
 class Ping:
     name: ClassVar[str] = "ping"
     Options: ClassVar[type[PingOptions]] = PingOptions
+    guest: ClassVar[GuestNeeds] = GuestNeeds(packages=("iputils-ping",), programs=("/usr/bin/ping",))
+    shows: ClassVar[Shows] = Shows(rows=(Row("ping.rtt_avg_ms", "ping RTT"),))
 
     def metrics(self) -> list[MetricInfo]:
         return [

@@ -118,6 +118,7 @@ def cmd_image_build(args) -> int:
 
 
 def cmd_image_info(args) -> int:
+    from niclab.model import bench
     from niclab.plumbing.image.store import find_image, recipe
 
     name = _recipe_name(args.recipe)
@@ -139,23 +140,9 @@ def cmd_image_info(args) -> int:
     if image.disk is not None:
         qcow2_mib = m["disk"]["qcow2_bytes"] / 2**20
         print(f"disk       {image.disk} ({m['disk']['size_mib']} MiB ext4, {qcow2_mib:.0f} MiB qcow2)")
-    tools = (
-        "linux-image-amd64",
-        "netperf",
-        "netpipe-tcp",
-        "iperf3",
-        "lmbench",
-        "iproute2",
-        "ethtool",
-        "qemu-guest-agent",
-        "nfs-kernel-server",
-        "busybox-static",
-        "firmware-misc-nonfree",
-        "systemd",
-        "openssh-server",
-        "fio",
-    )
-    shown = [p for p in tools if p in m["packages"]]
+    base = ("linux-image-amd64", "iproute2", "ethtool", "qemu-guest-agent", "busybox-static", "firmware-misc-nonfree")
+    tools = (*base, "systemd", "openssh-server", *bench.guest_packages())  # then what the benchmarks declare
+    shown = [p for p in dict.fromkeys(tools) if p in m["packages"]]
     print("packages   " + "\n           ".join(f"{p} {m['packages'][p]}" for p in shown))
     for source, directory in m.get("built_from_source", {}).items():
         print(f"built      {source} from Debian source ({directory})")

@@ -13,7 +13,9 @@ from niclab.ui.report.data import RunData, merge_runs
 from niclab.ui.report.figures import Plot
 from niclab.ui.report.tables import Table, summary_table
 
-SECTIONS = ("NetPIPE curves", "throughput, latency and CPU", "throughput against MTU", "bonding", "fio over NFS")
+
+def _maker(figures: list[plots.Figure]) -> Callable[[RunData], list[Plot]]:
+    return lambda run: [plot for figure in figures for plot in plots.draw(run, figure)]
 
 
 @dataclass
@@ -53,20 +55,12 @@ def _drawn(title: str, make: Callable[[RunData], Any], run: RunData, undrawn: li
 def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report:
     """A report of the runs; runs of one scenario (shards of a sweep) become one section."""
     runs = merge_runs(runs)
+    makers = [(title, _maker(figures)) for title, figures in plots.sections().items()]
+    makers.append((plots.SWEEP_SECTION, plots.sweep_lines))
     sections = []
     for run in runs:
         undrawn: list[str] = []
-        figures = {
-            title: _drawn(title, make, run, undrawn)
-            for title, make in (
-                ("NetPIPE curves", plots.netpipe_plots),
-                ("throughput, latency and CPU", plots.throughput_bars),
-                ("throughput against MTU", plots.mtu_lines),
-                ("bonding", plots.bonding_plot),
-                ("fio over NFS", plots.nfs_plot),
-                ("against a swept setting", plots.sweep_lines),
-            )
-        }
+        figures = {title: _drawn(title, make, run, undrawn) for title, make in makers}
         known, currency = cost.prices_of(run, prices)
         sections.append(
             RunSection(

@@ -4,8 +4,9 @@ Prices come from the scenario (`prices: {e1000: 35, rtl8139: 9}`,
 `currency: USD`), from the cards of a lab run's inventory (what the lab
 paid; over the scenario's), or from a YAML file given to `niclab report
 --prices` (same keys; over both). The peak
-is the highest mean among the cell's throughput metrics (netperf TCP_STREAM,
-NetPIPE's peak, lmbench bw_tcp, netperf UDP received).
+is the highest mean among the cell's throughput metrics, those the benchmarks
+declare as peaks (netperf TCP_STREAM, NetPIPE's peak, lmbench bw_tcp, netperf
+UDP received).
 """
 
 from __future__ import annotations
@@ -14,15 +15,8 @@ import math
 from dataclasses import dataclass
 
 from niclab.base import yamlpos
-from niclab.model import nics
+from niclab.model import bench, nics
 from niclab.ui.report.data import RunData
-
-PEAK_METRICS = (
-    "netperf.TCP_STREAM.throughput_mbps",
-    "netpipe.peak_throughput_mbps",
-    "lmbench.bw_tcp.throughput_mbps",
-    "netperf.UDP_STREAM.recv_throughput_mbps",
-)
 
 
 @dataclass(frozen=True)
@@ -73,7 +67,7 @@ def cost_rows(run: RunData, prices: dict[str, float]) -> list[CostRow]:
     for cell in run.cells:
         model = nics.lookup(cell.card)
         price = prices.get(model.name if model else cell.card)
-        peaks = [(s["mean"], s["name"]) for name in PEAK_METRICS if (s := cell.summary(name))]
+        peaks = [(s["mean"], s["name"]) for name in bench.peak_metrics() if (s := cell.summary(name))]
         if price is None or not peaks:
             continue
         peak, metric = max(peaks)

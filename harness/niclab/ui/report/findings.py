@@ -1,11 +1,14 @@
 """Findings the report flags on its own, as a careful reader of a NIC study would.
 
-- a NetPIPE dip: a message size whose throughput falls well below both of
+The benchmarks declare which of their metrics are checked how (niclab.model.bench.declare):
+
+- a dip: a message size whose throughput falls well below both of
   its neighbours (a 2002 study found the E1000 collapsing at MTU 4000 so);
 - unstable results: a spread above what the scenario accepts, or a tool
   that doubted its figure (netperf's confidence target missed);
-- a UDP receiver far below its sender: the card or driver drops at the
-  receiving end (a study saw 355 Mbit/s sent and 62 received);
+- a shortfall: one metric far below another, such as a UDP receiver below
+  its sender: the card or driver drops at the receiving end (a study saw
+  355 Mbit/s sent and 62 received);
 - a bond whose ports' interrupts all land on one CPU, though the guest has
   more, so the bond cannot spread its work;
 - host contention: a benchmark during which other processes took the CPU
@@ -16,18 +19,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from niclab.model import bench
+from niclab.model.bench import Dip, Shortfall
 from niclab.ui.report.data import RunData
 from niclab.ui.report.figures import size_label
-from niclab.ui.report.plots import netpipe_curve
+from niclab.ui.report.plots import size_curve
 
 DIP_DEPTH = 0.15  # a dip is at least 15 % below the lower of its two neighbours
-UDP_RECEIVER_SHARE = 0.5  # the receiver got less than half of what was sent
 IRQ_ONE_CPU_SHARE = 0.9  # a CPU took more than 90 % of a bond's interrupts
 
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # dip, unstable, udp-receiver, irq-one-cpu, host-contention
+    kind: str  # dip, unstable, irq-one-cpu, host-contention, or a benchmark's shortfall (udp-receiver)
     where: str  # scenario · cell
     text: str
 
@@ -43,16 +47,17 @@ def dips(curve: list[list[float]], depth: float = DIP_DEPTH) -> list[tuple[int, 
 
 
 def find(run: RunData) -> list[Finding]:
+    declared = bench.findings()
     found: list[Finding] = []
     for cell in run.cells:
         where = f"{run.scenario} · {cell.id}"
-        if curve := netpipe_curve(cell):
-            for size, value, floor in dips(curve):
+        for dip in (d for d in declared if isinstance(d, Dip)):
+            for size, value, floor in dips(size_curve(cell, dip.metric) or []):
                 found.append(
                     Finding(
                         "dip",
                         where,
-                        f"NetPIPE dips at {size_label(size)} bytes: {value:.0f} Mbit/s, "
+                        f"{dip.label} dips at {size_label(size)} bytes: {value:.0f} Mbit/s, "
                         f"{100 * (1 - value / floor):.0f} % below its neighbours",
                     )
                 )
@@ -64,17 +69,12 @@ def find(run: RunData) -> list[Finding]:
                 found.append(
                     Finding("unstable", where, f"{s['benchmark']} {s['metric']} is unstable: {'; '.join(s['reasons'])}")
                 )
-        sent = cell.summary("netperf.UDP_STREAM.send_throughput_mbps")
-        received = cell.summary("netperf.UDP_STREAM.recv_throughput_mbps")
-        if sent and received and sent["mean"] > 0 and received["mean"] < UDP_RECEIVER_SHARE * sent["mean"]:
-            found.append(
-                Finding(
-                    "udp-receiver",
-                    where,
-                    f"UDP: {sent['mean']:.0f} Mbit/s sent, {received['mean']:.0f} received "
-                    f"({100 * received['mean'] / sent['mean']:.0f} %): the receiver drops",
-                )
-            )
+        for short in (d for d in declared if isinstance(d, Shortfall)):
+            whole, part = cell.summary(short.whole), cell.summary(short.part)
+            if whole and part and whole["mean"] > 0 and part["mean"] < short.share * whole["mean"]:
+                percent = 100 * part["mean"] / whole["mean"]
+                text = short.text.format(whole=whole["mean"], part=part["mean"], percent=percent)
+                found.append(Finding(short.kind, where, text))
         found += _bond_irqs(cell, where)
     return found
 

@@ -1,22 +1,101 @@
 """The report's plots, each built from run data; a plot with nothing to show is None.
 
-NetPIPE curves come from the `curve` a netpipe measurement carries; with
-repeats, the run whose peak is the median stands for its cell.
+What is drawn comes from the benchmarks (niclab.model.bench.declare.Figure):
+each declares figures of a kind this module knows how to draw, with the
+metrics to show. The shared kinds (TCP throughput and latency per card,
+throughput against MTU) gather the series every benchmark adds to them under
+the title and caption here. Curves against message size come from the `curve`
+a measurement carries; with repeats, the run whose value is the median stands
+for its cell.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import assert_never
 
+from niclab.model import bench
+from niclab.model.bench import Figure
 from niclab.ui.report.data import CellData, RunData
 from niclab.ui.report.figures import COLORS, Plot, bytes_axis, grouped_bars, new_figure, to_plot
 
-NFS_PATTERNS = (
-    ("seqread", "nfs.seqread.bandwidth_mb_s"),
-    ("randread", "nfs.randread.bandwidth_mb_s"),
-    ("randrw read", "nfs.randrw.read_bandwidth_mb_s"),
-    ("randrw write", "nfs.randrw.write_bandwidth_mb_s"),
-)
+BARS_SECTION = "throughput, latency and CPU"
+#: The figures several benchmarks add series to: the report's title, caption and place; the series come from them.
+SHARED = {
+    "throughput": Figure(
+        "throughput",
+        (),
+        BARS_SECTION,
+        "TCP throughput per card",
+        "netperf TCP_STREAM, mean with its confidence interval.",
+        "Mbit/s",
+        order=20,
+        link=0,
+    ),
+    "latency": Figure(
+        "latency",
+        (),
+        BARS_SECTION,
+        "Latency per card",
+        "round trips (netperf TCP_RR mean, lmbench medians) and NetPIPE's one-way time.",
+        "µs",
+        order=22,
+        link=0,
+    ),
+    "against-mtu": Figure(
+        "against-mtu",
+        (),
+        "throughput against MTU",
+        "Throughput against MTU",
+        "netperf TCP_STREAM per card and MTU.",
+        "TCP throughput (Mbit/s)",
+        order=30,
+    ),
+}
+SWEEP_SECTION = "against a swept setting"
+
+
+def figures(declared: list[Figure] | None = None) -> list[Figure]:
+    """The figures of the report in order: the shared ones with every benchmark's series (by their `order`),
+    beside each benchmark's own (by default the registry's declarations)."""
+    declared = bench.figures() if declared is None else declared
+    shared = {
+        kind: replace(
+            figure,
+            series=tuple(sorted((s for f in declared if f.kind == kind for s in f.series), key=lambda s: s.order)),
+        )
+        for kind, figure in SHARED.items()
+    }
+    own = [f for f in declared if f.kind not in SHARED]
+    return sorted([f for f in shared.values() if f.series] + own, key=lambda f: f.order)
+
+
+def sections(declared: list[Figure] | None = None) -> dict[str, list[Figure]]:
+    """Section title -> its figures, the sections in the order of their first figure."""
+    found: dict[str, list[Figure]] = {}
+    for figure in figures(declared):
+        found.setdefault(figure.section, []).append(figure)
+    return found
+
+
+def draw(run: RunData, figure: Figure) -> list[Plot]:
+    """The plots of one figure (none when the run has nothing for it)."""
+    match figure.kind:
+        case "throughput" | "latency" | "bars":
+            series = {s.label: s.metric for s in figure.series}
+            made = _bars(run, figure.title, f"{run.scenario}: {figure.caption}", figure.unit, series, figure.link)
+        case "pattern-bars":
+            made = pattern_bars(run, figure)
+        case "size-curve":
+            return size_curve_plots(run, figure)
+        case "against-mtu":
+            made = mtu_lines(run, figure)
+        case "against-ports":
+            made = bonding_plot(run, figure)
+        case _:
+            assert_never(figure.kind)
+    return [made] if made else []
 
 
 def half_width(summary: dict | None) -> float | None:
@@ -27,9 +106,9 @@ def half_width(summary: dict | None) -> float | None:
     return half if math.isfinite(half) else None
 
 
-def netpipe_curve(cell: CellData) -> list[list[float]] | None:
-    """The curve of the cell's median-peak NetPIPE run: [[bytes, Mbit/s, half RTT us], ...]."""
-    runs = [m for m in cell.measurements if m["name"] == "netpipe.peak_throughput_mbps" and m["extra"].get("curve")]
+def size_curve(cell: CellData, metric: str) -> list[list[float]] | None:
+    """The curve of the cell's run whose `metric` is the median: [[bytes, Mbit/s, one-way us], ...]."""
+    runs = [m for m in cell.measurements if m["name"] == metric and m["extra"].get("curve")]
     if not runs:
         return None
     peaks = sorted(runs, key=lambda m: m["value"])
@@ -44,8 +123,10 @@ def _mtu_of(cell: CellData) -> int | None:
         return None
 
 
-def netpipe_plots(run: RunData) -> list[Plot]:
-    curves = {cell.id: (cell, c) for cell in run.cells if (c := netpipe_curve(cell))}
+def size_curve_plots(run: RunData, figure: Figure) -> list[Plot]:
+    """Throughput and one-way time against message size, a line per card; then per card, a line per MTU."""
+    metric, name = figure.series[0].metric, figure.title
+    curves = {cell.id: (cell, c) for cell in run.cells if (c := size_curve(cell, metric))}
     if not curves:
         return []
     plots = []
@@ -53,7 +134,7 @@ def netpipe_plots(run: RunData) -> list[Plot]:
     for cell, curve in curves.values():
         by_card.setdefault(cell.card, []).append((cell, curve))
     # one line per card (at its smallest MTU when the run sweeps MTUs)
-    figure, ax = new_figure()
+    drawing, ax = new_figure()
     latency_figure, latency_ax = new_figure()
     for i, (card, cells) in enumerate(by_card.items()):
         cell, curve = min(cells, key=lambda item: _mtu_of(item[0]) or 0)
@@ -69,15 +150,15 @@ def netpipe_plots(run: RunData) -> list[Plot]:
     latency_ax.set_yscale("log")
     plots.append(
         to_plot(
-            figure,
-            "NetPIPE: throughput against message size",
-            f"{run.scenario}: one line per card; NPtcp's sweep, Mbit/s = 10^6 bit/s.",
+            drawing,
+            f"{name}: throughput against message size",
+            f"{run.scenario}: one line per card; {figure.caption}",
         )
     )
     plots.append(
         to_plot(
             latency_figure,
-            "NetPIPE: time against message size",
+            f"{name}: time against message size",
             f"{run.scenario}: half the round trip of each message size (log-log).",
         )
     )
@@ -85,7 +166,7 @@ def netpipe_plots(run: RunData) -> list[Plot]:
     for card, cells in by_card.items():
         if len(cells) < 2:
             continue
-        figure, ax = new_figure(6.5, 3.8)
+        drawing, ax = new_figure(6.5, 3.8)
         for i, (cell, curve) in enumerate(sorted(cells, key=lambda item: _mtu_of(item[0]) or 0)):
             ax.plot(
                 [p[0] for p in curve],
@@ -98,7 +179,7 @@ def netpipe_plots(run: RunData) -> list[Plot]:
         ax.set_ylabel("throughput (Mbit/s)")
         ax.grid(alpha=0.3)
         ax.legend()
-        plots.append(to_plot(figure, f"NetPIPE on {card}, per MTU", f"{run.scenario}: one line per MTU."))
+        plots.append(to_plot(drawing, f"{name} on {card}, per MTU", f"{run.scenario}: one line per MTU."))
     return plots
 
 
@@ -118,79 +199,17 @@ def _bars(
     return to_plot(figure, title, caption)
 
 
-def throughput_bars(run: RunData) -> list[Plot]:
-    plots = [
-        _bars(
-            run,
-            "TCP throughput per card",
-            f"{run.scenario}: netperf TCP_STREAM, mean with its confidence interval.",
-            "Mbit/s",
-            {
-                "TCP_STREAM": "netperf.TCP_STREAM.throughput_mbps",
-                "NetPIPE peak": "netpipe.peak_throughput_mbps",
-                "lmbench bw_tcp": "lmbench.bw_tcp.throughput_mbps",
-            },
-            link=0,
-        ),
-        _bars(
-            run,
-            "UDP: sent against received",
-            f"{run.scenario}: netperf UDP_STREAM; the gap is what the receiver lost.",
-            "Mbit/s",
-            {"sent": "netperf.UDP_STREAM.send_throughput_mbps", "received": "netperf.UDP_STREAM.recv_throughput_mbps"},
-            link=0,
-        ),
-        _bars(
-            run,
-            "Latency per card",
-            f"{run.scenario}: round trips (netperf TCP_RR mean, lmbench medians) and NetPIPE's one-way time.",
-            "µs",
-            {
-                "TCP_RR mean": "netperf.TCP_RR.latency_mean_us",
-                "lmbench lat_tcp": "lmbench.lat_tcp.latency_us",
-                "lmbench lat_udp": "lmbench.lat_udp.latency_us",
-                "NetPIPE": "netpipe.latency_us",
-            },
-            link=0,
-        ),
-    ]
-    for test in ("TCP_STREAM", "UDP_STREAM", "TCP_RR"):
-        plots.append(
-            _bars(
-                run,
-                f"CPU utilization, netperf {test}",
-                f"{run.scenario}: netperf -c -C.",
-                "%",
-                {"local": f"netperf.{test}.local_cpu_pct", "remote": f"netperf.{test}.remote_cpu_pct"},
-            )
-        )
-        unit, suffix = ("µs per transaction", "tr") if test.endswith("RR") else ("µs per KB", "kb")
-        plots.append(
-            _bars(
-                run,
-                f"Service demand, netperf {test}",
-                f"{run.scenario}: CPU time per unit of work.",
-                unit,
-                {
-                    "local": f"netperf.{test}.local_sd_us_per_{suffix}",
-                    "remote": f"netperf.{test}.remote_sd_us_per_{suffix}",
-                },
-            )
-        )
-    return [p for p in plots if p]
-
-
-def mtu_lines(run: RunData) -> Plot | None:
-    """Peak throughput against MTU, one line per card (runs with an mtu axis)."""
+def mtu_lines(run: RunData, figure: Figure) -> Plot | None:
+    """Throughput against MTU, one line per card (runs with an mtu axis): the first of the series a cell has."""
     points: dict[str, list[tuple[int, float, float | None]]] = {}
     for cell in run.cells:
         mtu = _mtu_of(cell)
-        s = cell.summary("netperf.TCP_STREAM.throughput_mbps") or cell.summary("netpipe.peak_throughput_mbps")
+        s = next((found for series in figure.series if (found := cell.summary(series.metric))), None)
         if mtu is not None and s:
             points.setdefault(cell.card, []).append((mtu, s["mean"], half_width(s)))
     if not points or max(len(v) for v in points.values()) < 2:
         return None
-    figure, ax = new_figure()
+    drawing, ax = new_figure()
     for i, (card, values) in enumerate(points.items()):
         values.sort(key=lambda v: v[0])
         ax.errorbar(
@@ -203,25 +222,26 @@ def mtu_lines(run: RunData) -> Plot | None:
             color=COLORS[i % len(COLORS)],
         )
     ax.set_xlabel("MTU (bytes)")
-    ax.set_ylabel("TCP throughput (Mbit/s)")
+    ax.set_ylabel(figure.unit)
     ax.grid(alpha=0.3)
     ax.legend()
-    return to_plot(figure, "Throughput against MTU", f"{run.scenario}: netperf TCP_STREAM per card and MTU.")
+    return to_plot(drawing, figure.title, f"{run.scenario}: {figure.caption}")
 
 
-def bonding_plot(run: RunData) -> Plot | None:
-    """TCP throughput against the number of bonded ports, beside N times the single port."""
+def bonding_plot(run: RunData, figure: Figure) -> Plot | None:
+    """The metric (throughput) against the number of bonded ports, beside N times the single port."""
+    metric = figure.series[0].metric
     series: dict[str, dict[int, float]] = {}
     for cell in run.cells:
         for s in cell.summaries:
-            if s["name"] != "netperf.TCP_STREAM.throughput_mbps":
+            if s["name"] != metric:
                 continue
             ports = (cell.nic_of(s["runs"][0], s["client"]).get("ports") or 1) if s["runs"] else 1
             series.setdefault(cell.card, {})[ports] = s["mean"]
     series = {card: values for card, values in series.items() if len(values) > 1 and 1 in values}
     if not series:
         return None
-    figure, ax = new_figure()
+    drawing, ax = new_figure()
     for i, (card, values) in enumerate(series.items()):
         ports = sorted(values)
         color = COLORS[i % len(COLORS)]
@@ -230,31 +250,28 @@ def bonding_plot(run: RunData) -> Plot | None:
             ports, [values[1] * p for p in ports], linestyle="--", color=color, alpha=0.6, label=f"{card}: N × one port"
         )
     ax.set_xlabel("bonded ports")
-    ax.set_ylabel("TCP throughput (Mbit/s)")
+    ax.set_ylabel(figure.unit)
     ax.set_xticks(sorted({p for v in series.values() for p in v}))
     ax.grid(alpha=0.3)
     ax.legend()
-    return to_plot(
-        figure,
-        "Bonding: throughput against ports",
-        f"{run.scenario}: netperf TCP_STREAM over one card "
-        "and over the bond, against the ideal of N times the single card.",
-    )
+    return to_plot(drawing, figure.title, f"{run.scenario}: {figure.caption}")
 
 
-def nfs_plot(run: RunData) -> Plot | None:
-    cells = [c for c in run.cells if any(c.summary(name) for _, name in NFS_PATTERNS)]
+def pattern_bars(run: RunData, figure: Figure) -> Plot | None:
+    """A group of bars per series (an access pattern), one bar per cell."""
+    cells = [c for c in run.cells if any(c.summary(s.metric, figure.link) for s in figure.series)]
     if not cells:
         return None
-    figure, ax = new_figure()
+    drawing, ax = new_figure()
     data = {
         cell.card if run.axes == ["nic"] else cell.id: [
-            (s["mean"] if (s := cell.summary(name)) else None, half_width(s)) for _, name in NFS_PATTERNS
+            (s["mean"] if (s := cell.summary(series.metric, figure.link)) else None, half_width(s))
+            for series in figure.series
         ]
         for cell in cells
     }
-    grouped_bars(ax, [label for label, _ in NFS_PATTERNS], data, "MB/s (10^6 bytes)")
-    return to_plot(figure, "fio over NFS: bandwidth per pattern", f"{run.scenario}: NFSv4 on a tmpfs across the link.")
+    grouped_bars(ax, [series.label for series in figure.series], data, figure.unit)
+    return to_plot(drawing, figure.title, f"{run.scenario}: {figure.caption}")
 
 
 SWEEP_METRICS = 6  # at most this many headline metrics are drawn against a swept axis

@@ -1,7 +1,8 @@
 """The classic summary table: one row per test, one column per card (or cell).
 
 As the NIC studies printed it: `tcp`, `udp send`, `udp receive`, `rr` and
-the rest of the headline metrics down the side, the cards across, each value
+the rest of the headline metrics down the side (labelled as their benchmarks
+declare, niclab.model.bench.declare.Row, else by benchmark and metric), the cards across, each value
 the mean with ± its confidence interval's half width, the unit in the row.
 The same table comes as CSV (its text escaped for spreadsheets, niclab.ui.csvsafe)
 and as Markdown.
@@ -13,30 +14,10 @@ import csv
 import io
 from dataclasses import dataclass
 
+from niclab.model import bench
 from niclab.ui import csvsafe
 from niclab.ui.formats import drivers_line, format_value, metric_label
 from niclab.ui.report.data import RunData
-
-CLASSIC_NAMES = {
-    "netperf.TCP_STREAM.throughput_mbps": "tcp",
-    "netperf.TCP_MAERTS.throughput_mbps": "tcp (reverse)",
-    "netperf.UDP_STREAM.send_throughput_mbps": "udp send",
-    "netperf.UDP_STREAM.recv_throughput_mbps": "udp receive",
-    "netperf.UDP_STREAM.loss_pct": "udp loss",
-    "netperf.TCP_STREAM.local_cpu_pct": "tcp cpu (sender)",
-    "netperf.TCP_STREAM.remote_cpu_pct": "tcp cpu (receiver)",
-    "netperf.UDP_STREAM.local_cpu_pct": "udp cpu (sender)",
-    "netperf.UDP_STREAM.remote_cpu_pct": "udp cpu (receiver)",
-    "netperf.TCP_RR.transaction_rate": "rr",
-    "netperf.TCP_RR.latency_mean_us": "rr latency",
-    "netpipe.latency_us": "NetPIPE latency",
-    "netpipe.peak_throughput_mbps": "NetPIPE peak",
-    "lmbench.bw_tcp.throughput_mbps": "lmbench bw_tcp",
-    "lmbench.lat_tcp.latency_us": "lmbench lat_tcp",
-    "lmbench.lat_udp.latency_us": "lmbench lat_udp",
-    "lmbench.lat_connect.latency_us": "lmbench lat_connect",
-    "ping.rtt_avg_ms": "ping RTT",
-}
 
 
 @dataclass(frozen=True)
@@ -87,6 +68,7 @@ def column_label(run: RunData, cell) -> str:
 
 
 def summary_table(run: RunData) -> Table:
+    labels = bench.table_rows()
     keys: list[tuple[str, int, str]] = []  # (name, link, label) in first-seen order
     units: dict[tuple[str, int], str] = {}
     for cell in run.cells:
@@ -96,7 +78,7 @@ def summary_table(run: RunData) -> Table:
             key = (s["name"], s["link"])
             if key not in units:
                 units[key] = s["unit"]
-                label = CLASSIC_NAMES.get(s["name"]) or f"{s['benchmark'].split(' (')[0]} {metric_label(s)}"
+                label = labels.get(s["name"]) or f"{s['benchmark'].split(' (')[0]} {metric_label(s)}"
                 keys.append((s["name"], s["link"], label))
     links = {link for _, link, _ in keys}
     rows = []

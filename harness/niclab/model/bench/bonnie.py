@@ -1,0 +1,245 @@
+"""bonnie: bonnie++ 2.00a on the NFS share, as the onboard-versus-Intel gigabit study ran it.
+
+The share is the nfs benchmark's (niclab.model.bench.nfs.share: the server
+exports a tmpfs over NFSv4, the client mounts it), and the client runs
+`bonnie++ -d MOUNT -s SIZE -r RAM -n FILES -u 0 -q -m niclab [-f] [-D]`:
+bonnie++ refuses to run as root without `-u` (`-u 0` stays root, by number,
+so no user database is read). `-r` is the RAM bonnie++ assumes, and it wants a
+file of at least twice that; the defaults are small for emulated guests. `-D`
+(O_DIRECT, the default) makes every block an RPC across the link, as fio's
+direct=1 does. `-f` skips the per-character tests (stdio putc and getc, about
+1 MB/s), unless `per_char` asks for them; `-n 0` skips the file creation
+tests unless `files` (in units of 1024 files) asks for them.
+
+With `-q` the results come as one CSV line on stdout (bon_csv2txt's input,
+format version 1.98) and the human table on stderr. The line's fields, in
+order: format and program version, machine name, concurrency, seed, file
+size, chunk size, seek count, seekers; then per-char output, block output,
+rewrite, per-char input, block input and random seeks, each a rate and its
+%CPU (K/sec with K = 1024 bytes, seeks per second); the file tests' shape
+(files, max and min size, directories, chunk size); sequential and random
+create, stat ("read") and delete, each per second and %CPU; then the
+latency of each of the twelve tests ("18515us", "232ms", "2s").
+
+A test that finished too quickly to time prints `+++++` (and `+++` as its
+CPU): its figure is left out and the measurements name it
+(`extra.too_fast`); a test not run is empty. Rates are reported in MB/s, 1 MB
+= 10^6 bytes (bonnie++'s K/sec x 1024 / 10^6).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from niclab.base.node import GuestCommandError
+from niclab.model.bench.base import BenchContext, BenchmarkError, Measurement, MetricInfo, quote
+from niclab.model.bench.declare import Figure, GuestNeeds, Row, Series, Shows
+from niclab.model.bench.nfs import MOUNT_DIR, ShareOptions, share, size_bytes
+
+FORMAT_VERSION = "1.98"
+HEAD = (
+    "format_version",
+    "version",
+    "machine",
+    "concurrency",
+    "seed",
+    "file_size",
+    "chunk_size",
+    "seek_count",
+    "seekers",
+)
+#: the bulk tests in the line's order: (field, metric, what it is, headline)
+BULK = (
+    ("putc", "char_write_mb_s", "sequential output per character (putc)", False),
+    ("put_block", "block_write_mb_s", "sequential output in blocks (write)", True),
+    ("rewrite", "rewrite_mb_s", "read, change and write back each block", True),
+    ("getc", "char_read_mb_s", "sequential input per character (getc)", False),
+    ("get_block", "block_read_mb_s", "sequential input in blocks (read)", True),
+    ("seeks", "seeks_per_s", "random seeks, each reading a block (and writing one back in 10 %)", True),
+)
+FILE_SHAPE = ("num_files", "max_size", "min_size", "num_dirs", "file_chunk_size")
+#: the file tests in the line's order: (field, metric, what it is, headline)
+FILES = (
+    ("seq_create", "seq_create_per_s", "files created in order", True),
+    ("seq_stat", "seq_stat_per_s", "files stat()ed in order", False),
+    ("seq_del", "seq_delete_per_s", "files deleted in order", False),
+    ("ran_create", "random_create_per_s", "files created in random order", True),
+    ("ran_stat", "random_stat_per_s", "files stat()ed in random order", False),
+    ("ran_del", "random_delete_per_s", "files deleted in random order", False),
+)
+FIELDS = (
+    *HEAD,
+    *(name for field, *_ in BULK for name in (field, f"{field}_cpu")),
+    *FILE_SHAPE,
+    *(name for field, *_ in FILES for name in (field, f"{field}_cpu")),
+    *(f"{field}_latency" for field, *_ in (*BULK, *FILES)),
+)
+TOO_FAST = "+++++"
+LATENCY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
+LATENCY_US = {"us": 1, "ms": 1e3, "s": 1e6}
+
+
+class BonnieOptions(ShareOptions):
+    size_mib: int = Field(64, ge=1, le=65536, description="the test file's size in MiB (-s); at least twice ram_mib")
+    ram_mib: int = Field(32, ge=1, le=32768, description="the RAM bonnie++ assumes, in MiB (-r)")
+    files: int = Field(0, ge=0, le=64, description="file tests over files x 1024 empty files (-n; 0: none)")
+    per_char: bool = Field(False, description="also the per-character tests (putc, getc; about 1 MB/s)")
+    direct: bool = Field(True, description="O_DIRECT for the block tests (-D), so every block crosses the link")
+
+    @model_validator(mode="after")
+    def _fits(self) -> BonnieOptions:
+        if self.size_mib < 2 * self.ram_mib:
+            raise ValueError(f"bonnie++ wants size_mib at least twice ram_mib ({2 * self.ram_mib})")
+        if self.size_mib * 2**20 + 2**20 > size_bytes(self.export_size):
+            raise ValueError(
+                f"size_mib {self.size_mib} does not fit in export_size {self.export_size} (leave 1 MiB for metadata)"
+            )
+        return self
+
+
+def argv(options: BonnieOptions) -> list[str]:
+    found = ["bonnie++", "-d", MOUNT_DIR, "-s", str(options.size_mib), "-r", str(options.ram_mib)]
+    found += ["-n", str(options.files), "-u", "0", "-q", "-m", "niclab"]
+    return found + ([] if options.per_char else ["-f"]) + (["-D"] if options.direct else [])
+
+
+def csv_line(stdout: str) -> list[str] | None:
+    """The fields of the last line that looks like bonnie++'s CSV (it starts with its format version)."""
+    lines = [line.strip().split(",") for line in stdout.splitlines() if re.match(r"^\d+\.\d+,", line.strip())]
+    return lines[-1] if lines else None
+
+
+def latency_us(text: str) -> float | None:
+    found = LATENCY.match(text)
+    return float(found[1]) * LATENCY_US[found[2]] if found else None
+
+
+def _said(stderr: str) -> str:
+    """bonnie++'s complaint: its first line (before the usage it prints after it)."""
+    return next((line.strip() for line in stderr.splitlines() if line.strip()), "")
+
+
+def parse(stdout: str, stderr: str = "") -> list[Measurement]:
+    """The measurements of bonnie++'s CSV line (what it printed on stdout with -q)."""
+    fields = csv_line(stdout)
+    if fields is None:
+        said = _said(stderr)
+        raise BenchmarkError(f"bonnie++ printed no CSV line: {said[:300] or '(nothing)'}")
+    if fields[0] != FORMAT_VERSION:
+        raise BenchmarkError(f"bonnie++ printed CSV format {fields[0]}, niclab reads {FORMAT_VERSION} (bonnie++ 2.00)")
+    if len(fields) < len(FIELDS):
+        raise BenchmarkError(f"bonnie++'s CSV line has {len(fields)} fields, not {len(FIELDS)}: {','.join(fields)}")
+    row = dict(zip(FIELDS, fields, strict=False))
+    too_fast = [field for field, *_ in (*BULK, *FILES) if row[field] == TOO_FAST]
+    common = {"file_size": row["file_size"], "too_fast": too_fast}
+    found = []
+    for field, metric, _what, headline in BULK:
+        if row[field] in ("", TOO_FAST):
+            continue
+        # K/sec, K = 1024 bytes, into MB/s (10^6 bytes); seeks per second as they are
+        value = float(row[field]) * (1 if field == "seeks" else 1024 / 1e6)
+        unit = "/s" if field == "seeks" else "MB/s"
+        extra = {"cpu_pct": _number(row[f"{field}_cpu"]), "latency_us": latency_us(row[f"{field}_latency"]), **common}
+        found.append(Measurement("bonnie", None, metric, value, unit, extra, headline=headline))
+    files = int(row["num_files"]) * 1024 if row["num_files"].isdigit() else 0
+    for field, metric, _what, headline in FILES:
+        if row[field] in ("", TOO_FAST):
+            continue
+        extra = {"cpu_pct": _number(row[f"{field}_cpu"]), "latency_us": latency_us(row[f"{field}_latency"])}
+        extra |= {"files": files, **common}
+        found.append(Measurement("bonnie", None, metric, float(row[field]), "/s", extra, headline=headline))
+    if not found:
+        raise BenchmarkError(
+            "bonnie++ timed none of its tests"
+            + (f" ({', '.join(too_fast)} finished too quickly to time: raise size_mib)" if too_fast else "")
+        )
+    return found
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:  # "+++" (too fast) or empty (not run)
+        return None
+
+
+class Bonnie:
+    name: ClassVar[str] = "bonnie"
+    Options: ClassVar[type[BonnieOptions]] = BonnieOptions
+    guest: ClassVar[GuestNeeds] = GuestNeeds(packages=("bonnie++",), programs=("/usr/sbin/bonnie++",))
+    shows: ClassVar[Shows] = Shows(
+        rows=(
+            Row("bonnie.block_write_mb_s", "bonnie++ block write"),
+            Row("bonnie.rewrite_mb_s", "bonnie++ rewrite"),
+            Row("bonnie.block_read_mb_s", "bonnie++ block read"),
+            Row("bonnie.seeks_per_s", "bonnie++ seeks"),
+            Row("bonnie.seq_create_per_s", "bonnie++ creates"),
+            Row("bonnie.random_create_per_s", "bonnie++ random creates"),
+        ),
+        figures=(
+            Figure(
+                "pattern-bars",
+                (
+                    Series("bonnie.block_write_mb_s", "block write"),
+                    Series("bonnie.rewrite_mb_s", "rewrite"),
+                    Series("bonnie.block_read_mb_s", "block read"),
+                ),
+                section="bonnie++ over NFS",
+                title="bonnie++ over NFS: throughput per test",
+                caption="bonnie++ on NFSv4 (a tmpfs on the server) across the link.",
+                unit="MB/s (10^6 bytes)",
+                order=55,
+            ),
+            Figure(
+                "bars",
+                (Series("bonnie.seeks_per_s", "seeks"),),
+                section="bonnie++ over NFS",
+                title="bonnie++ over NFS: random seeks",
+                caption="seeks per second, each a read of a block across the link.",
+                unit="/s",
+                order=55,
+            ),
+        ),
+    )
+
+    def metrics(self) -> list[MetricInfo]:
+        found = []
+        for field, metric, what, _ in BULK:
+            unit, note = ("/s", "") if field == "seeks" else ("MB/s", ", 1 MB = 10^6 bytes")
+            found.append(MetricInfo(f"bonnie.{metric}", unit, what + note, "higher"))
+        return found + [MetricInfo(f"bonnie.{metric}", "/s", what, "higher") for _, metric, what, _ in FILES]
+
+    def describe(self, options: BonnieOptions) -> str:
+        return "bonnie++"
+
+    def estimate_seconds(self, options: BonnieOptions) -> float:
+        bulk = options.size_mib * 4 / 10  # write, rewrite (a read and a write), read at ~10 MB/s under TCG
+        chars = options.size_mib * 2 if options.per_char else 0  # putc and getc at ~1 MB/s
+        files = options.files * 1024 * 6 / 200  # six passes at ~200 files/s over NFS
+        return 8 + bulk + chars + 20 + files  # NFS set-up and clean-up ~8 s, the seeks ~20 s
+
+    def run(self, ctx: BenchContext, options: BonnieOptions) -> list[Measurement]:
+        command = quote(argv(options))
+        client = ctx.ends.client
+        with share(ctx, options, ["bonnie++"]) as mount:
+            ctx.progress("bonnie++ on the NFS share")
+            try:
+                result = client.run(command, timeout=self.estimate_seconds(options) * 3 + 60, check=False)
+            except GuestCommandError as exc:  # a time-out, or the agent went away
+                raise BenchmarkError(f"bonnie: bonnie++ on {client.name} failed: {exc}") from None
+            path = ctx.save_raw("bonnie", f"$ {command}\n# exit {result.returncode}\n{result.stdout}{result.stderr}")
+            if not result.ok:
+                said = _said(result.stderr) or _said(result.stdout) or "no message"
+                raise BenchmarkError(f"bonnie: bonnie++ exited {result.returncode}: {said} (raw output: {path})")
+            try:
+                found = parse(result.stdout, result.stderr)
+            except BenchmarkError as exc:
+                raise BenchmarkError(f"bonnie: {exc} (raw output: {path})") from None
+        return [replace(m, extra={**m.extra, "mount": mount}) for m in found]
+
+
+PLUGIN = Bonnie()
