@@ -155,8 +155,11 @@ class ScenarioFile(pytest.File):
             return
         shard_text = self.config.getoption("niclab_shard")
         shard = parse_shard(shard_text) if shard_text else None
+        order = [cell.id for cell in scenario_file.cells]
         for cell in scenario_file.cells:
-            item = ScenarioCell.from_parent(self, name=cell.id, cell=cell, scenario_name=scenario_file.name)
+            item = ScenarioCell.from_parent(
+                self, name=cell.id, cell=cell, scenario_name=scenario_file.name, cell_order=order
+            )
             if shard and not shard.holds(scenario_file.name, cell.id):
                 item.add_marker(pytest.mark.niclab_other_shard)
             if estimate(cell).total_s > SLOW_S:
@@ -207,17 +210,18 @@ class CellFailed(Exception):
 
 
 class ScenarioCell(pytest.Item):
-    def __init__(self, *, cell, scenario_name: str, **kwargs):
+    def __init__(self, *, cell, scenario_name: str, cell_order: list[str], **kwargs):
         super().__init__(**kwargs)
         self.cell = cell
         self.scenario_name = scenario_name
+        self.cell_order = cell_order  # every cell of the scenario, for run.json
 
     def runtest(self) -> None:
         from niclab.model.kernel_choice import parse_kernel
         from niclab.plumbing.backends import get_backend
         from niclab.plumbing.facts import host_facts
         from niclab.plumbing.kernel_check import check_kernels, with_kernel
-        from niclab.run.results import RunDir, RunInfo, new_run_dir
+        from niclab.run.results import RunDir, new_run_dir, new_run_info
         from niclab.run.runner import Runner
 
         config = self.config
@@ -232,11 +236,12 @@ class ScenarioCell(pytest.Item):
             pytest.skip(reason)
         check_kernels([cell], _progress)  # a kernel that lacks a driver fails here, before anything boots
         run_dir = RunDir(new_run_dir(_out_dir(config), self.scenario_name))
-        info = RunInfo(
+        info = new_run_info(
             scenario=self.scenario_name,
             scenario_file=str(self.path),
             scenario_text=self.path.read_text(),
             cells=[self.cell.id],
+            cell_order=self.cell_order,
             backend=backend.name,
             host=host_facts(),
         )
@@ -244,9 +249,9 @@ class ScenarioCell(pytest.Item):
         runner = Runner(backend, run_dir, info, _progress, repeat=config.getoption("niclab_repeat"))
         outcome = runner.run([cell]).cells[0]  # Ctrl-C propagates: pytest stops with its own summary
         for s in outcome.summaries:
-            if s["headline"]:
-                where = f"[link={s['link']}]" if s["link"] else ""
-                self.user_properties.append((f"{s['name']}{where}", f"{s['mean']:.6g} {s['unit']}"))
+            if s.headline:
+                where = f"[link={s.link}]" if s.link else ""
+                self.user_properties.append((f"{s.name}{where}", f"{s.mean:.6g} {s.unit}"))
         if not outcome.ok:
             lines = [
                 f"{len(outcome.missed)} expectation(s) missed, {len(outcome.errors)} failure(s) "

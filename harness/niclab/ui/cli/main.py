@@ -46,7 +46,8 @@ def _run(args, backend) -> int:
     from niclab.model.shard import parse_shard
     from niclab.plumbing.facts import host_facts
     from niclab.run.realizable import describe, verdicts
-    from niclab.run.results import RunDir, RunInfo, new_run_dir
+    from niclab.run.records import LabInfo
+    from niclab.run.results import RunDir, new_run_dir, new_run_info
     from niclab.run.runner import Runner
     from niclab.ui.table import cell_table
 
@@ -95,22 +96,25 @@ def _run(args, backend) -> int:
         raise NiclabError(
             f"cannot create a run directory in --out {out}: {exc.strerror}; choose a directory you can write to"
         ) from None
-    info = RunInfo(
+    info = new_run_info(
         scenario=scenario_file.name,
         scenario_file=str(Path(args.scenario).resolve()),
         scenario_text=Path(args.scenario).read_text(errors="replace"),
         cells=[c.id for c in cells],
+        cell_order=[c.id for c in scenario_file.cells],
         backend=backend.name,
         host=host_facts(),
     )
     info.warnings += [f"cell {v.cell.id} not run: {v.reason}" for v in skipped]
     if args.lab:
         lab = getattr(backend, "lab", None)
-        info.lab = {
-            "file": str(Path(args.lab).resolve()),
-            "text": Path(args.lab).read_text(errors="replace"),
-            **({"name": lab.name, "prices": lab.prices()} if lab is not None else {}),
-        }
+        info.lab = LabInfo.model_validate(
+            {
+                "file": str(Path(args.lab).resolve()),
+                "text": Path(args.lab).read_text(errors="replace"),
+                **({"name": lab.name, "prices": lab.prices()} if lab is not None else {}),
+            }
+        )
     progress(f"run directory {run_dir.path}")
     runner = Runner(backend, run_dir, info, progress, started=STARTED, repeat=args.repeat)
     try:
@@ -120,8 +124,7 @@ def _run(args, backend) -> int:
         write_run_report(run_dir.path, progress)
         return EXIT_FAILED
     for cell in outcome.cells:
-        accel = cell.facts.get("rig", {}).get("accel", "?")
-        print(cell_table(scenario_file.name, cell, accel))
+        print(cell_table(scenario_file.name, cell))
         print()
     for warning in info.warnings:
         print(f"warning: {warning}")
