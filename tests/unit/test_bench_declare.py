@@ -9,9 +9,11 @@ import pytest
 
 from niclab.model import bench
 from niclab.model.bench import Figure, GuestNeeds, KernelModule, MetricInfo, Row, Series, Shortfall, Shows
+from niclab.run.records import RunInfoRecord, SummaryRecord
 from niclab.ui.report import findings, plots
 from niclab.ui.report.data import CellData, RunData
 from niclab.ui.report.tables import summary_table
+from tests import records
 
 
 def test_every_declared_metric_is_one_the_benchmark_reports():
@@ -55,13 +57,12 @@ def fake(monkeypatch):
 
 
 def _run() -> RunData:
-    def summary(name: str, mean: float) -> dict:
-        return {"name": name, "benchmark": "fake", "metric": name.split(".")[-1], "unit": "Mbit/s", "mean": mean,
-                "n": 1, "link": 0, "headline": True, "unstable": False, "ci_level": 95}  # fmt: skip
+    def summary(name: str, mean: float) -> SummaryRecord:
+        return records.summary(name, benchmark="fake", metric=name.split(".")[-1], unit="Mbit/s", mean=mean)
 
     cell = CellData("nic=e1000", {"nic": "e1000"}, summaries=[summary("fake.sent_mbps", 900.0),
                                                               summary("fake.received_mbps", 90.0)])  # fmt: skip
-    return RunData(Path("run"), {"scenario": "fakes", "axes": ["nic"]}, [cell])
+    return RunData(Path("run"), RunInfoRecord(scenario="fakes"), [cell])
 
 
 def test_a_benchmark_adds_its_rows_figures_and_findings_by_declaring_them(fake):

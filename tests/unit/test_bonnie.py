@@ -15,9 +15,11 @@ from niclab.base.problems import Problems
 from niclab.model.bench import REGISTRY, bonnie
 from niclab.model.bench.base import BenchmarkError
 from niclab.model.scenario.model import benchmark_spec
+from niclab.run.records import RunInfoRecord, SummaryRecord
 from niclab.ui.report import plots
 from niclab.ui.report.data import CellData, RunData
 from niclab.ui.report.tables import summary_table
+from tests import records
 from tests.unit.test_nfs import FakeNode, context
 
 
@@ -127,14 +129,15 @@ def test_a_failed_run_names_its_raw_output_and_still_cleans_up():
 
 
 def test_the_report_shows_its_rows_and_figures(data_dir):
-    def summary(m) -> dict:
-        return {"name": f"bonnie.{m.metric}", "benchmark": "bonnie", "metric": m.metric, "unit": m.unit,
-                "mean": m.value, "n": 1, "link": 0, "headline": m.headline, "unstable": False}  # fmt: skip
+    def summary(m) -> SummaryRecord:
+        return records.summary(
+            f"bonnie.{m.metric}", benchmark="bonnie", metric=m.metric, unit=m.unit, mean=m.value, headline=m.headline
+        )
 
     found = bonnie.parse(sample(data_dir, "direct_1g_files.csv"))
     run = RunData(
         Path("run"),
-        {"scenario": "bonnie"},
+        RunInfoRecord(scenario="bonnie"),
         [CellData("nic=e1000", {"nic": "e1000"}, summaries=[summary(m) for m in found])],
     )
     rows = [row[0] for row in summary_table(run).rows]

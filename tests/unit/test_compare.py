@@ -3,26 +3,15 @@ from pathlib import Path
 import pytest
 
 from niclab.base.errors import UsageError
+from niclab.run.records import RunInfoRecord
 from niclab.ui.compare import compare, compare_cells
 from niclab.ui.report.data import CellData, RunData
+from tests import records
 
 
 def run_with(samples: dict[str, list[float]], cell="nic=e1000") -> RunData:
-    summaries = [
-        {
-            "benchmark_index": 0,
-            "benchmark": name.split(".")[0],
-            "name": name,
-            "link": 0,
-            "client": "a",
-            "server": "b",
-            "unit": "x",
-            "mean": sum(v) / len(v),
-            "samples": v,
-        }
-        for name, v in samples.items()
-    ]
-    return RunData(Path("run"), {}, [CellData(cell, {}, summaries=summaries)])
+    summaries = [records.summary(name, benchmark=name.split(".")[0], samples=v) for name, v in samples.items()]
+    return RunData(Path("run"), RunInfoRecord(), [CellData(cell, {}, summaries=summaries)])
 
 
 def verdicts(base, new, **kw):
@@ -71,12 +60,12 @@ def test_a_contended_side_gets_no_verdict_and_says_why():
     quiet = run_with({"netperf.TCP_STREAM.throughput_mbps": [460, 465, 470]})
     busy = run_with({"netperf.TCP_STREAM.throughput_mbps": [260, 270, 280]})
     why = "other processes used 92 % of a core while the host's 2 CPUs were 96 % busy"
-    busy.cells[0].summaries[0].update(contended=True, contention=[why])
+    busy.cells[0].summaries[0].contended, busy.cells[0].summaries[0].contention = True, [why]
     (change,) = compare(quiet, busy)
     assert change.verdict == "host contention, no verdict" and change.contention == [f"new: {why}"]
     (change,) = compare(busy, quiet)
     assert change.verdict == "host contention, no verdict" and change.contention == [f"base: {why}"]
-    quiet.cells[0].summaries[0].update(contended=False, contention=[])  # measured and quiet: judged as before
+    quiet.cells[0].summaries[0].contention = []  # measured and quiet: judged as before
     assert verdicts({"netperf.TCP_STREAM.throughput_mbps": [460, 465, 470]},
                     {"netperf.TCP_STREAM.throughput_mbps": [260, 270, 280]}) == {
         "netperf.TCP_STREAM.throughput_mbps": "worse"
@@ -98,31 +87,26 @@ def ab_run(
     name = "netperf.TCP_STREAM.throughput_mbps"
 
     def cell(cid: str, other: str, samples: list[float]) -> CellData:
-        summary = {
-            "benchmark_index": 0,
-            "benchmark": "netperf TCP_STREAM",
-            "name": name,
-            "link": 0,
-            "client": "a",
-            "server": "b",
-            "unit": "Mbit/s",
-            "mean": sum(samples) / len(samples),
-            "samples": samples,
-            "runs": [f"0.{n}" for n in range(1, len(samples) + 1)],
+        summary = records.summary(
+            name,
+            benchmark="netperf TCP_STREAM",
+            unit="Mbit/s",
+            samples=samples,
+            runs=[f"0.{n}" for n in range(1, len(samples) + 1)],
             **({"contended": True, "contention": ["in 4 of 4 runs: others used 95 % of a core"]} if contended else {}),
-        }
-        facts = {"boot": {"number": 1}, **({"interleaved_with": [other]} if alternated else {})}
+        )
+        facts = records.cell(boot={"number": 1}, **({"interleaved_with": [other]} if alternated else {}))
         runs = {
-            f"0.{n}": {
-                "repeat": n,
-                "boot": (boots or {}).get(cid, [1] * len(samples))[n - 1],
-                "host_load": {"contended": n in (hit or {}).get(cid, set())},
-            }
+            f"0.{n}": records.run(
+                f"0.{n}",
+                boot=(boots or {}).get(cid, [1] * len(samples))[n - 1],
+                host_load={"contended": n in (hit or {}).get(cid, set())},
+            )
             for n in range(1, len(samples) + 1)
         }
         return CellData(cid, {}, facts=facts, summaries=[summary], runs=runs)
 
-    return RunData(Path("run"), {}, [cell("A", "B", base), cell("B", "A", new)])
+    return RunData(Path("run"), RunInfoRecord(), [cell("A", "B", base), cell("B", "A", new)])
 
 
 # The host sped up and slowed down through the run; B was 10 % below A in every round.

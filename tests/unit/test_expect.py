@@ -1,10 +1,12 @@
+from types import SimpleNamespace
+
 import pytest
 
 from niclab.model.expect import ExpectationError, evaluate, parse
 
 
 def summary(name, mean, n=3, link=0, client="a", server="b"):
-    return {"name": name, "mean": mean, "n": n, "link": link, "client": client, "server": server}
+    return SimpleNamespace(name=name, mean=mean, n=n, link=link, client=client, server=server)
 
 
 def test_parse_with_units_and_selectors():

@@ -1,7 +1,9 @@
 from pathlib import Path
 
+from niclab.run.records import RunInfoRecord, SummaryRecord
 from niclab.ui.report.data import CellData, RunData
 from niclab.ui.report.findings import dips, find
+from tests import records
 
 SMOOTH = [[2**i, min(600.0, 2.0 * 1.9**i), 50.0 + i] for i in range(1, 22)]
 
@@ -34,10 +36,9 @@ def test_depth_decides():
 
 
 def test_host_contention_is_a_finding_once_per_benchmark():
-    def summary(name: str, contended: bool) -> dict:
+    def summary(name: str, contended: bool) -> SummaryRecord:
         reasons = ["3 of 3 runs; the worst: other processes used 95 % of a core"] if contended else []
-        return {"benchmark": name.split(".")[0] + " " + name.split(".")[1], "name": name, "metric": "m",
-                "unstable": False, "headline": True, "contended": contended, "contention": reasons}  # fmt: skip
+        return records.summary(name, contended=contended, contention=reasons)
 
     cell = CellData(
         "nic=e1000",
@@ -48,7 +49,8 @@ def test_host_contention_is_a_finding_once_per_benchmark():
             summary("netperf.TCP_STREAM.throughput_mbps", False),
         ],
     )
-    found = [f for f in find(RunData(Path("run"), {"scenario": "two-node"}, [cell])) if f.kind == "host-contention"]
+    run = RunData(Path("run"), RunInfoRecord(scenario="two-node"), [cell])
+    found = [f for f in find(run) if f.kind == "host-contention"]
     assert [f.text for f in found] == [
         "netperf TCP_RR: host contention: 3 of 3 runs; the worst: other processes used 95 % of a core"
     ]

@@ -97,7 +97,7 @@ def _cut(records: list[dict], info: dict, cells: int) -> tuple[list[dict], dict]
 def _fake_run() -> tuple[list[dict], dict]:
     """A run the runner writes through the replay fake: repeats, an expectation, a failed benchmark."""
     from niclab.model.scenario import load_scenario
-    from niclab.run.results import RunDir, RunInfo
+    from niclab.run.results import RunDir, new_run_info
     from niclab.run.runner import Runner
     from tests.fakes import FakeBackend, Replay
 
@@ -113,7 +113,16 @@ def _fake_run() -> tuple[list[dict], dict]:
         scenario = load_scenario(path)
         run = Path(name) / "run"
         run.mkdir()
-        info = RunInfo(scenario.name, str(path), text, [c.id for c in scenario.cells], backend.name, ["niclab", "run"])
+        cells = [c.id for c in scenario.cells]
+        info = new_run_info(
+            scenario=scenario.name,
+            scenario_file=str(path),
+            scenario_text=text,
+            cells=cells,
+            cell_order=cells,
+            backend=backend.name,
+            command=["niclab", "run"],
+        )
         Runner(backend, RunDir(run), info, lambda line: None).run(scenario.cells)
         records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
         return records, json.loads((run / "run.json").read_text())

@@ -276,7 +276,7 @@ def test_a_cell_id_with_a_newline_is_quoted_on_one_line(run, cache, capsys):
 
 def test_the_runner_writes_run_json_and_raw_output_through_no_symlink(tmp_path):
     """A run directory is the runner's own (0700), and still: run.json's temp file and the raw files are fresh."""
-    from niclab.run.results import RunDir, RunInfo
+    from niclab.run.results import RunDir, new_run_info
 
     outside = tmp_path / "outside.txt"
     outside.write_text("outside\n")
@@ -285,7 +285,16 @@ def test_the_runner_writes_run_json_and_raw_output_through_no_symlink(tmp_path):
     (run.path / "run.json.tmp").symlink_to(outside)
     run.raw_dir("nic=e1000").mkdir(parents=True)
     (run.raw_dir("nic=e1000") / "netperf-1.txt").symlink_to(outside)
-    run.write_info(RunInfo("s", "s.yaml", "", ["nic=e1000"], "qemu"))
+    run.write_info(
+        new_run_info(
+            scenario="s",
+            scenario_file="s.yaml",
+            scenario_text="",
+            cells=["nic=e1000"],
+            cell_order=["nic=e1000"],
+            backend="qemu",
+        )
+    )
     saved = run.save_raw("nic=e1000", "netperf", "output\n")
     assert outside.read_text() == "outside\n"
     assert saved.name == "netperf-2.txt" and saved.read_text() == "output\n"

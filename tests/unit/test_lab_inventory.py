@@ -127,6 +127,7 @@ def test_cards_at_the_same_pci_address_on_two_hosts_are_leased_apart(lab):
 
 
 def test_a_lab_runs_card_prices_stand_over_the_scenarios_and_under_report_prices(tmp_path):
+    from niclab.run.records import RunInfoRecord
     from niclab.ui.report.cost import prices_of
     from niclab.ui.report.data import RunData
 
@@ -134,7 +135,7 @@ def test_a_lab_runs_card_prices_stand_over_the_scenarios_and_under_report_prices
         "scenario_text": "prices: {e1000: 35, rtl8139: 9}\ncurrency: USD\n",
         "lab": {"name": "small-lab", "prices": {"e1000": 45}},
     }
-    run = RunData(tmp_path, info, [])
+    run = RunData(tmp_path, RunInfoRecord.model_validate(info), [])
     assert prices_of(run) == ({"e1000": 45.0, "rtl8139": 9.0}, "USD")
     assert prices_of(run, {"e1000-82540em": 50}) == ({"e1000": 50.0, "rtl8139": 9.0}, "USD")
 

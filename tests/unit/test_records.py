@@ -15,8 +15,9 @@ import pytest
 from niclab.model.scenario import load_scenario
 from niclab.run import records
 from niclab.run.records import RunDirError, read_results, read_run_info
-from niclab.run.results import RunDir, RunInfo
-from niclab.run.runner import Runner
+from niclab.run.results import RunDir, new_run_info
+from niclab.run.runner import Runner, RunOutcome
+from niclab.ui.report.data import load_run
 from tests.fakes import FakeBackend, Replay
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
@@ -42,22 +43,25 @@ def replay() -> Replay:
     return Replay.load()
 
 
-def run_through_the_fake(tmp_path: Path, backend: FakeBackend) -> Path:
+def run_through_the_fake(tmp_path: Path, backend: FakeBackend, outcomes: list[RunOutcome] | None = None) -> Path:
     tmp_path.mkdir()
     path = tmp_path / "scenario.yaml"
     path.write_text(SCENARIO)
     scenario = load_scenario(path)
     run_path = tmp_path / "run"
     run_path.mkdir()
-    info = RunInfo(
+    info = new_run_info(
         scenario=scenario.name,
         scenario_file=str(path),
         scenario_text=SCENARIO,
         cells=[c.id for c in scenario.cells],
+        cell_order=[c.id for c in scenario.cells],
         backend=backend.name,
         command=["niclab", "run"],
     )
-    Runner(backend, RunDir(run_path), info, lambda line: None).run(scenario.cells)
+    outcome = Runner(backend, RunDir(run_path), info, lambda line: None).run(scenario.cells)
+    if outcomes is not None:
+        outcomes.append(outcome)
     return run_path
 
 
@@ -79,6 +83,40 @@ def test_every_record_the_runner_writes_validates(tmp_path, replay):
     failing.when(r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR ", node="a", raises=RuntimeError("replayed bug"))
     kinds += validated_kinds(run_through_the_fake(tmp_path / "failing", failing))
     assert set(kinds) == set(records.KINDS)  # the two runs wrote every kind of record
+
+
+def test_the_runner_writes_through_the_models_and_the_readers_read_what_it_wrote(tmp_path, replay):
+    outcomes: list[RunOutcome] = []
+    run_dir = run_through_the_fake(tmp_path / "run", FakeBackend(replay), outcomes)
+    lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert {(*list(line)[:2], line["version"]) for line in lines} == {("type", "version", records.FORMAT_VERSION)}
+    info = json.loads((run_dir / "run.json").read_text())
+    assert (info["version"], info["cells"], info["cell_order"]) == (records.FORMAT_VERSION, ["default"], ["default"])
+    written = [model for _, model in read_results(run_dir / "results.jsonl")]
+    (cell,) = load_run(run_dir).cells
+    assert cell.facts == next(m for m in written if isinstance(m, records.CellRecord))
+    assert cell.summaries == [m for m in written if isinstance(m, records.SummaryRecord)]
+    assert list(cell.runs.values()) == [m for m in written if isinstance(m, records.RunRecord)]
+    assert cell.measurements == [m for m in written if isinstance(m, records.MeasurementRecord)]
+    assert cell.expectations == [m for m in written if isinstance(m, records.ExpectationRecord)]
+    (outcome,) = outcomes[0].cells  # what `niclab run` prints and the pytest plugin reports: the same records
+    assert outcome.summaries == cell.summaries and outcome.facts == cell.facts
+
+
+def test_a_record_written_again_is_the_same_line(tmp_path, replay):
+    """Each kind of record, read and appended again through RunDir.append: the same line, byte for byte."""
+    good = run_through_the_fake(tmp_path / "good", FakeBackend(replay)) / "results.jsonl"
+    failing = FakeBackend(replay)
+    failing.when(r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR ", node="a", raises=RuntimeError("replayed bug"))
+    bad = run_through_the_fake(tmp_path / "failing", failing) / "results.jsonl"
+    for source in (good, bad):
+        again = RunDir(source.parent.parent)
+        again.results = source.with_name("again.jsonl")
+        for _, model in read_results(source):
+            again.append(model)
+        assert again.results.read_text() == source.read_text()
+        assert [m for _, m in read_results(again.results)] == [m for _, m in read_results(source)]
+    assert {m.type for path in (good, bad) for _, m in read_results(path)} == set(records.KINDS)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in RUNS.iterdir()))

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from niclab.run.records import RunInfoRecord
 from niclab.ui.report.build import build
 from niclab.ui.report.data import CellData, load_run
 from niclab.ui.report.render import render_html
 from niclab.ui.report.tables import summary_table
+from tests import records
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 STUDY = ["nic-shootout", "mtu-sweep", "bonding", "nfs"]
@@ -76,7 +78,7 @@ def test_missing_run_directory_is_a_clear_error(tmp_path):
 
 
 def _sweep_cell(params: dict, mean: float) -> CellData:
-    summary = {"name": "netperf.rr_rate", "unit": "trans/s", "mean": mean, "n": 1, "headline": True, "link": 0}
+    summary = records.summary("netperf.rr_rate", unit="trans/s", mean=mean)
     cell_id = ",".join(f"{k}={v}" for k, v in params.items())
     return CellData(cell_id, params, summaries=[summary])
 
@@ -87,6 +89,6 @@ def test_a_swept_knob_is_drawn_as_a_line_per_value_of_the_other_axes():
 
     cells = [_sweep_cell({"kernel": "trixie", "rx_usecs": u}, 3000 - u) for u in (0, 100, 1000)]
     cells += [_sweep_cell({"kernel": {"build": "../linux"}, "rx_usecs": u}, 2500 - u) for u in (0, 100, 1000)]
-    plots = sweep_lines(RunData(Path("run"), {"scenario": "coalescing"}, cells))
+    plots = sweep_lines(RunData(Path("run"), RunInfoRecord(scenario="coalescing"), cells))
     # rx_usecs is swept; a kernel given as {build: DIR} is an axis value that is no number (and no set member)
     assert [plot.title for plot in plots] == ["netperf.rr_rate against rx_usecs"]

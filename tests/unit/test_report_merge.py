@@ -9,9 +9,15 @@ SCENARIO = (
 )
 
 
-def shard_dir(path, cells):
+ORDER = ["nic=e1000", "nic=rtl8139", "nic=virtio"]
+
+
+def shard_dir(path, cells, order: list[str] | None = ORDER):
+    """A shard's run directory; its run.json gives the scenario's cell order, or (order None) is one written
+    before run.json did."""
     path.mkdir()
-    (path / "run.json").write_text(json.dumps({"scenario": "sweep", "scenario_text": SCENARIO, "cells": cells}))
+    info = {"scenario": "sweep", "scenario_text": SCENARIO, "cells": cells}
+    (path / "run.json").write_text(json.dumps(info | ({"cell_order": order} if order is not None else {})))
     records = []
     for i, cell in enumerate(cells):
         records.append(
@@ -58,4 +64,25 @@ def test_shards_of_one_sweep_make_one_section_in_the_scenario_order(tmp_path):
     section = report.runs[0]
     assert section.table.columns == ["e1000", "rtl8139", "virtio"]
     assert [c.mean for c in section.table.rows[0][2]] == [101.0, 100.0, 100.0]
-    assert len(section.run.info["merged_from"]) == 2
+    assert len(section.run.merged_from) == 2
+
+
+def test_the_order_is_run_json_s_not_the_scenario_text_s(tmp_path):
+    """Merging reads the cell order from run.json: a scenario text that no longer parses changes nothing."""
+    order = ["nic=virtio", "nic=rtl8139", "nic=e1000"]  # as a scenario listing its matrix the other way round
+    one = shard_dir(tmp_path / "2026-11-22T10-00-00-sweep", ["nic=virtio", "nic=e1000"], order)
+    two = shard_dir(tmp_path / "2026-11-22T10-00-05-sweep", ["nic=rtl8139"], order)
+    for shard in (one, two):
+        info = json.loads((shard / "run.json").read_text())
+        (shard / "run.json").write_text(json.dumps(info | {"scenario_text": "name: [not a scenario"}))
+    section = build([load_run(one), load_run(two)]).runs[0]
+    assert section.table.columns == ["virtio", "rtl8139", "e1000"]
+
+
+def test_runs_written_before_run_json_had_the_order_merge_in_their_cells_order(tmp_path):
+    one = shard_dir(tmp_path / "2026-11-22T10-00-00-sweep", ["nic=virtio", "nic=e1000"], order=None)
+    two = shard_dir(tmp_path / "2026-11-22T10-00-05-sweep", ["nic=rtl8139", "nic=e1000"], order=None)
+    section = build([load_run(one), load_run(two)]).runs[0]
+    assert section.run.info.cell_order == []
+    assert section.table.columns == ["rtl8139", "e1000", "virtio"]  # the later run's cells, then the others'
+    assert [c.mean for c in section.table.rows[0][2]] == [100.0, 101.0, 100.0]

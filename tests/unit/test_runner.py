@@ -18,7 +18,7 @@ import pytest
 from niclab.base.errors import NiclabError
 from niclab.model.scenario import load_scenario
 from niclab.plumbing.backends.qemu import BootError
-from niclab.run.results import RunDir, RunInfo, read_records
+from niclab.run.results import RunDir, new_run_info, read_records
 from niclab.run.runner import RunAborted, Runner, RunOutcome
 from niclab.run.session import Session
 from tests.fakes import FakeBackend, Replay, ReplayMiss
@@ -97,11 +97,12 @@ def harness(tmp_path: Path, backend: FakeBackend, text: str = SCENARIO, repeat: 
     run_path = tmp_path / "run"
     run_path.mkdir()
     run_dir = RunDir(run_path)
-    info = RunInfo(
+    info = new_run_info(
         scenario=scenario.name,
         scenario_file=str(path),
         scenario_text=text,
         cells=[c.id for c in scenario.cells],
+        cell_order=[c.id for c in scenario.cells],
         backend=backend.name,
         command=["niclab", "run"],
     )

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from niclab.base.problems import did_you_mean, shown
 from niclab.model.bench import all_metrics
@@ -56,6 +58,23 @@ class ExpectationError(ValueError):
         self.hint = hint
 
 
+class Summary(Protocol):
+    """What an expectation reads of a `summary` record (niclab.run.records.SummaryRecord)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def mean(self) -> float: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def client(self) -> str: ...
+    @property
+    def server(self) -> str: ...
+    @property
+    def link(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Expectation:
     text: str
@@ -68,8 +87,8 @@ class Expectation:
     def holds(self, measured: float) -> bool:
         return OPERATORS[self.op](measured, self.value)
 
-    def matches(self, record: dict) -> bool:
-        return record.get("name") == self.name and all(str(record.get(k)) == v for k, v in self.selector)
+    def matches(self, summary: Summary) -> bool:
+        return summary.name == self.name and all(str(getattr(summary, k)) == v for k, v in self.selector)
 
 
 def parse(text: str) -> Expectation:
@@ -117,7 +136,7 @@ class Verdict:
         return f"{e.text}: measured {self.measured:.4g} {e.unit}{mean} {self.where}"
 
 
-def evaluate(expectation: Expectation, summaries: list[dict]) -> list[Verdict]:
+def evaluate(expectation: Expectation, summaries: Sequence[Summary]) -> list[Verdict]:
     """Check an expectation against a cell's summary records (one per metric and run group)."""
     matching = [s for s in summaries if expectation.matches(s)]
     if not matching:
@@ -125,10 +144,10 @@ def evaluate(expectation: Expectation, summaries: list[dict]) -> list[Verdict]:
     return [
         Verdict(
             expectation,
-            expectation.holds(s["mean"]),
-            s["mean"],
-            s["n"],
-            f"{s['client']}->{s['server']} on link {s['link']}",
+            expectation.holds(s.mean),
+            s.mean,
+            s.n,
+            f"{s.client}->{s.server} on link {s.link}",
         )
         for s in matching
     ]

@@ -81,6 +81,8 @@ Params = dict[str, JsonValue]
 class _Record(_Model):
     """What every record of results.jsonl carries."""
 
+    type: str
+    """The record's kind: cell, run, measurement, summary, cell_end, expectation or error."""
     version: int = Field(FORMAT_VERSION, ge=1)
     """The results format's version; absent in files written before it existed (version 1)."""
     scenario: str
@@ -98,6 +100,7 @@ class HostFacts(_Model):
     hostname: str | None = None
     kernel: str | None = None
     cpu_model: str | None = None
+    python: str | None = None
 
 
 class RigFacts(_Model):
@@ -106,6 +109,8 @@ class RigFacts(_Model):
     backend: str | None = None
     accel: str | None = None
     """kvm or tcg."""
+    accel_reason: str | None = None
+    """Why this accelerator."""
     accel_fallback: str | None = None
     """Why the guests fell back to TCG, when they did."""
     qemu: str | None = None
@@ -114,6 +119,20 @@ class RigFacts(_Model):
     kernel: str | None = None
     """The guests' kernel version."""
     kernel_origin: str | None = None
+    kernel_boot: str | None = None
+    """How the guests' kernel was booted: pvh or bzimage."""
+    agent_ready_s: dict[str, float] = {}
+    """Per node: seconds from start until its agent answered."""
+
+
+class BootFacts(_Model):
+    """Which boot of the run a cell ran on."""
+
+    number: int
+    reused: bool = False
+    """An earlier cell of equal topology booted it."""
+    first_cell: str | None = None
+    """The cell it was booted for."""
 
 
 class PlannedInterface(_Model):
@@ -130,6 +149,10 @@ class ObservedEntry(_Model):
 
 
 class NetworkFacts(_Model):
+    configure_s: float | None = None
+    """Seconds to configure the network."""
+    idle_rtt_ms: dict[str, float | None] = {}
+    """Per pair of ends, the round trip on the idle network."""
     interfaces: dict[str, PlannedInterface] = {}
     observed: dict[str, dict[str, ObservedEntry]] = {}
     """Per node, per `iface NAME` and `port NAME`: what the guest reported back."""
@@ -156,13 +179,21 @@ class CellRecord(_Record):
 
     type: Literal["cell"]
     time: str
+    """When it was written (UTC, ISO 8601)."""
+    timings: dict[str, float] = {}
+    """Seconds: `boot_s` (0 on a reused boot), `network_s`, `agents_ready_since_start_s`."""
     host: HostFacts = HostFacts()
+    """The host: hostname, kernel, CPU model, Python."""
     rig: RigFacts = RigFacts()
+    """The backend, the accelerator and why, QEMU's version, the image, the guests' kernel, agent start times."""
+    boot: BootFacts | None = None
+    """Which boot of the run the cell ran on: `number`, `reused`, `first_cell`."""
     network: NetworkFacts = NetworkFacts()
+    """Each interface as asked (address, MTU, bond, netem, offloads) and `observed`: what the guests reported."""
     nodes: dict[str, NodeFacts] = {}
+    """Per node: its kernel, and per interface driver, version, firmware, bus, PCI ID and subsystem, MAC, MTU."""
     interleaved_with: list[str] = []
     """The cells whose repeats alternated with this one's on one boot."""
-    timings: dict[str, float] = {}
 
 
 class CellEndRecord(_Record):
@@ -170,7 +201,9 @@ class CellEndRecord(_Record):
 
     type: Literal["cell_end"]
     time: str
+    """When it was written (UTC, ISO 8601)."""
     nodes: dict[str, NodeFacts]
+    """Per node, as in the `cell` record."""
 
 
 # -- run and measurement
@@ -219,23 +252,35 @@ class RunRecord(_Record):
     benchmark: str
     """The benchmark's label, e.g. `netperf TCP_STREAM`."""
     tool: str
+    """The tool, e.g. `netperf`."""
     repeat: int
+    """Which repeat, from 1."""
     repeats: int
+    """How many repeats the benchmark has."""
     boot: int | None = None
     """Which boot of the run it ran on (absent in runs written before it was recorded)."""
     client: str
+    """The node the client ran on."""
     server: str
+    """The node the server ran on."""
     link: int
+    """The link it measured, from 0."""
     options: dict[str, JsonValue] = {}
+    """The benchmark's options as the scenario gave them."""
     started_at: str | None = None
+    """UTC, ISO 8601."""
     finished_at: str | None = None
+    """UTC, ISO 8601."""
     seconds: float | None = None
+    """How long the tool ran."""
     nics: dict[str, NicSummary]
-    """Per node: the NIC at that end."""
+    """Per node: the NIC at that end (model, driver, PCI ID, ports, bond, MTU)."""
     accel: str | None = None
+    """kvm or tcg."""
     counters: dict[str, dict[str, PortCounters]]
-    """Per node and port."""
+    """Per node and port: what the NIC counted during the run (packets, bytes, drops, interrupts per CPU)."""
     host_load: HostLoad | None = None
+    """The host while the benchmark ran (guests on this host): vCPU wait, CPU pressure, steal, `contended`."""
 
 
 class NetpipeExtra(_Model):
@@ -252,19 +297,29 @@ class MeasurementRecord(_Record):
     run: str
     """The id of its `run` record."""
     repeat: int
+    """Which repeat, from 1."""
     benchmark: str
+    """The tool, e.g. `netperf`."""
     test: str | None
+    """The tool's test, e.g. `TCP_STREAM`; null for a tool without tests."""
     metric: str
+    """The metric, e.g. `throughput_mbps`."""
     name: str
     """The dotted name expectations use: netperf.TCP_STREAM.throughput_mbps."""
     value: float
+    """The number."""
     unit: str
+    """Its unit, e.g. `Mbit/s`."""
     client: str
+    """The node the client ran on."""
     server: str
+    """The node the server ran on."""
     link: int
+    """The link it measured, from 0."""
     warning: str | None = None
     """Set when the tool doubted the figure."""
     extra: NetpipeExtra
+    """The tool's details, e.g. NetPIPE's whole `curve`."""
 
 
 # -- summary, expectation, error
@@ -277,31 +332,51 @@ class SummaryRecord(_Record):
     benchmark_index: int
     """The benchmark's place in the scenario, from 0."""
     benchmark: str
+    """The benchmark's label, e.g. `netperf TCP_STREAM`."""
     name: str
+    """The metric's dotted name, e.g. `netperf.TCP_STREAM.throughput_mbps`."""
     test: str | None
+    """The tool's test; null for a tool without tests."""
     metric: str
+    """The metric, e.g. `throughput_mbps`."""
     unit: str
+    """Its unit, e.g. `Mbit/s`."""
     headline: bool
     """Shown in the summary tables and judged by compare by default."""
     client: str
+    """The node the client ran on."""
     server: str
+    """The node the server ran on."""
     link: int
+    """The link it measured, from 0."""
     runs: list[str]
     """The run of each sample."""
     n: int
+    """How many samples."""
     mean: float
+    """Their mean."""
     median: float
+    """Their median."""
     stdev: float | None
+    """Their standard deviation; null for one sample."""
     cv_pct: float | None
+    """The coefficient of variation, in %; null for one sample."""
     min: float
+    """The smallest sample."""
     max: float
+    """The largest sample."""
     ci_level: float
     """The confidence level in %, e.g. 95."""
     ci_low: float | None
+    """The Student-t interval of the mean: its low end; null for one sample."""
     ci_high: float | None
-    ci_width_pct: float | None = None
+    """Its high end; null for one sample."""
     samples: list[float]
+    """Every sample, one per run."""
+    ci_width_pct: float | None = None
+    """The interval's full width in % of the mean."""
     unstable: bool
+    """Its spread is above what the scenario accepts, or its tool doubted it."""
     reasons: list[str]
     """Why it is unstable."""
     partial: bool = False
@@ -309,6 +384,7 @@ class SummaryRecord(_Record):
     contended: bool = False
     """The host starved the guests of CPU in some run: compare gives no verdict."""
     contention: list[str] = []
+    """One line: in how many runs, and the worst run's reasons."""
 
     @model_validator(mode="after")
     def _interval(self) -> SummaryRecord:
@@ -324,13 +400,19 @@ class ExpectationRecord(_Record):
 
     type: Literal["expectation"]
     time: str
+    """When it was written (UTC, ISO 8601)."""
     expectation: str
+    """The expectation as the scenario wrote it."""
     passed: bool
+    """Whether it held."""
     measured: float | None
     """The mean; null when nothing was measured."""
     unit: str
+    """The metric's unit."""
     samples: int
+    """How many samples the mean is of."""
     where: str
+    """client->server on link N."""
 
 
 class ErrorRecord(_Record):
@@ -338,11 +420,15 @@ class ErrorRecord(_Record):
 
     type: Literal["error"]
     time: str
+    """When it was written (UTC, ISO 8601)."""
     stage: str
     """cell or benchmark."""
-    message: str
     run: str | None = None
+    """For a benchmark: the id its run would have had."""
     benchmark: str | None = None
+    """For a benchmark: its label."""
+    message: str
+    """What went wrong, on one line (and where the traceback is)."""
     traceback: str | None = None
     """Set when the failure was unexpected (a bug rather than a fault niclab understands)."""
 
@@ -358,37 +444,82 @@ _RECORD: TypeAdapter[Record] = TypeAdapter(Record)
 class LabInfo(_Model):
     """A lab run's inventory."""
 
+    file: str | None = None
+    """The inventory file."""
+    text: str | None = None
+    """Its text."""
+    name: str | None = None
+    """The lab's name."""
     prices: dict[str, float] = {}
     """Card model -> what the lab paid."""
 
 
 class RunInfoRecord(_Model):
-    """run.json: what ran, on what, when, and how it ended (niclab.run.results.RunInfo writes it)."""
+    """What ran, on what, when, and how it ended.
+
+    niclab.run.results.new_run_info starts it; the runner updates it as the run goes."""
+
+    model_config = ConfigDict(validate_assignment=True)  # the runner updates it as the run goes
 
     version: int = Field(FORMAT_VERSION, ge=1)
+    """The results format's version; absent in files written before it existed (version 1)."""
     scenario: str | None = None
+    """The scenario's name."""
     scenario_file: str | None = None
+    """The scenario file's path."""
     scenario_text: str | None = None
     """The scenario file's text as it was run."""
     cells: list[str] = []
+    """The cells this run runs: those selected, of its shard, that its backend can realize."""
+    cell_order: list[str] = []
+    """Every cell of the scenario in its order, so shards merge in it; absent in runs written before it was
+    recorded (then `cells` gives the order)."""
     backend: str | None = None
+    """The backend's name."""
     command: list[str] = []
+    """The command line."""
     niclab_version: str | None = None
+    """The version of niclab that ran it."""
     started_at: str | None = None
+    """UTC, ISO 8601."""
     finished_at: str | None = None
+    """UTC, ISO 8601; null while it runs."""
     status: str | None = None
     """running, ok, failed or interrupted."""
     message: str | None = None
+    """Why it failed: the failures and missed expectations."""
     host: dict[str, JsonValue] = {}
+    """The host: hostname, kernel, CPU model, Python."""
     warnings: list[str] = []
+    """What the run wants you to know although it passed (KVM fell back to TCG, cells not run)."""
     error: dict[str, JsonValue] | None = None
+    """Why the run stopped early, when a reason not a cell's did: `message` and `traceback`."""
     internal_errors: list[dict[str, JsonValue]] = []
+    """Unexpected exceptions (bugs) in cells: each with its cell, stage, message and traceback."""
     lab: LabInfo | None = None
+    """A lab run's inventory: its file, text, name and card prices."""
+
+    @property
+    def order(self) -> list[str]:
+        """The scenario's cell order: `cell_order`, or for a run written before it was recorded, `cells`."""
+        return self.cell_order or self.cells
 
 
 def as_dict(model: BaseModel) -> dict:
-    """A validated record as the plain mapping readers take: what the file held, names as written."""
+    """A validated record as a plain mapping: what the file held, names as written."""
     return model.model_dump(by_alias=True, exclude_unset=True)
+
+
+# -- writing -------------------------------------------------------------------------------------------
+
+
+def as_json(record: Record | RunInfoRecord) -> dict[str, Any]:
+    """A record as niclab writes it (results.jsonl's lines, run.json): the fields it was given, in the model's
+    order, names as the format spells them, and its `version` always."""
+    given = record.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    given["version"] = record.version
+    order = {name: place for place, name in enumerate(type(record).model_fields)}
+    return dict(sorted(given.items(), key=lambda item: order.get(item[0], len(order))))
 
 
 # -- reading -------------------------------------------------------------------------------------------

@@ -24,13 +24,21 @@ import re
 import string
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from niclab import __version__
 from niclab.base import atomic
-from niclab.run.records import Warn, as_dict, read_results, warn_on_stderr
+from niclab.run.records import (
+    FORMAT_VERSION,
+    Record,
+    RunInfoRecord,
+    Warn,
+    as_dict,
+    as_json,
+    read_results,
+    warn_on_stderr,
+)
 
 
 def utc_now() -> str:
@@ -102,24 +110,38 @@ def new_run_dir(base: Path, scenario: str) -> Path:
     raise RuntimeError(f"cannot create a run directory under {base}")
 
 
-@dataclass
-class RunInfo:
-    scenario: str
-    scenario_file: str
-    scenario_text: str
-    cells: list[str]
-    backend: str
-    command: list[str] = field(default_factory=lambda: list(sys.argv))
-    niclab_version: str = __version__
-    started_at: str = field(default_factory=utc_now)
-    finished_at: str | None = None
-    status: str = "running"  # running, ok, failed, interrupted
-    message: str = ""
-    host: dict = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)  # e.g. KVM did not work and the run fell back to TCG
-    error: dict | None = None  # why the run stopped early: message and traceback
-    internal_errors: list[dict] = field(default_factory=list)  # unexpected exceptions in cells, with tracebacks
-    lab: dict | None = None  # a lab run's inventory: its name, file, text and card prices
+def new_run_info(
+    *,
+    scenario: str,
+    scenario_file: str,
+    scenario_text: str,
+    cells: list[str],
+    cell_order: list[str],
+    backend: str,
+    host: dict[str, Any] | None = None,
+    command: list[str] | None = None,
+) -> RunInfoRecord:
+    """run.json as a run starts it: every field given (written even while null), `running`."""
+    return RunInfoRecord(
+        version=FORMAT_VERSION,
+        scenario=scenario,
+        scenario_file=scenario_file,
+        scenario_text=scenario_text,
+        cells=cells,
+        cell_order=cell_order,
+        backend=backend,
+        command=list(sys.argv) if command is None else command,
+        niclab_version=__version__,
+        started_at=utc_now(),
+        finished_at=None,
+        status="running",
+        message="",
+        host=host or {},
+        warnings=[],
+        error=None,
+        internal_errors=[],
+        lab=None,
+    )
 
 
 class RunDir:
@@ -134,12 +156,12 @@ class RunDir:
     def raw_dir(self, cell: str) -> Path:
         return self.path / "raw" / cell_dirname(cell)
 
-    def write_info(self, info: RunInfo) -> None:
-        atomic.write_text(self.path / "run.json", json.dumps(asdict(info), indent=2) + "\n")
+    def write_info(self, info: RunInfoRecord) -> None:
+        atomic.write_text(self.path / "run.json", json.dumps(as_json(info), indent=2) + "\n")
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: Record) -> None:
         with self.results.open("a") as sink:
-            sink.write(json.dumps(record, sort_keys=False) + "\n")
+            sink.write(json.dumps(as_json(record)) + "\n")
             sink.flush()
             os.fsync(sink.fileno())
 

@@ -37,6 +37,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 from niclab.base.errors import NiclabError, describe_exception
 from niclab.base.node import NodeGone
@@ -45,20 +46,39 @@ from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.plumbing.backends.base import Backend
 from niclab.plumbing.contention import contention_of
 from niclab.run import stats
-from niclab.run.results import RunDir, RunInfo, utc_now
+from niclab.run.records import (
+    CellEndRecord,
+    CellRecord,
+    ErrorRecord,
+    ExpectationRecord,
+    MeasurementRecord,
+    NetpipeExtra,
+    RunInfoRecord,
+    RunRecord,
+    SummaryRecord,
+)
+from niclab.run.results import RunDir, utc_now
 from niclab.run.rigs import RigKeeper, shared_boots, turns
 from niclab.run.session import BenchRun, Session, describe_gone
 
 Progress = Callable[[str], None]
 
 
+class Base(TypedDict):
+    """What every record of a cell carries."""
+
+    scenario: str
+    cell: str
+    params: dict[str, Any]
+
+
 @dataclass
 class CellOutcome:
     cell: Cell
-    summaries: list[dict] = field(default_factory=list)  # the `summary` records
+    summaries: list[SummaryRecord] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     verdicts: list[expect.Verdict] = field(default_factory=list)
-    facts: dict = field(default_factory=dict)
+    facts: CellRecord | None = None  # its `cell` record, once written
 
     @property
     def missed(self) -> list[expect.Verdict]:
@@ -89,7 +109,7 @@ class CellWork:
     session: Session
     log: Path  # cells/<cell>/cell.log
     repeats: list[int]  # each benchmark's number of runs
-    base: dict  # what every record of the cell carries: scenario, cell, params
+    base: Base  # what every record of the cell carries: scenario, cell, params
     runs: dict[int, list[tuple[str, BenchRun]]] = field(default_factory=dict)  # benchmark index -> its runs
     outcome: CellOutcome = field(init=False)
     recorded: bool = False  # its `cell` record is written
@@ -131,7 +151,7 @@ class Runner:
         self,
         backend: Backend,
         run_dir: RunDir,
-        info: RunInfo,
+        info: RunInfoRecord,
         progress: Progress,
         started: float | None = None,
         repeat: int | None = None,
@@ -139,7 +159,7 @@ class Runner:
         self.backend = backend
         self.run_dir = run_dir
         self.info = info
-        self.scenario_name = info.scenario
+        self.scenario_name = info.scenario or ""
         self._progress = progress
         self.started = time.monotonic() if started is None else started  # when `niclab run` began
         self.repeat = repeat  # overrides the scenario's and the benchmarks' repeat counts
@@ -233,7 +253,7 @@ class Runner:
             save_raw=lambda name, text: self.run_dir.save_raw(cell.id, name, text),
         )
         repeats = [self.repeat or spec.options.repeat or cell.scenario.repeat for spec in cell.scenario.benchmarks]
-        base = {"scenario": self.scenario_name, "cell": cell.id, "params": cell.params}
+        base = Base(scenario=self.scenario_name, cell=cell.id, params=cell.params)
         return CellWork(number, of, cell, session, cell_dir / "cell.log", repeats, base)
 
     def _run_step(self, rigs: RigKeeper, work: CellWork, rounds: range) -> None:
@@ -257,7 +277,9 @@ class Runner:
                 if work.repeats[index] in rounds:  # its last run is done
                     self._summarize_benchmark(work, index)
             if rounds.stop > work.rounds:
-                self.run_dir.append({"type": "cell_end", **work.base, "time": utc_now(), "nodes": session.facts_now()})
+                self.run_dir.append(
+                    CellEndRecord(type="cell_end", **work.base, time=utc_now(), nodes=session.facts_now())
+                )
                 ended = True
         except Exception as exc:  # the cell boundary: record it, go on with the next cell
             session.abandon(rigs)
@@ -283,27 +305,34 @@ class Runner:
 
     def _record_cell(self, work: CellWork) -> None:
         session = work.session
-        work.outcome.facts = session.facts
-        work.recorded = True
-        if fallback := session.facts["rig"].get("accel_fallback"):
-            self.warn(fallback)
         ready = session.booted.ready_at - self.started if session.booted is not None else None
-        self.run_dir.append(
-            {
-                "type": "cell",
-                **work.base,
-                "time": utc_now(),
-                "timings": {
-                    **session.timings,
-                    **({"agents_ready_since_start_s": round(ready, 2)} if ready is not None else {}),
-                },
-                **session.facts,
-                **({"interleaved_with": work.interleaved_with} if work.interleaved_with else {}),
-            }
+        facts: dict[str, Any] = dict(session.facts)
+        if work.interleaved_with:
+            facts["interleaved_with"] = work.interleaved_with
+        record = CellRecord(
+            type="cell",
+            **work.base,
+            time=utc_now(),
+            timings={
+                **session.timings,
+                **({"agents_ready_since_start_s": round(ready, 2)} if ready is not None else {}),
+            },
+            **facts,
         )
+        work.outcome.facts = record
+        work.recorded = True
+        if fallback := record.rig.accel_fallback:
+            self.warn(fallback)
+        self.run_dir.append(record)
 
     def _cell_failed(
-        self, exc: Exception, base: dict, outcome: CellOutcome, stage: str, shown: str | None = None, **where
+        self,
+        exc: Exception,
+        base: Base,
+        outcome: CellOutcome,
+        stage: str,
+        shown: str | None = None,
+        **where: str,
     ) -> str:
         """Record a failure of a cell or a benchmark run; returns its one-line message.
 
@@ -312,14 +341,15 @@ class Runner:
         Only a failure to write the results themselves ends the run.
         """
         message = describe_exception(exc)
-        record = {"type": "error", **base, "time": utc_now(), "stage": stage, **where, "message": message}
+        bug: dict[str, Any] = {}
         if not isinstance(exc, NiclabError):
-            record["traceback"] = traceback.format_exc()
-            self._log(record["traceback"])
+            bug["traceback"] = traceback.format_exc()
+            self._log(bug["traceback"])
             message += f" (traceback in {self.run_dir.cell_dir(base['cell']) / 'cell.log'})"
-            record["message"] = message
-            self.info.internal_errors.append({key: record[key] for key in ("cell", "stage", "message", "traceback")})
+            self.info.internal_errors.append({"cell": base["cell"], "stage": stage, "message": message, **bug})
             self._write_info()
+        given: dict[str, Any] = {**where, "message": message, **bug}
+        record = ErrorRecord(type="error", **base, time=utc_now(), stage=stage, **given)
         label = shown or where.get("benchmark")
         outcome.errors.append(f"{label}: {message}" if label else message)
         self.progress(f"{label or 'cell ' + base['cell']} failed: {message}")
@@ -346,50 +376,76 @@ class Runner:
         if run.host_load is not None and run.host_load.contended:
             self.progress(f"{label}{of}: host contention: {'; '.join(run.host_load.reasons)}")
 
-    def _record_run(self, session, spec, label, run_id, n, repeats, started_at, run: BenchRun, base) -> None:
+    def _record_run(
+        self,
+        session: Session,
+        spec: BenchmarkSpec,
+        label: str,
+        run_id: str,
+        n: int,
+        repeats: int,
+        started_at: str,
+        run: BenchRun,
+        base: Base,
+    ) -> None:
         ends = run.ends
-        where = {"client": ends.client.name, "server": ends.server.name, "link": ends.link}
+        load: dict[str, Any] = {"host_load": run.host_load.to_dict()} if run.host_load is not None else {}
         self.run_dir.append(
-            {
-                "type": "run",
+            RunRecord(
+                type="run",
                 **base,
-                "run": run_id,
-                "benchmark": label,
-                "tool": spec.tool,
-                "repeat": n,
-                "repeats": repeats,
-                "boot": session.booted.number if session.booted else None,
-                **where,
-                "options": spec.options.model_dump(by_alias=True, exclude_none=True),
-                "started_at": started_at,
-                "finished_at": utc_now(),
-                "seconds": run.seconds,
-                "nics": {node: session.nic_summary(node, ends.link) for node in (ends.client.name, ends.server.name)},
-                "accel": session.facts["rig"].get("accel"),
-                "counters": run.counters,
-                **({"host_load": run.host_load.to_dict()} if run.host_load is not None else {}),
-            }
+                run=run_id,
+                benchmark=label,
+                tool=spec.tool,
+                repeat=n,
+                repeats=repeats,
+                boot=session.booted.number if session.booted else None,
+                client=ends.client.name,
+                server=ends.server.name,
+                link=ends.link,
+                options=spec.options.model_dump(by_alias=True, exclude_none=True),
+                started_at=started_at,
+                finished_at=utc_now(),
+                seconds=run.seconds,
+                nics={node: session.nic_summary(node, ends.link) for node in (ends.client.name, ends.server.name)},
+                accel=session.facts["rig"].get("accel"),
+                counters=run.counters,
+                **load,
+            )
         )
         for m in run.measurements:
+            doubted: dict[str, Any] = {"warning": m.warning} if m.warning else {}
             self.run_dir.append(
-                {
-                    "type": "measurement",
+                MeasurementRecord(
+                    type="measurement",
                     **base,
-                    "run": run_id,
-                    "repeat": n,
-                    "benchmark": m.benchmark,
-                    "test": m.test,
-                    "metric": m.metric,
-                    "name": m.name,
-                    "value": m.value,
-                    "unit": m.unit,
-                    **where,
-                    **({"warning": m.warning} if m.warning else {}),
-                    "extra": m.extra,
-                }
+                    run=run_id,
+                    repeat=n,
+                    benchmark=m.benchmark,
+                    test=m.test,
+                    metric=m.metric,
+                    name=m.name,
+                    value=m.value,
+                    unit=m.unit,
+                    client=ends.client.name,
+                    server=ends.server.name,
+                    link=ends.link,
+                    **doubted,
+                    extra=NetpipeExtra.model_validate(m.extra),
+                )
             )
 
-    def _summarize(self, session, index, spec, label, runs, base, outcome, wanted: int) -> None:
+    def _summarize(
+        self,
+        session: Session,
+        index: int,
+        spec: BenchmarkSpec,
+        label: str,
+        runs: list[tuple[str, BenchRun]],
+        base: Base,
+        outcome: CellOutcome,
+        wanted: int,
+    ) -> None:
         settings = session.scenario.statistics
         limits = stats.Limits(settings.max_cv, settings.max_ci_width)
         by_metric: dict[str, list] = {}
@@ -404,46 +460,48 @@ class Runner:
         for name, found in by_metric.items():
             summary = stats.summarize([m.value for m in found], settings.confidence)
             reasons = stats.instability(summary, limits, [m.warning for m in found if m.warning])
-            record = {
-                "type": "summary",
+            figures: dict[str, Any] = summary.to_dict()
+            if len(runs) < wanted:  # the cell failed before its other runs
+                figures["partial"] = True
+            if loads:  # the guests did not get their CPU in some run: the figure says more about the host than the NIC
+                figures |= {"contended": bool(contention), "contention": contention}
+            record = SummaryRecord(
+                type="summary",
                 **base,
-                "benchmark_index": index,
-                "benchmark": label,
-                "name": name,
-                "test": found[0].test,
-                "metric": found[0].metric,
-                "unit": found[0].unit,
-                "headline": found[0].headline,
-                "client": ends.client.name,
-                "server": ends.server.name,
-                "link": ends.link,
-                "runs": sources[name],
-                **summary.to_dict(),
-                "unstable": bool(reasons),
-                "reasons": reasons,
-                **({"partial": True} if len(runs) < wanted else {}),  # the cell failed before its other runs
-                # the guests did not get their CPU in some run: the figure says more about the host than the NIC
-                **({"contended": bool(contention), "contention": contention} if loads else {}),
-            }
+                benchmark_index=index,
+                benchmark=label,
+                name=name,
+                test=found[0].test,
+                metric=found[0].metric,
+                unit=found[0].unit,
+                headline=found[0].headline,
+                client=ends.client.name,
+                server=ends.server.name,
+                link=ends.link,
+                runs=sources[name],
+                unstable=bool(reasons),
+                reasons=reasons,
+                **figures,
+            )
             self.run_dir.append(record)
             outcome.summaries.append(record)
             if reasons and found[0].headline:
                 self.progress(f"{label} {found[0].metric} is unstable: {'; '.join(reasons)}")
 
-    def _judge(self, cell: Cell, base: dict, outcome: CellOutcome) -> None:
+    def _judge(self, cell: Cell, base: Base, outcome: CellOutcome) -> None:
         for text in cell.scenario.expect:
             for verdict in expect.evaluate(expect.parse(text), outcome.summaries):
                 outcome.verdicts.append(verdict)
                 self.run_dir.append(
-                    {
-                        "type": "expectation",
+                    ExpectationRecord(
+                        type="expectation",
                         **base,
-                        "time": utc_now(),
-                        "expectation": text,
-                        "passed": verdict.passed,
-                        "measured": verdict.measured,
-                        "unit": verdict.expectation.unit,
-                        "samples": verdict.samples,
-                        "where": verdict.where,
-                    }
+                        time=utc_now(),
+                        expectation=text,
+                        passed=verdict.passed,
+                        measured=verdict.measured,
+                        unit=verdict.expectation.unit,
+                        samples=verdict.samples,
+                        where=verdict.where,
+                    )
                 )

@@ -27,6 +27,7 @@ from niclab.model.scenario.model import benchmark_problems, benchmark_spec
 from niclab.plumbing import contention, facts, netconf
 from niclab.plumbing.backends.base import Backend, Rig
 from niclab.plumbing.contention import HostLoad
+from niclab.run.records import NicSummary
 from niclab.run.rigs import Booted, RigKeeper
 
 Progress = Callable[[str], None]
@@ -175,19 +176,19 @@ class Session:
             link=options.link,
         )
 
-    def nic_summary(self, node: str, link: int) -> dict:
+    def nic_summary(self, node: str, link: int) -> NicSummary:
         iface = self.net.find(node, link)
         found = self.facts.get("nodes", {}).get(node, {}).get("interfaces", {}).get(iface.ports[0].ifname, {})
-        return {
-            "model": iface.ports[0].model,
-            "driver": found.get("driver"),
-            "driver_version": found.get("version"),
-            "pci_id": found.get("pci_id"),
-            "ifname": iface.name,
-            "ports": len(iface.ports),
-            "bond": iface.bond.mode if iface.bond else None,
-            "mtu": iface.mtu,
-        }
+        return NicSummary(
+            model=iface.ports[0].model,
+            driver=found.get("driver"),
+            driver_version=found.get("version"),
+            pci_id=found.get("pci_id"),
+            ifname=iface.name,
+            ports=len(iface.ports),
+            bond=iface.bond.mode if iface.bond else None,
+            mtu=iface.mtu,
+        )
 
     # -- measuring --------------------------------------------------------
 

@@ -27,7 +27,8 @@ from niclab.plumbing.backends import Backend, kernel_check
 from niclab.plumbing.facts import host_facts
 from niclab.plumbing.kernel_check import check_kernels, with_kernel
 from niclab.run.realizable import Verdict, verdicts
-from niclab.run.results import RunDir, RunInfo, new_run_dir
+from niclab.run.records import LabInfo, RunInfoRecord
+from niclab.run.results import RunDir, new_run_dir, new_run_info
 from niclab.run.runner import Runner, RunOutcome
 
 
@@ -82,7 +83,7 @@ class Started:
     plan: Plan
     cells: list[Cell]  # the cells the backend can realize
     run_dir: RunDir
-    info: RunInfo
+    info: RunInfoRecord
     progress: Progress
 
     def run(self) -> RunOutcome:
@@ -117,22 +118,25 @@ def start(planned: Plan, progress: Progress) -> Started:
         raise NiclabError(
             f"cannot create a run directory in --out {request.out}: {exc.strerror}; choose a directory you can write to"
         ) from None
-    info = RunInfo(
+    info = new_run_info(
         scenario=name,
         scenario_file=str(request.scenario.path.resolve()),
         scenario_text=request.scenario.text,
         cells=[cell.id for cell in cells],
+        cell_order=[cell.id for cell in request.scenario.cells],
         backend=backend.name,
         host=host_facts(),
     )
     info.warnings += [f"cell {verdict.cell.id} not run: {verdict.reason}" for verdict in skipped]
     if request.lab_file is not None:
         lab = getattr(backend, "lab", None)  # the backend that runs on a lab holds its inventory
-        info.lab = {
-            "file": str(request.lab_file.resolve()),
-            "text": request.lab_file.read_text(errors="replace"),
-            **({"name": lab.name, "prices": lab.prices()} if lab is not None else {}),
-        }
+        info.lab = LabInfo.model_validate(
+            {
+                "file": str(request.lab_file.resolve()),
+                "text": request.lab_file.read_text(errors="replace"),
+                **({"name": lab.name, "prices": lab.prices()} if lab is not None else {}),
+            }
+        )
     progress(f"run directory {run_dir.path}")
     return Started(planned, cells, run_dir, info, progress)
 

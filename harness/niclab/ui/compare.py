@@ -38,6 +38,7 @@ from pathlib import Path
 from scipy import stats as scipy_stats
 
 from niclab.model.bench import all_metrics
+from niclab.run.records import SummaryRecord
 from niclab.ui.report.data import CellData, RunData, load_run
 
 METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
@@ -68,8 +69,8 @@ def _direction() -> dict[str, str | None]:
     return {m.name: m.better for m in all_metrics()}
 
 
-def _key(summary: dict) -> tuple:
-    return (summary["benchmark_index"], summary["name"], summary["link"], summary["client"], summary["server"])
+def _key(summary: SummaryRecord) -> tuple[int, str, int, str, str]:
+    return (summary.benchmark_index, summary.name, summary.link, summary.client, summary.server)
 
 
 def _pairs(base: RunData, new: RunData):
@@ -94,7 +95,11 @@ def compare(
 
 def alternated(a: CellData, b: CellData) -> bool:
     """Whether two cells' repeats alternated on one boot (the runner's interleaving), so they pair up."""
-    return b.id in a.facts.get("interleaved_with", []) and a.id in b.facts.get("interleaved_with", [])
+    return b.id in _interleaved_with(a) and a.id in _interleaved_with(b)
+
+
+def _interleaved_with(cell: CellData) -> list[str]:
+    return cell.facts.interleaved_with if cell.facts is not None else []
 
 
 def compare_cells(
@@ -105,18 +110,19 @@ def compare_cells(
     return compare_pair(a, b, threshold_pct, alpha, every_metric, paired=alternated(a, b))
 
 
-def _by_repeat(cell: CellData, summary: dict) -> dict[int, tuple[str, float]]:
+def _by_repeat(cell: CellData, summary: SummaryRecord) -> dict[int, tuple[str, float]]:
     """A summary's samples keyed by repeat number: repeat -> (run id, value).
 
     The number is the `run` record's; runs written before it said so are
     numbered by their id (BENCHMARK.REPEAT).
     """
-    runs, samples = summary["runs"], summary["samples"]
+    runs, samples = summary.runs, summary.samples
     found = {}
     for run_id, value in zip(runs, samples, strict=False):
         number = run_id.rpartition(".")[2]
         named = int(number) if number.isdecimal() and len(number) < 10 else None
-        repeat = cell.runs.get(run_id, {}).get("repeat") or named
+        run = cell.runs.get(run_id)
+        repeat = (run.repeat if run is not None else None) or named
         if repeat is not None:  # a sample of no known repeat pairs with nothing
             found[repeat] = (run_id, value)
     return found
@@ -124,11 +130,15 @@ def _by_repeat(cell: CellData, summary: dict) -> dict[int, tuple[str, float]]:
 
 def _conditions(cell: CellData, run_id: str) -> tuple[bool, int | None]:
     """What a repeat ran under that its pair must share: whether the host was contended, and the boot."""
-    run = cell.runs.get(run_id, {})
-    return bool(run.get("host_load", {}).get("contended")), run.get("boot")
+    run = cell.runs.get(run_id)
+    if run is None:
+        return False, None
+    return bool(run.host_load is not None and run.host_load.contended), run.boot
 
 
-def fair_pairs(base_cell: CellData, base: dict, new_cell: CellData, new: dict) -> tuple[list[float], list[float], int]:
+def fair_pairs(
+    base_cell: CellData, base: SummaryRecord, new_cell: CellData, new: SummaryRecord
+) -> tuple[list[float], list[float], int]:
     """Same-numbered repeats of two alternated cells, but not those the host hit on one side only.
 
     A host that stayed busy hits both repeats of a round alike (the pair is
@@ -168,20 +178,20 @@ def compare_pair(
     changes = []
     news = {_key(s): s for s in new_cell.summaries}
     for b in base_cell.summaries:
-        if not (every_metric or b.get("headline", True)):
+        if not (every_metric or b.headline):
             continue
         n = news.get(_key(b))
         if n is None:
             continue
         p_value, left_out = None, 0
-        contention = [f"{side}: {why}" for side, s in (("base", b), ("new", n)) for why in s.get("contention", [])]
-        base_mean, new_mean = b["mean"], n["mean"]
+        contention = [f"{side}: {why}" for side, s in (("base", b), ("new", n)) for why in s.contention]
+        base_mean, new_mean = b.mean, n.mean
         if paired:
             base_samples, new_samples, left_out = fair_pairs(base_cell, b, new_cell, n)
             if base_samples:  # the change the test judges: over the pairs it judges
                 base_mean, new_mean = statistics.fmean(base_samples), statistics.fmean(new_samples)
         else:
-            base_samples, new_samples = b["samples"], n["samples"]
+            base_samples, new_samples = b.samples, n.samples
         change = 100.0 * (new_mean - base_mean) / abs(base_mean) if base_mean else None
         if contention and not paired:
             verdict = CONTENDED
@@ -189,7 +199,7 @@ def compare_pair(
             verdict = "untested"
         else:
             p_value = _p_value(base_samples, new_samples, paired)
-            better = better_of.get(b["name"])
+            better = better_of.get(b.name)
             if p_value < alpha and change is not None and abs(change) > threshold_pct and better:
                 improved = (change > 0) == (better == "higher")
                 verdict = "better" if improved else "worse"
@@ -198,10 +208,10 @@ def compare_pair(
         changes.append(
             Change(
                 base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}",
-                b["benchmark"],
-                b["name"],
-                b["unit"],
-                b["link"],
+                b.benchmark,
+                b.name,
+                b.unit,
+                b.link,
                 base_mean,
                 new_mean,
                 change,

@@ -19,6 +19,7 @@ from typing import Any
 
 from niclab.base.atomic import replacing
 from niclab.base.errors import UsageError
+from niclab.run.records import NicSummary
 from niclab.ui import csvsafe
 from niclab.ui.report.data import load_run
 
@@ -72,22 +73,23 @@ def rows(run_dir: Path, what: str) -> list[dict]:
         params = {f"param_{axis}": cell.params.get(axis) for axis in axes}
         if what == "measurements":
             for m in cell.measurements:
-                nics = cell.runs.get(m["run"], {}).get("nics", {})
-                client, server = nics.get(m["client"], {}), nics.get(m["server"], {})
+                measured = cell.runs.get(m.run)
+                nics = measured.nics if measured is not None else {}
+                client, server = nics.get(m.client) or NicSummary(), nics.get(m.server) or NicSummary()
                 out.append(
                     {
-                        **{k: m.get(k) for k in MEASUREMENT_COLUMNS},
+                        **{k: getattr(m, k) for k in MEASUREMENT_COLUMNS},
                         **params,
-                        "client_model": client.get("model"),
-                        "client_driver": client.get("driver"),
-                        "server_model": server.get("model"),
-                        "server_driver": server.get("driver"),
-                        "mtu": client.get("mtu"),
-                        "accel": cell.runs.get(m["run"], {}).get("accel"),
+                        "client_model": client.model,
+                        "client_driver": client.driver,
+                        "server_model": server.model,
+                        "server_driver": server.driver,
+                        "mtu": client.mtu,
+                        "accel": measured.accel if measured is not None else None,
                     }
                 )
         elif what == "summaries":
-            out += [{**{k: s.get(k) for k in SUMMARY_COLUMNS}, **params} for s in cell.summaries]
+            out += [{**{k: getattr(s, k) for k in SUMMARY_COLUMNS}, **params} for s in cell.summaries]
         else:
             raise UsageError(f"export what? {what!r}: measurements or summaries")
     return out

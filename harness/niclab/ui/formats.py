@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from niclab.run.records import CellRecord, SummaryRecord
+
 UNIT_SUFFIXES = {"Mbit/s": "_mbps", "MB/s": "_mb_s", "us": "_us", "ms": "_ms", "%": "_pct"}
 
 
@@ -9,29 +11,33 @@ def format_value(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
-def value_with_unit(summary: dict) -> str:
+def value_with_unit(summary: SummaryRecord) -> str:
     """mean [± half-width of the interval], and the unit unless the metric's name says it."""
-    text = format_value(summary["mean"])
-    if summary["n"] > 1 and summary["ci_low"] is not None:
-        text += f" ± {format_value((summary['ci_high'] - summary['ci_low']) / 2)}"
-    suffix = UNIT_SUFFIXES.get(summary["unit"])
-    return text if suffix and summary["metric"].endswith(suffix) else f"{text} {summary['unit']}"
+    text = format_value(summary.mean)
+    if summary.n > 1 and summary.ci_low is not None and summary.ci_high is not None:
+        text += f" ± {format_value((summary.ci_high - summary.ci_low) / 2)}"
+    suffix = UNIT_SUFFIXES.get(summary.unit)
+    return text if suffix and summary.metric.endswith(suffix) else f"{text} {summary.unit}"
 
 
-def metric_label(summary: dict) -> str:
+def metric_label(summary: SummaryRecord) -> str:
     """The metric, with its test in front when the benchmark's label does not already say it (fio patterns)."""
-    test = summary.get("test")
-    return f"{test}.{summary['metric']}" if test and test not in summary["benchmark"] else summary["metric"]
+    test = summary.test
+    return f"{test}.{summary.metric}" if test and test not in summary.benchmark else summary.metric
 
 
-def drivers_line(facts: dict) -> str:
+def drivers_line(facts: CellRecord) -> str:
     """What a cell's guests ran: each node's kernel and its NICs' drivers with their versions, said once when alike."""
     seen: dict[str, list[str]] = {}
-    for node, info in sorted(facts.get("nodes", {}).items()):
+    for node, info in sorted(facts.nodes.items()):
         drivers = sorted(
-            {f"{n.get('driver', '?')} {n.get('version', '')}".strip() for n in info.get("interfaces", {}).values()}
+            {
+                f"{'?' if nic.driver is None else nic.driver} {nic.version or ''}".strip()
+                for nic in info.interfaces.values()
+            }
         )
-        text = f"kernel {info.get('kernel', '?')}" + (f", driver {', '.join(drivers)}" if drivers else "")
+        kernel = "?" if info.kernel is None else info.kernel
+        text = f"kernel {kernel}" + (f", driver {', '.join(drivers)}" if drivers else "")
         seen.setdefault(text, []).append(node)
     if len(seen) == 1:
         return next(iter(seen))

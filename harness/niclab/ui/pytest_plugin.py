@@ -255,9 +255,9 @@ class ScenarioCell(pytest.Item):
         self.user_properties.append(("niclab_run_dir", str(run_dir.path)))
         outcome = started.run().cells[0]  # Ctrl-C propagates: pytest stops with its own summary
         for s in outcome.summaries:
-            if s["headline"]:
-                where = f"[link={s['link']}]" if s["link"] else ""
-                self.user_properties.append((f"{s['name']}{where}", f"{s['mean']:.6g} {s['unit']}"))
+            if s.headline:
+                where = f"[link={s.link}]" if s.link else ""
+                self.user_properties.append((f"{s.name}{where}", f"{s.mean:.6g} {s.unit}"))
         if not outcome.ok:
             lines = [
                 f"{len(outcome.missed)} expectation(s) missed, {len(outcome.errors)} failure(s) "

@@ -80,8 +80,7 @@ def _run(args, backend) -> int:
         write_run_report(run_dir.path, progress)
         return EXIT_FAILED
     for cell in outcome.cells:
-        accel = cell.facts.get("rig", {}).get("accel", "?")
-        print(cell_table(scenario_file.name, cell, accel))
+        print(cell_table(scenario_file.name, cell))
         print()
     for warning in started.info.warnings:
         print(f"warning: {warning}")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from niclab import __version__
+from niclab.run.records import ErrorRecord, ExpectationRecord
 from niclab.ui.report import cost, findings, plots, provenance
 from niclab.ui.report.data import RunData, merge_runs
 from niclab.ui.report.figures import Plot
@@ -27,8 +28,8 @@ class RunSection:
     undrawn: list[str]  # sections whose figures matplotlib could not draw (values such as 1e308 beside 1)
     costs: list[cost.CostRow]
     currency: str
-    expectations: list[dict]
-    errors: list[dict]
+    expectations: list[ExpectationRecord]
+    errors: list[ErrorRecord]
     cells: list[dict] = field(default_factory=list)  # provenance per cell
 
 

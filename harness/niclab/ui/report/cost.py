@@ -46,14 +46,14 @@ def prices_of(run: RunData, extra: dict[str, float] | None = None) -> tuple[dict
     """The card prices and their currency; the scenario text is the run's (untrusted: read with
     niclab.base.yamlpos's limits, and what is not a price of a card is left out)."""
     try:
-        scenario = yamlpos.load(run.info.get("scenario_text") or "")[0]
+        scenario = yamlpos.load(run.info.scenario_text or "")[0]
     except yamlpos.YamlError:
         scenario = None
     if not isinstance(scenario, dict):
         scenario = {}
     given = scenario.get("prices")
     prices = {}
-    lab = (run.info.get("lab") or {}).get("prices") or {}
+    lab = run.info.lab.prices if run.info.lab is not None else {}
     for model, price in {**(given if isinstance(given, dict) else {}), **lab, **(extra or {})}.items():
         found = nics.lookup(str(model))
         if (number := _number(price)) is not None:
@@ -67,7 +67,7 @@ def cost_rows(run: RunData, prices: dict[str, float]) -> list[CostRow]:
     for cell in run.cells:
         model = nics.lookup(cell.card)
         price = prices.get(model.name if model else cell.card)
-        peaks = [(s["mean"], s["name"]) for name in bench.peak_metrics() if (s := cell.summary(name))]
+        peaks = [(s.mean, s.name) for name in bench.peak_metrics() if (s := cell.summary(name))]
         if price is None or not peaks:
             continue
         peak, metric = max(peaks)

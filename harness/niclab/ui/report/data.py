@@ -10,6 +10,7 @@ import difflib
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from niclab.base.errors import UsageError
 from niclab.run.records import (
@@ -18,9 +19,10 @@ from niclab.run.records import (
     ErrorRecord,
     ExpectationRecord,
     MeasurementRecord,
+    NicSummary,
+    RunInfoRecord,
     RunRecord,
     SummaryRecord,
-    as_dict,
     read_results,
     read_run_info,
 )
@@ -29,39 +31,41 @@ from niclab.run.records import (
 @dataclass
 class CellData:
     id: str
-    params: dict
-    facts: dict = field(default_factory=dict)  # the `cell` record
-    end: dict = field(default_factory=dict)  # the `cell_end` record
-    summaries: list[dict] = field(default_factory=list)
-    measurements: list[dict] = field(default_factory=list)
-    runs: dict[str, dict] = field(default_factory=dict)  # run id -> `run` record
-    errors: list[dict] = field(default_factory=list)
-    expectations: list[dict] = field(default_factory=list)
+    params: dict[str, Any]
+    facts: CellRecord | None = None  # the `cell` record
+    end: CellEndRecord | None = None  # the `cell_end` record
+    summaries: list[SummaryRecord] = field(default_factory=list)
+    measurements: list[MeasurementRecord] = field(default_factory=list)
+    runs: dict[str, RunRecord] = field(default_factory=dict)  # run id -> `run` record
+    errors: list[ErrorRecord] = field(default_factory=list)
+    expectations: list[ExpectationRecord] = field(default_factory=list)
 
     @property
     def card(self) -> str:
         """What the report calls this cell in per-card plots: its NIC, else its id."""
         return str(self.params.get("nic", self.id))
 
-    def summary(self, name: str, link: int | None = None) -> dict | None:
+    def summary(self, name: str, link: int | None = None) -> SummaryRecord | None:
         for s in self.summaries:
-            if s["name"] == name and (link is None or s["link"] == link):
+            if s.name == name and (link is None or s.link == link):
                 return s
         return None
 
-    def nic_of(self, run_id: str, node: str) -> dict:
-        return self.runs.get(run_id, {}).get("nics", {}).get(node, {})
+    def nic_of(self, run_id: str, node: str) -> NicSummary | None:
+        run = self.runs.get(run_id)
+        return run.nics.get(node) if run is not None else None
 
 
 @dataclass
 class RunData:
     path: Path
-    info: dict
+    info: RunInfoRecord  # run.json; empty when the run has none
     cells: list[CellData]
+    merged_from: list[str] = field(default_factory=list)  # the run directories merged into this one, if any
 
     @property
     def scenario(self) -> str:
-        return self.info.get("scenario") or self.path.name
+        return self.info.scenario or self.path.name
 
     def cell(self, cell_id: str) -> CellData:
         for cell in self.cells:
@@ -105,26 +109,24 @@ def load_run(path: Path) -> RunData:
     results = path / "results.jsonl"
     if not results.exists() and not results.is_symlink():
         raise UsageError(f"{path} is not a niclab run directory (it has no results.jsonl)")
-    found = read_run_info(path / "run.json")
-    info = as_dict(found) if found is not None else {}
-    cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.get("cells", [])}
-    for _, model in read_results(results):
-        record = as_dict(model)
-        cell = cells.setdefault(model.cell, CellData(model.cell, {}))
-        cell.params = model.params
-        if isinstance(model, CellRecord):
+    info = read_run_info(path / "run.json") or RunInfoRecord()
+    cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.cells}
+    for _, record in read_results(results):
+        cell = cells.setdefault(record.cell, CellData(record.cell, {}))
+        cell.params = record.params
+        if isinstance(record, CellRecord):
             cell.facts = record
-        elif isinstance(model, CellEndRecord):
+        elif isinstance(record, CellEndRecord):
             cell.end = record
-        elif isinstance(model, SummaryRecord):
+        elif isinstance(record, SummaryRecord):
             cell.summaries.append(record)
-        elif isinstance(model, MeasurementRecord):
+        elif isinstance(record, MeasurementRecord):
             cell.measurements.append(record)
-        elif isinstance(model, RunRecord):
-            cell.runs[model.run] = record
-        elif isinstance(model, ErrorRecord):
+        elif isinstance(record, RunRecord):
+            cell.runs[record.run] = record
+        elif isinstance(record, ErrorRecord):
             cell.errors.append(record)
-        elif isinstance(model, ExpectationRecord):
+        elif isinstance(record, ExpectationRecord):
             cell.expectations.append(record)
     return RunData(path, info, list(cells.values()))
 
@@ -133,20 +135,11 @@ def load_runs(paths: list[Path]) -> list[RunData]:
     return [load_run(Path(p)) for p in paths]
 
 
-def _scenario_order(info: dict) -> list[str]:
-    """Every cell id of the scenario, in its own order (from the scenario text the run kept)."""
-    from niclab.model.scenario import parse
-
-    try:
-        return [cell.id for cell in parse(info.get("scenario_text", ""), "run.json").cells]
-    except Exception:
-        return list(info.get("cells", []))
-
-
 def merge_runs(runs: list[RunData]) -> list[RunData]:
     """Runs of the same scenario (shards of one sweep, or cells run apart) merged into one.
 
-    A cell measured in several of them keeps the one from the later run directory.
+    A cell measured in several of them keeps the one from the later run directory. Cells come in the
+    scenario's order, as the later run's run.json keeps it (`cell_order`; `cells` for a run written before).
     """
     groups: dict[str, list[RunData]] = {}
     for run in runs:
@@ -162,11 +155,9 @@ def merge_runs(runs: list[RunData]) -> list[RunData]:
             for cell in run.cells:
                 if cell.summaries or cell.facts or cell.id not in cells:
                     cells[cell.id] = cell
-        order = _scenario_order(group[-1].info)
+        order = group[-1].info.order
         rank = {cell_id: n for n, cell_id in reversed(list(enumerate(order)))}  # the first place of each id
         ranked = sorted(cells.values(), key=lambda c: rank.get(c.id, len(order)))
-        info = dict(group[-1].info)
-        info["cells"] = [c.id for c in ranked]
-        info["merged_from"] = [str(r.path) for r in group]
-        merged.append(RunData(group[-1].path, info, ranked))
+        info = group[-1].info.model_copy(update={"cells": [c.id for c in ranked]})
+        merged.append(RunData(group[-1].path, info, ranked, [str(r.path) for r in group]))
     return merged

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from niclab.model import bench
 from niclab.model.bench import Dip, Shortfall
-from niclab.ui.report.data import RunData
+from niclab.ui.report.data import CellData, RunData
 from niclab.ui.report.figures import size_label
 from niclab.ui.report.plots import size_curve
 
@@ -61,33 +61,33 @@ def find(run: RunData) -> list[Finding]:
                         f"{100 * (1 - value / floor):.0f} % below its neighbours",
                     )
                 )
-        contended = {s["benchmark"]: s["contention"] for s in cell.summaries if s.get("contended")}
+        contended = {s.benchmark: s.contention for s in cell.summaries if s.contended}
         for benchmark, reasons in contended.items():
             found.append(Finding("host-contention", where, f"{benchmark}: host contention: {'; '.join(reasons)}"))
         for s in cell.summaries:
-            if s["unstable"] and s.get("headline"):
+            if s.unstable and s.headline:
                 found.append(
-                    Finding("unstable", where, f"{s['benchmark']} {s['metric']} is unstable: {'; '.join(s['reasons'])}")
+                    Finding("unstable", where, f"{s.benchmark} {s.metric} is unstable: {'; '.join(s.reasons)}")
                 )
         for short in (d for d in declared if isinstance(d, Shortfall)):
             whole, part = cell.summary(short.whole), cell.summary(short.part)
-            if whole and part and whole["mean"] > 0 and part["mean"] < short.share * whole["mean"]:
-                percent = 100 * part["mean"] / whole["mean"]
-                text = short.text.format(whole=whole["mean"], part=part["mean"], percent=percent)
+            if whole and part and whole.mean > 0 and part.mean < short.share * whole.mean:
+                percent = 100 * part.mean / whole.mean
+                text = short.text.format(whole=whole.mean, part=part.mean, percent=percent)
                 found.append(Finding(short.kind, where, text))
         found += _bond_irqs(cell, where)
     return found
 
 
-def _bond_irqs(cell, where: str) -> list[Finding]:
+def _bond_irqs(cell: CellData, where: str) -> list[Finding]:
     found = []
     for run in cell.runs.values():
-        for node, nic in run.get("nics", {}).items():
-            if (nic.get("ports") or 1) < 2:
+        for node, nic in run.nics.items():
+            if (nic.ports or 1) < 2:
                 continue
             per_cpu: list[int] = []
-            for port in run.get("counters", {}).get(node, {}).values():
-                counts = port.get("interrupts_per_cpu", [])
+            for port in run.counters.get(node, {}).values():
+                counts = port.interrupts_per_cpu
                 per_cpu = [a + b for a, b in zip(per_cpu, counts, strict=False)] if per_cpu else list(counts)
             total = sum(per_cpu)
             if len(per_cpu) >= 2 and total and max(per_cpu) > IRQ_ONE_CPU_SHARE * total:
@@ -97,7 +97,7 @@ def _bond_irqs(cell, where: str) -> list[Finding]:
                         "irq-one-cpu",
                         where,
                         f"{node}: {100 * max(per_cpu) / total:.0f} % of the interrupts of its "
-                        f"{nic['ports']} bonded ports landed on CPU {cpu} ({run['benchmark']})",
+                        f"{nic.ports} bonded ports landed on CPU {cpu} ({run.benchmark})",
                     )
                 )
                 break

@@ -17,6 +17,7 @@ from typing import assert_never
 
 from niclab.model import bench
 from niclab.model.bench import Figure
+from niclab.run.records import SummaryRecord
 from niclab.ui.report.data import CellData, RunData
 from niclab.ui.report.figures import COLORS, Plot, bytes_axis, grouped_bars, new_figure, to_plot
 
@@ -98,21 +99,21 @@ def draw(run: RunData, figure: Figure) -> list[Plot]:
     return [made] if made else []
 
 
-def half_width(summary: dict | None) -> float | None:
+def half_width(summary: SummaryRecord | None) -> float | None:
     """Half the width of the summary's interval, for an error bar (None: no interval, or one too wide to draw)."""
-    if not summary or summary["n"] < 2 or summary.get("ci_low") is None:
+    if not summary or summary.n < 2 or summary.ci_low is None or summary.ci_high is None:
         return None
-    half = (summary["ci_high"] - summary["ci_low"]) / 2
+    half = (summary.ci_high - summary.ci_low) / 2
     return half if math.isfinite(half) else None
 
 
 def size_curve(cell: CellData, metric: str) -> list[list[float]] | None:
     """The curve of the cell's run whose `metric` is the median: [[bytes, Mbit/s, one-way us], ...]."""
-    runs = [m for m in cell.measurements if m["name"] == metric and m["extra"].get("curve")]
+    runs = [m for m in cell.measurements if m.name == metric and m.extra.curve]
     if not runs:
         return None
-    peaks = sorted(runs, key=lambda m: m["value"])
-    return peaks[(len(peaks) - 1) // 2]["extra"]["curve"]
+    peaks = sorted(runs, key=lambda m: m.value)
+    return peaks[(len(peaks) - 1) // 2].extra.curve
 
 
 def _mtu_of(cell: CellData) -> int | None:
@@ -192,7 +193,7 @@ def _bars(
         return None
     figure, ax = new_figure()
     data = {
-        label: [(s["mean"] if (s := cell.summary(name, link)) else None, half_width(s)) for cell in cells]
+        label: [(s.mean if (s := cell.summary(name, link)) else None, half_width(s)) for cell in cells]
         for label, name in series.items()
     }
     grouped_bars(ax, [c.card if run.axes == ["nic"] else c.id for c in cells], data, unit)
@@ -206,7 +207,7 @@ def mtu_lines(run: RunData, figure: Figure) -> Plot | None:
         mtu = _mtu_of(cell)
         s = next((found for series in figure.series if (found := cell.summary(series.metric))), None)
         if mtu is not None and s:
-            points.setdefault(cell.card, []).append((mtu, s["mean"], half_width(s)))
+            points.setdefault(cell.card, []).append((mtu, s.mean, half_width(s)))
     if not points or max(len(v) for v in points.values()) < 2:
         return None
     drawing, ax = new_figure()
@@ -234,10 +235,10 @@ def bonding_plot(run: RunData, figure: Figure) -> Plot | None:
     series: dict[str, dict[int, float]] = {}
     for cell in run.cells:
         for s in cell.summaries:
-            if s["name"] != metric:
+            if s.name != metric:
                 continue
-            ports = (cell.nic_of(s["runs"][0], s["client"]).get("ports") or 1) if s["runs"] else 1
-            series.setdefault(cell.card, {})[ports] = s["mean"]
+            nic = cell.nic_of(s.runs[0], s.client) if s.runs else None
+            series.setdefault(cell.card, {})[(nic.ports if nic is not None else None) or 1] = s.mean
     series = {card: values for card, values in series.items() if len(values) > 1 and 1 in values}
     if not series:
         return None
@@ -265,7 +266,7 @@ def pattern_bars(run: RunData, figure: Figure) -> Plot | None:
     drawing, ax = new_figure()
     data = {
         cell.card if run.axes == ["nic"] else cell.id: [
-            (s["mean"] if (s := cell.summary(series.metric, figure.link)) else None, half_width(s))
+            (s.mean if (s := cell.summary(series.metric, figure.link)) else None, half_width(s))
             for series in figure.series
         ]
         for cell in cells
@@ -288,15 +289,15 @@ def sweep_lines(run: RunData) -> list[Plot]:
             continue
         names: list[str] = []
         for cell in run.cells:
-            names += [s["name"] for s in cell.summaries if s.get("headline") and s["name"] not in names]
+            names += [s.name for s in cell.summaries if s.headline and s.name not in names]
         for name in names[:SWEEP_METRICS]:
             lines: dict[str, list[tuple[float, float, float | None]]] = {}
             unit = ""
             for cell in run.cells:
                 if (s := cell.summary(name)) is not None:
                     others = ",".join(f"{k}={v}" for k, v in cell.params.items() if k != axis) or name
-                    lines.setdefault(others, []).append((cell.params[axis], s["mean"], half_width(s)))
-                    unit = s["unit"]
+                    lines.setdefault(others, []).append((cell.params[axis], s.mean, half_width(s)))
+                    unit = s.unit
             if max((len(points) for points in lines.values()), default=0) < 2:
                 continue
             figure, ax = new_figure()

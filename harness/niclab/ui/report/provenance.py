@@ -2,48 +2,60 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from niclab.run.records import HostFacts, RigFacts
 from niclab.ui.report.data import CellData
 
 
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 def rig_line(cell: CellData) -> str:
-    rig = cell.facts.get("rig", {})
-    host = cell.facts.get("host", {})
+    rig = cell.facts.rig if cell.facts is not None else RigFacts()
+    host = cell.facts.host if cell.facts is not None else HostFacts()
     parts = [
-        f"{rig.get('backend', '?')} backend",
-        f"accelerator {rig.get('accel', '?')}",
-        rig.get("qemu", ""),
-        f"image {rig.get('image', '?')}",
-        f"guest kernel {rig.get('kernel', '?')}" + (f" ({rig['kernel_origin']})" if rig.get("kernel_origin") else ""),
-        f"host {host.get('hostname', '?')} ({host.get('cpu_model', '?')}, kernel {host.get('kernel', '?')})",
+        f"{_or(rig.backend, '?')} backend",
+        f"accelerator {_or(rig.accel, '?')}",
+        rig.qemu or "",
+        f"image {_or(rig.image, '?')}",
+        f"guest kernel {_or(rig.kernel, '?')}" + (f" ({rig.kernel_origin})" if rig.kernel_origin else ""),
+        f"host {_or(host.hostname, '?')} ({_or(host.cpu_model, '?')}, kernel {_or(host.kernel, '?')})",
     ]
     return "; ".join(p for p in parts if p)
 
 
 def interfaces(cell: CellData) -> list[dict]:
     """One row per node and interface: driver, version, PCI, MTU, offloads, qdisc, bond."""
+    if cell.facts is None:
+        return []
     rows = []
-    observed = cell.facts.get("network", {}).get("observed", {})
-    planned = cell.facts.get("network", {}).get("interfaces", {})
-    for node, facts in sorted(cell.facts.get("nodes", {}).items()):
-        for name, nic in sorted(facts.get("interfaces", {}).items()):
-            iface = observed.get(node, {}).get(f"iface {name}", {})
-            port = observed.get(node, {}).get(f"port {name}", {})
-            offloads = port.get("offloads", {})
+    observed = cell.facts.network.observed
+    planned = cell.facts.network.interfaces
+    for node, facts in sorted(cell.facts.nodes.items()):
+        for name, nic in sorted(facts.interfaces.items()):
+            iface = observed.get(node, {}).get(f"iface {name}")
+            port = observed.get(node, {}).get(f"port {name}")
+            offloads = port.offloads if port is not None else {}
+            plan = planned.get(f"{node}/{name}")
             rows.append(
                 {
                     "node": node,
                     "interface": name,
-                    "model": planned.get(f"{node}/{name}", {}).get("model", ""),
-                    "driver": nic.get("driver", ""),
-                    "version": nic.get("version", ""),
-                    "firmware": nic.get("firmware-version", ""),
-                    "pci": nic.get("pci_id", ""),
-                    "subsystem": nic.get("pci_subsystem", ""),
-                    "mtu": nic.get("mtu", ""),
+                    "model": _or(plan.model if plan is not None else None, ""),
+                    "driver": _or(nic.driver, ""),
+                    "version": _or(nic.version, ""),
+                    "firmware": _or(nic.firmware_version, ""),
+                    "pci": _or(nic.pci_id, ""),
+                    "subsystem": _or(nic.pci_subsystem, ""),
+                    "mtu": _or(nic.mtu, ""),
                     "offloads": ", ".join(f"{k} {v}" for k, v in offloads.items()),
-                    "qdisc": (iface.get("qdisc") or "").replace("qdisc ", "", 1).strip(),
+                    "qdisc": ((iface.qdisc if iface is not None else None) or "").replace("qdisc ", "", 1).strip(),
                     "bond": " ".join(
-                        f"{k.split('.', 1)[1]} {v}" for k, v in iface.items() if k.startswith("bond_port.")
+                        f"{k.split('.', 1)[1]} {v}"
+                        for k, v in ((iface.model_extra or {}) if iface is not None else {}).items()
+                        if k.startswith("bond_port.")
                     ),
                 }
             )
@@ -54,17 +66,17 @@ def interrupt_spread(cell: CellData) -> list[dict]:
     """Per benchmark run and node: each port's interrupts during the run, per CPU."""
     rows = []
     for _run_id, run in sorted(cell.runs.items()):
-        for node, ports in sorted(run.get("counters", {}).items()):
+        for node, ports in sorted(run.counters.items()):
             for port, counts in sorted(ports.items()):
                 rows.append(
                     {
-                        "run": f"{run['benchmark']} #{run.get('repeat', 1)}",
+                        "run": f"{run.benchmark} #{run.repeat}",
                         "node": node,
                         "port": port,
-                        "per_cpu": counts.get("interrupts_per_cpu", []),
-                        "packets": counts.get("rx_packets", 0) + counts.get("tx_packets", 0),
-                        "drops": counts.get("rx_dropped", 0) + counts.get("tx_dropped", 0),
-                        "shared": ", ".join(counts.get("shared_irqs", [])),
+                        "per_cpu": counts.interrupts_per_cpu,
+                        "packets": counts.rx_packets + counts.tx_packets,
+                        "drops": counts.rx_dropped + counts.tx_dropped,
+                        "shared": ", ".join(counts.shared_irqs),
                     }
                 )
     return rows

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from niclab.model import bench
 from niclab.ui import csvsafe
 from niclab.ui.formats import drivers_line, format_value, metric_label
-from niclab.ui.report.data import RunData
+from niclab.ui.report.data import CellData, RunData
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Table:
         return "\n".join(lines + [""] + [f"{note}" for note in self.notes]) + "\n"
 
 
-def column_label(run: RunData, cell) -> str:
+def column_label(run: RunData, cell: CellData) -> str:
     return cell.card if run.axes == ["nic"] else cell.id
 
 
@@ -73,13 +73,13 @@ def summary_table(run: RunData) -> Table:
     units: dict[tuple[str, int], str] = {}
     for cell in run.cells:
         for s in cell.summaries:
-            if not s.get("headline"):
+            if not s.headline:
                 continue
-            key = (s["name"], s["link"])
+            key = (s.name, s.link)
             if key not in units:
-                units[key] = s["unit"]
-                label = labels.get(s["name"]) or f"{s['benchmark'].split(' (')[0]} {metric_label(s)}"
-                keys.append((s["name"], s["link"], label))
+                units[key] = s.unit
+                label = labels.get(s.name) or f"{s.benchmark.split(' (')[0]} {metric_label(s)}"
+                keys.append((s.name, s.link, label))
     links = {link for _, link, _ in keys}
     rows = []
     for name, link, label in keys:
@@ -87,19 +87,19 @@ def summary_table(run: RunData) -> Table:
         for cell in run.cells:
             found = cell.summary(name, link)
             half = (
-                (found["ci_high"] - found["ci_low"]) / 2
-                if found and found["n"] > 1 and found.get("ci_low") is not None
+                (found.ci_high - found.ci_low) / 2
+                if found and found.n > 1 and found.ci_low is not None and found.ci_high is not None
                 else None
             )
-            cells.append(Cell(found["mean"] if found else None, half, bool(found and found["unstable"])))
+            cells.append(Cell(found.mean if found else None, half, bool(found and found.unstable)))
         rows.append((label + (f" (link {link})" if len(links) > 1 else ""), units[(name, link)], cells))
-    levels = {s["ci_level"] for c in run.cells for s in c.summaries if s["n"] > 1}
+    levels = {s.ci_level for c in run.cells for s in c.summaries if s.n > 1}
     notes = []
     if levels:
         notes.append(f"± is half the {'/'.join(f'{lv:g}' for lv in sorted(levels))} % Student-t interval of the mean.")
     if any(c.unstable for _, _, cells in rows for c in cells):
         notes.append("* unstable: its spread is above what the scenario accepts, or its tool doubted it.")
-    kernels = {c.id: drivers_line(c.facts) for c in run.cells if c.facts.get("nodes")}
+    kernels = {c.id: drivers_line(c.facts) for c in run.cells if c.facts is not None and c.facts.nodes}
     if len(set(kernels.values())) > 1:  # the run compares kernels or drivers: say which ran where
         notes += [f"{column_label(run, c)}: {kernels[c.id]}" for c in run.cells if c.id in kernels]
     return Table(f"{run.scenario}", [column_label(run, c) for c in run.cells], rows, notes)

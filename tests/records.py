@@ -1,0 +1,69 @@
+"""Records for tests that build run data by hand: the fields a test names, the rest plausible defaults."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from niclab.run.records import CellRecord, RunRecord, SummaryRecord
+
+BASE: dict[str, Any] = {"scenario": "s", "cell": "default", "params": {}}
+
+
+def summary(name: str, **given: Any) -> SummaryRecord:
+    """A `summary` record of metric `name`: its samples (or its one mean) give n, mean, median, min and max."""
+    samples = given.get("samples", [given.get("mean", 1.0)])
+    parts = name.split(".")
+    fields: dict[str, Any] = {
+        **BASE,
+        "type": "summary",
+        "benchmark_index": 0,
+        "benchmark": " ".join(parts[:-1]) or name,
+        "name": name,
+        "test": parts[1] if len(parts) > 2 else None,
+        "metric": parts[-1],
+        "unit": "x",
+        "headline": True,
+        "client": "a",
+        "server": "b",
+        "link": 0,
+        "runs": [],
+        "n": len(samples),
+        "mean": statistics.fmean(samples),
+        "median": statistics.median(samples),
+        "stdev": None,
+        "cv_pct": None,
+        "min": min(samples),
+        "max": max(samples),
+        "ci_level": 95.0,
+        "ci_low": None,
+        "ci_high": None,
+        "samples": samples,
+        "unstable": False,
+        "reasons": [],
+    }
+    return SummaryRecord.model_validate(fields | given)
+
+
+def run(run_id: str, **given: Any) -> RunRecord:
+    """A `run` record of repeat BENCHMARK.REPEAT."""
+    fields: dict[str, Any] = {
+        **BASE,
+        "type": "run",
+        "run": run_id,
+        "benchmark": "netperf TCP_STREAM",
+        "tool": "netperf",
+        "repeat": int(run_id.rpartition(".")[2]),
+        "repeats": 1,
+        "client": "a",
+        "server": "b",
+        "link": 0,
+        "nics": {},
+        "counters": {},
+    }
+    return RunRecord.model_validate(fields | given)
+
+
+def cell(**given: Any) -> CellRecord:
+    """A `cell` record."""
+    return CellRecord.model_validate({**BASE, "type": "cell", "time": "2026-11-22T10:00:00Z"} | given)
