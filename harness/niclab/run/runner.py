@@ -46,7 +46,7 @@ from niclab.plumbing.backends.base import Backend
 from niclab.plumbing.contention import contention_of
 from niclab.run import stats
 from niclab.run.results import RunDir, RunInfo, utc_now
-from niclab.run.rigs import RigKeeper, shared_boots, turns
+from niclab.run.rigs import BootKeeper, shared_boots, turns
 from niclab.run.session import BenchRun, Session, describe_gone
 
 Progress = Callable[[str], None]
@@ -173,7 +173,7 @@ class Runner:
         try:
             self._write_info()
             works = [self._work(n, cell, len(cells)) for n, cell in enumerate(cells, start=1)]
-            with RigKeeper(self.backend, self.progress) as rigs:
+            with BootKeeper(self.backend, self.progress) as rigs:
                 for work, rounds in schedule(works):
                     self._run_step(rigs, work, rounds)
         except KeyboardInterrupt:
@@ -219,7 +219,7 @@ class Runner:
     def run_cell(self, cell: Cell) -> CellOutcome:
         """Run one cell on a rig of its own (booted for it, stopped after)."""
         work = self._work(1, cell, 1)
-        with RigKeeper(self.backend, self.progress) as rigs:
+        with BootKeeper(self.backend, self.progress) as rigs:
             self._run_step(rigs, work, range(1, work.rounds + 1))
         return work.outcome
 
@@ -236,7 +236,7 @@ class Runner:
         base = {"scenario": self.scenario_name, "cell": cell.id, "params": cell.params}
         return CellWork(number, of, cell, session, cell_dir / "cell.log", repeats, base)
 
-    def _run_step(self, rigs: RigKeeper, work: CellWork, rounds: range) -> None:
+    def _run_step(self, rigs: BootKeeper, work: CellWork, rounds: range) -> None:
         """Run rounds of one cell's benchmarks on its rig; the cell's last round also ends it."""
         if work.failed:
             return

@@ -27,7 +27,7 @@ from niclab.model.scenario.model import benchmark_problems, benchmark_spec
 from niclab.plumbing import contention, facts, netconf
 from niclab.plumbing.backends.base import Backend, Rig
 from niclab.plumbing.contention import HostLoad
-from niclab.run.rigs import Booted, RigKeeper
+from niclab.run.rigs import Booted, BootKeeper
 
 Progress = Callable[[str], None]
 
@@ -77,7 +77,7 @@ class Session:
 
     def __enter__(self) -> Session:
         """Boot this cell's own rig and configure it; on exit stop it."""
-        rigs = self._stack.enter_context(RigKeeper(self.backend, self.progress))
+        rigs = self._stack.enter_context(BootKeeper(self.backend, self.progress))
         try:
             self.prepare(rigs)
         except BaseException:
@@ -92,7 +92,7 @@ class Session:
         self._stack.close()
         self.rig = None
 
-    def prepare(self, rigs: RigKeeper) -> None:
+    def prepare(self, rigs: BootKeeper) -> None:
         """Make the rig this cell runs on ready: booted (or kept from an earlier cell), its network this cell's.
 
         The first call fills `facts` and `timings`; a later one (the cell's next
@@ -133,7 +133,7 @@ class Session:
             "nodes": nodes,
         }
 
-    def abandon(self, rigs: RigKeeper) -> None:
+    def abandon(self, rigs: BootKeeper) -> None:
         """After a failure: note which guests had died (the cause), then stop the rig; the next cell boots anew."""
         self._note_the_dead()
         if self.booted is not None and rigs.current is self.booted:
