@@ -16,16 +16,15 @@ checks it as after a boot. A 5-value MTU sweep boots once, not five times.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from niclab.base.node import Progress
 from niclab.model.topology import Topology
 from niclab.plumbing.backends.base import Backend, Rig
 from niclab.plumbing.netconf import NetPlan
-
-Progress = Callable[[str], None]
 
 
 @dataclass

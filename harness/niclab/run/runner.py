@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from niclab.base.errors import NiclabError, describe_exception
-from niclab.base.node import NodeGone
+from niclab.base.node import NodeGone, Progress
 from niclab.model import expect
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.plumbing.backends.base import Backend
@@ -48,8 +48,6 @@ from niclab.run import stats
 from niclab.run.results import RunDir, RunInfo, utc_now
 from niclab.run.rigs import BootKeeper, shared_boots, turns
 from niclab.run.session import BenchRun, Session, describe_gone
-
-Progress = Callable[[str], None]
 
 
 @dataclass

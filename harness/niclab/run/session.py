@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from niclab.base.errors import NiclabError, UsageError
-from niclab.base.node import Node, NodeGone
+from niclab.base.node import Node, NodeGone, Progress
 from niclab.base.problems import Problems
 from niclab.model import bench as benchmarks
 from niclab.model.bench.base import BenchContext, Endpoints, Measurement
@@ -28,8 +28,6 @@ from niclab.plumbing import contention, facts, netconf
 from niclab.plumbing.backends.base import Backend, Rig
 from niclab.plumbing.contention import HostLoad
 from niclab.run.rigs import Booted, BootKeeper
-
-Progress = Callable[[str], None]
 
 
 def _quiet(message: str) -> None:

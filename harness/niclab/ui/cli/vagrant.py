@@ -11,20 +11,18 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from niclab.base.errors import NiclabError, UsageError
+from niclab.base.node import Progress
 from niclab.base.paths import SOURCE_ROOT
+from niclab.ui.console import ProgressLines
 
 DEFAULT_SCENARIO = "scenarios/two-node.yaml"
-Progress = Callable[[str], None]
 
 
 def _progress() -> Progress:
-    from niclab.ui.console import Progress
-
-    return Progress()
+    return ProgressLines()
 
 
 def _cell(args):
