@@ -1,4 +1,4 @@
-# niclab: `make demo` runs the default scenario, `make test` runs the tests.
+# niclab: `make demo` runs the default scenario, `make test` runs the tests (`make unit`: the unit tests alone).
 # Both install what is missing first (host packages, the virtualenv, the guest
 # image), and do nothing more on a second run.
 
@@ -10,13 +10,18 @@ BIN     := $(VENV)/bin
 
 LAB_STAMP := $(VENV)/.niclab-lab-installed
 
-.PHONY: demo test lint setup host test-host venv image vagrant lab lab-python docker clean
+.PHONY: demo test unit lint setup host test-host venv image vagrant lab lab-python docker clean
 
 demo: setup
 	$(BIN)/niclab run $(SCENARIO)
 
 test: setup test-host lab-python lint
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
+
+# The unit tests alone: they boot no guest. Every test below tests/integration is marked `integration`
+# (tests/integration/conftest.py), so `-m "not integration"` leaves them out.
+unit: lab-python
+	$(BIN)/pytest -ra -m "not integration" $(PYTEST_ARGS)
 
 # ruff's lint and format check over the code, mypy over the package (files from pyproject.toml),
 # then import-linter: the layer folders import only from below (contracts in pyproject.toml).

@@ -5,7 +5,7 @@
   and the JUnit XML carries each cell's headline figures;
 - a scenario whose expectation cannot hold fails exactly its item, with the
   expectation and the value measured, while the others pass;
-- a hand-written test's `rig` boots a cell, measures, and leaves no guest
+- a hand-written test's `niclab_session` boots a cell, measures, and leaves no guest
   behind, also when the test fails.
 """
 
@@ -68,7 +68,7 @@ def test_shipped_scenarios_pass_in_parallel_with_junit_properties(image, repo, t
 BROKEN_EXPECTATION = "  - netperf.TCP_STREAM.throughput_mbps > 1000000\n"
 
 
-def test_a_missed_expectation_fails_exactly_its_item_and_rig_cleans_up(image, repo, tmp_path):
+def test_a_missed_expectation_fails_exactly_its_item_and_the_session_cleans_up(image, repo, tmp_path):
     scenarios = tmp_path / "scenarios"
     scenarios.mkdir()
     text = (repo / "scenarios" / "two-node.yaml").read_text().replace("seconds: 5", "seconds: 2")
@@ -77,15 +77,15 @@ def test_a_missed_expectation_fails_exactly_its_item_and_rig_cleans_up(image, re
         text.replace("name: two-node", "name: broken") + "expect:\n" + BROKEN_EXPECTATION
     )
     (tmp_path / "test_by_hand.py").write_text(
-        "def test_rig_measures(rig):\n"
-        "    with rig('scenarios/fine.yaml', cell={'nic': 'e1000'}) as r:\n"
-        "        assert 'driver: e1000' in r.node('a').run('ethtool -i link0').stdout\n"
-        "        rate = [m.value for m in r.bench('netperf', test='TCP_RR', seconds=2)\n"
+        "def test_session_measures(niclab_session):\n"
+        "    with niclab_session('scenarios/fine.yaml', cell={'nic': 'e1000'}) as s:\n"
+        "        assert 'driver: e1000' in s.node('a').run('ethtool -i link0').stdout\n"
+        "        rate = [m.value for m in s.bench('netperf', test='TCP_RR', seconds=2)\n"
         "                if m.metric == 'transaction_rate']\n"
         "        assert rate[0] > 100\n\n"
-        "def test_rig_cleans_up_a_failing_test(rig):\n"
-        "    with rig('scenarios/fine.yaml') as r:\n"
-        "        r.node('b').run('true')\n"
+        "def test_session_cleans_up_a_failing_test(niclab_session):\n"
+        "    with niclab_session('scenarios/fine.yaml') as s:\n"
+        "        s.node('b').run('true')\n"
         "        assert False, 'this test fails on purpose'\n"
     )
     result = pytest_in(
@@ -101,7 +101,7 @@ def test_a_missed_expectation_fails_exactly_its_item_and_rig_cleans_up(image, re
     assert result.returncode == 1
     assert "2 failed, 2 passed" in result.stdout, result.stdout[-3000:]
     assert "FAILED scenarios/broken.yaml::nic=e1000" in result.stdout
-    assert "FAILED test_by_hand.py::test_rig_cleans_up_a_failing_test" in result.stdout
+    assert "FAILED test_by_hand.py::test_session_cleans_up_a_failing_test" in result.stdout
     assert "1 expectation(s) missed, 0 failure(s) in cell nic=e1000 of broken.yaml:" in result.stdout
     assert "missed: netperf.TCP_STREAM.throughput_mbps > 1000000: measured" in result.stdout
     assert qemus_under(tmp_path) == []  # no guest survived either failure

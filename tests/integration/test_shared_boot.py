@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from niclab.model.scenario import parse
 from niclab.plumbing.backends.qemu import QemuBackend
-from niclab.run.rigs import RigKeeper
+from niclab.run.rigs import BootKeeper
 from niclab.run.session import Session
 
 from .conftest import wait_no_qemu
@@ -30,7 +30,7 @@ def mangleid(session: Session, port: str) -> str:
 
 def test_one_boot_serves_cells_with_other_bonds_mtus_netem_and_offloads(image, tmp_path):
     lines: list[str] = []
-    with RigKeeper(QemuBackend(image=image), lines.append) as rigs:
+    with BootKeeper(QemuBackend(image=image), lines.append) as rigs:
         tuned = Session(cell("tuned", TUNED), rigs.backend, tmp_path)
         tuned.prepare(rigs)
         observed = tuned.facts["network"]["observed"]["a"]

@@ -1,6 +1,6 @@
 """`vagrant up` of a scenario: the README's Vagrant commands, in a network namespace the test makes.
 
-One rig for the module (booting two Debian guests under TCG is the expensive
+One Vagrant project for the module (booting two Debian guests under TCG is the expensive
 part): the box is built and added, the rig comes up with the scenario's cable,
 MTU and netem, traffic crosses the test cable by node name, the settings read
 back match a `niclab run` of the same scenario, node names stay names when
@@ -41,7 +41,9 @@ if (reason := why_not()) is not None:
     pytest.skip(f"the Vagrant rig cannot run here: {reason}", allow_module_level=True)
 
 
-class Rig:
+class VagrantProject:
+    """The repository's Vagrantfile with a private VAGRANT_HOME, dotfile and libvirtd: `vagrant` and `vagrant ssh`."""
+
     def __init__(self, libvirt: IsolatedLibvirt, env: dict[str, str], dotfile: Path):
         self.libvirt, self.env, self.dotfile = libvirt, env, dotfile
 
@@ -65,7 +67,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(tmp_path_factory) -> Rig:
+def project(tmp_path_factory) -> VagrantProject:
     # Vagrant's home must be reachable by libvirt's QEMU user (it reads the box's kernel there):
     # pytest's own temporary directories are private to root.
     links_before = host_links()
@@ -90,56 +92,56 @@ def rig(tmp_path_factory) -> Rig:
         assert image is not None
         hide_kvm = choose_accel(image).accel != "kvm"
         with isolated_libvirt(tmp_path_factory.mktemp("libvirt"), hide_kvm=hide_kvm) as libvirt:
-            rig = Rig(libvirt, env, dotfile)
+            project = VagrantProject(libvirt, env, dotfile)
             try:
-                yield rig
+                yield project
             finally:
-                rig.vagrant("destroy", "-f", timeout=300, check=False)
+                project.vagrant("destroy", "-f", timeout=300, check=False)
     finally:
         subprocess.run(["rm", "-rf", str(home)], check=False)
     assert host_links() == links_before, "the Vagrant test left a network device in the host's namespace"
 
 
 @pytest.mark.timeout(2400)  # the first test also builds the Debian image and the box (module fixture)
-def test_vagrant_up_cables_and_configures_the_scenarios_nodes(rig):
-    up = rig.vagrant("up", timeout=UP_TIMEOUT_S)
+def test_vagrant_up_cables_and_configures_the_scenarios_nodes(project):
+    up = project.vagrant("up", timeout=UP_TIMEOUT_S)
     assert "niclab: checking a's links" in up.stdout
     assert "every cable passes traffic" in up.stdout + up.stderr
-    network = json.loads((rig.dotfile / "niclab" / "network.json").read_text())
+    network = json.loads((project.dotfile / "niclab" / "network.json").read_text())
     assert set(network["observed"]) == {"a", "b"}
 
 
-def test_node_names_cross_the_test_cable_and_netperf_runs(rig):
-    assert rig.ssh("a", "getent hosts b").split()[0] == "198.18.0.2"
-    out = rig.ssh("a", "netperf -H b -l 3 -P 0 -t TCP_STREAM", timeout=180)
+def test_node_names_cross_the_test_cable_and_netperf_runs(project):
+    assert project.ssh("a", "getent hosts b").split()[0] == "198.18.0.2"
+    out = project.ssh("a", "netperf -H b -l 3 -P 0 -t TCP_STREAM", timeout=180)
     throughput = float(out.split()[-1])
     assert throughput > 0, out
-    motd = rig.ssh("a", "cat /etc/motd")
+    motd = project.ssh("a", "cat /etc/motd")
     assert "link0: e1000 (driver e1000) 198.18.0.1/24 mtu 4000, netem delay 20ms -> b 198.18.0.2" in motd
 
 
-def test_the_netem_delay_shows_in_ping(rig):
-    out = rig.ssh("a", "ping -n -c 5 -i 0.3 b")
+def test_the_netem_delay_shows_in_ping(project):
+    out = project.ssh("a", "ping -n -c 5 -i 0.3 b")
     minimum = float(re.search(r"= ([\d.]+)/", out)[1])
     assert minimum >= 20, out  # a's egress is delayed 20 ms; b answers at once
 
 
-def test_node_names_are_not_taken_for_the_prefix_of_another_machines_index_id(rig):
+def test_node_names_are_not_taken_for_the_prefix_of_another_machines_index_id(project):
     # Vagrant looks a name up as the prefix of a machine-index UUID first. CI once had a's UUID start with
     # "b": `vagrant destroy -f` then destroyed a twice and left b running (and `vagrant ssh a` had once
     # landed on b). Here, too, a's UUID starts with "b" (and b's with "c"), for the rest of the module: the
     # destroy test below then fails as CI's did unless b is still b.
-    index_file = Path(rig.env["VAGRANT_HOME"]) / "data" / "machine-index" / "index"
+    index_file = Path(project.env["VAGRANT_HOME"]) / "data" / "machine-index" / "index"
     index = json.loads(index_file.read_text())
     renamed = {}
     for uuid, entry in index["machines"].items():
         uuid = {"a": "b", "b": "c"}[entry["name"]] + uuid[1:]
         renamed[uuid] = entry
-        (rig.dotfile / "machines" / entry["name"] / "libvirt" / "index_uuid").write_text(uuid)
+        (project.dotfile / "machines" / entry["name"] / "libvirt" / "index_uuid").write_text(uuid)
     index["machines"] = renamed
     index_file.write_text(json.dumps(index))
-    assert rig.ssh("b", "hostname").strip() == "b"
-    assert rig.ssh("a", "hostname").strip() == "a"
+    assert project.ssh("b", "hostname").strip() == "b"
+    assert project.ssh("a", "hostname").strip() == "a"
 
 
 def _comparable(observed: dict) -> dict:
@@ -157,8 +159,8 @@ def _comparable(observed: dict) -> dict:
     return out
 
 
-def test_the_same_scenario_under_niclab_run_reads_back_the_same_settings(rig, tmp_path):
-    vagrant_side = json.loads((rig.dotfile / "niclab" / "network.json").read_text())["observed"]
+def test_the_same_scenario_under_niclab_run_reads_back_the_same_settings(project, tmp_path):
+    vagrant_side = json.loads((project.dotfile / "niclab" / "network.json").read_text())["observed"]
     run = subprocess.run(
         [sys.executable, "-m", "niclab", "run", str(SCENARIO), "--out", str(tmp_path), "--quiet"],
         capture_output=True,
@@ -172,12 +174,12 @@ def test_the_same_scenario_under_niclab_run_reads_back_the_same_settings(rig, tm
     assert _comparable(vagrant_side)["a iface link0"]["mtu"] == "4000"
 
 
-def test_destroy_leaves_no_domain_volume_process_or_network(rig):
-    destroy = rig.vagrant("destroy", "-f", timeout=300)
+def test_destroy_leaves_no_domain_volume_process_or_network(project):
+    destroy = project.vagrant("destroy", "-f", timeout=300)
     domains = [d for d in names(virsh("list", "--all", "--name")) if d.startswith("niclab-")]
     assert domains == [], destroy.stdout + destroy.stderr
     left = volumes("default")
     # What stays is vagrant-libvirt's copy of the box (the base of the next `up`), not the rig's disks.
     assert [v for v in left if "_vagrant_box_image_" not in v] == []
-    assert rig.libvirt.qemus() == []
+    assert project.libvirt.qemus() == []
     assert "vagrant-libvirt" not in names(virsh("net-list", "--all", "--name"))

@@ -7,7 +7,7 @@ addresses). The runner keeps such a rig booted from one cell to the next: the
 next cell's Session undoes the previous cell's network, configures its own and
 checks it as after a boot. A 5-value MTU sweep boots once, not five times.
 
-    with RigKeeper(backend, progress) as rigs:
+    with BootKeeper(backend, progress) as rigs:
         booted = rigs.get(topology, workdir)   # boots, or hands back the rig already up
         ...
         rigs.drop()                            # after a failure: the next cell boots afresh
@@ -16,16 +16,15 @@ checks it as after a boot. A 5-value MTU sweep boots once, not five times.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from niclab.base.node import Progress
 from niclab.model.topology import Topology
 from niclab.plumbing.backends.base import Backend, Rig
 from niclab.plumbing.netconf import NetPlan
-
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -43,7 +42,7 @@ class Booted:
     baseline: dict[str, dict[str, dict[str, bool]]] = field(default_factory=dict)
 
 
-class RigKeeper:
+class BootKeeper:
     """Hands out a booted rig per topology, keeping the last one up for the next cell that needs it."""
 
     def __init__(self, backend: Backend, progress: Progress):
@@ -71,7 +70,7 @@ class RigKeeper:
         if stack is not None:
             stack.close()
 
-    def __enter__(self) -> RigKeeper:
+    def __enter__(self) -> BootKeeper:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
 from niclab.base.errors import NiclabError, describe_exception
-from niclab.base.node import NodeGone
+from niclab.base.node import NodeGone, Progress
 from niclab.model import expect
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.plumbing.backends.base import Backend
@@ -58,10 +58,8 @@ from niclab.run.records import (
     SummaryRecord,
 )
 from niclab.run.results import RunDir, utc_now
-from niclab.run.rigs import RigKeeper, shared_boots, turns
+from niclab.run.rigs import BootKeeper, shared_boots, turns
 from niclab.run.session import BenchRun, Session, describe_gone
-
-Progress = Callable[[str], None]
 
 
 class Base(TypedDict):
@@ -193,7 +191,7 @@ class Runner:
         try:
             self._write_info()
             works = [self._work(n, cell, len(cells)) for n, cell in enumerate(cells, start=1)]
-            with RigKeeper(self.backend, self.progress) as rigs:
+            with BootKeeper(self.backend, self.progress) as rigs:
                 for work, rounds in schedule(works):
                     self._run_step(rigs, work, rounds)
         except KeyboardInterrupt:
@@ -239,7 +237,7 @@ class Runner:
     def run_cell(self, cell: Cell) -> CellOutcome:
         """Run one cell on a rig of its own (booted for it, stopped after)."""
         work = self._work(1, cell, 1)
-        with RigKeeper(self.backend, self.progress) as rigs:
+        with BootKeeper(self.backend, self.progress) as rigs:
             self._run_step(rigs, work, range(1, work.rounds + 1))
         return work.outcome
 
@@ -256,7 +254,7 @@ class Runner:
         base = Base(scenario=self.scenario_name, cell=cell.id, params=cell.params)
         return CellWork(number, of, cell, session, cell_dir / "cell.log", repeats, base)
 
-    def _run_step(self, rigs: RigKeeper, work: CellWork, rounds: range) -> None:
+    def _run_step(self, rigs: BootKeeper, work: CellWork, rounds: range) -> None:
         """Run rounds of one cell's benchmarks on its rig; the cell's last round also ends it."""
         if work.failed:
             return

@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from niclab.base.errors import NiclabError, UsageError
-from niclab.base.node import Node, NodeGone
+from niclab.base.node import Node, NodeGone, Progress
 from niclab.base.problems import Problems
 from niclab.model import bench as benchmarks
 from niclab.model.bench.base import BenchContext, Endpoints, Measurement
@@ -28,9 +28,7 @@ from niclab.plumbing import contention, facts, netconf
 from niclab.plumbing.backends.base import Backend, Rig
 from niclab.plumbing.contention import HostLoad
 from niclab.run.records import NicSummary
-from niclab.run.rigs import Booted, RigKeeper
-
-Progress = Callable[[str], None]
+from niclab.run.rigs import Booted, BootKeeper
 
 
 def _quiet(message: str) -> None:
@@ -78,7 +76,7 @@ class Session:
 
     def __enter__(self) -> Session:
         """Boot this cell's own rig and configure it; on exit stop it."""
-        rigs = self._stack.enter_context(RigKeeper(self.backend, self.progress))
+        rigs = self._stack.enter_context(BootKeeper(self.backend, self.progress))
         try:
             self.prepare(rigs)
         except BaseException:
@@ -93,7 +91,7 @@ class Session:
         self._stack.close()
         self.rig = None
 
-    def prepare(self, rigs: RigKeeper) -> None:
+    def prepare(self, rigs: BootKeeper) -> None:
         """Make the rig this cell runs on ready: booted (or kept from an earlier cell), its network this cell's.
 
         The first call fills `facts` and `timings`; a later one (the cell's next
@@ -134,7 +132,7 @@ class Session:
             "nodes": nodes,
         }
 
-    def abandon(self, rigs: RigKeeper) -> None:
+    def abandon(self, rigs: BootKeeper) -> None:
         """After a failure: note which guests had died (the cause), then stop the rig; the next cell boots anew."""
         self._note_the_dead()
         if self.booted is not None and rigs.current is self.booted:

@@ -20,7 +20,7 @@ T = TypeVar("T")
 STARTED = time.monotonic()  # as early as the command can know it
 
 
-class Progress:
+class ProgressLines:
     """Progress lines on stderr, stamped with the time since the command started."""
 
     def __init__(self, quiet: bool = False):

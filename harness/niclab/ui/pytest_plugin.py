@@ -1,4 +1,4 @@
-"""niclab as a pytest plugin: scenarios are tests, and hand-written tests get a `rig`.
+"""niclab as a pytest plugin: scenarios are tests, and hand-written tests get a `niclab_session`.
 
 Registered through the `pytest11` entry point, so it is active wherever niclab
 is installed:
@@ -18,7 +18,7 @@ is installed:
 - Markers: niclab_slow (a cell estimated over two minutes), niclab_lab (a
   cell run on lab hardware), niclab_kvm (a test that needs KVM: skipped,
   with the probe's reason, where KVM does not work).
-- The `rig` fixture opens a Session on a scenario cell for hand-written tests.
+- The `niclab_session` fixture opens a Session on a scenario cell for hand-written tests.
 - JUnit XML properties carry each cell's headline results and run directory.
 """
 
@@ -302,7 +302,7 @@ def pytest_runtest_setup(item) -> None:
             pytest.skip(f"needs KVM, and it does not work here: {choice.reason}")
 
 
-# -- the rig fixture --------------------------------------------------------
+# -- the niclab_session fixture ---------------------------------------------
 
 
 def choose_cell(scenario_file, cell):
@@ -326,10 +326,10 @@ def choose_cell(scenario_file, cell):
 
 
 @pytest.fixture
-def rig(request, tmp_path):
-    """Open a rig on a scenario cell: `with rig("scenarios/two-node.yaml", cell={"nic": "e1000"}) as r:`.
+def niclab_session(request, tmp_path):
+    """A Session on a scenario cell: `with niclab_session("scenarios/two-node.yaml", cell={"nic": "e1000"}) as s:`.
 
-    `r` is a niclab Session: r.node("a").run(...), r.bench("netperf", test="TCP_RR"), r.iface("a", link=0).
+    s.node("a").run(...), s.bench("netperf", test="TCP_RR"), s.iface("a", link=0).
     Leaving the `with` stops every guest, also when the test fails.
     """
     from niclab.model.scenario import load_scenario
@@ -339,15 +339,15 @@ def rig(request, tmp_path):
     backend_name = request.config.getoption("niclab_backend")
 
     @contextmanager
-    def open_rig(scenario: str | Path, cell: dict | str | None = None) -> Iterator[Session]:
+    def open_session(scenario: str | Path, cell: dict | str | None = None) -> Iterator[Session]:
         path = Path(scenario)
         if not path.is_absolute():
             path = Path(request.config.rootpath) / path if not path.exists() else path
         chosen = choose_cell(load_scenario(path), cell)
-        workdir = tmp_path / f"rig-{chosen.scenario.name}-{len(list(tmp_path.glob('rig-*')))}"
+        workdir = tmp_path / f"session-{chosen.scenario.name}-{len(list(tmp_path.glob('session-*')))}"
         with Session(
             chosen, get_backend(backend_name, _backend_options(request.config)), workdir, _progress
         ) as session:
             yield session
 
-    return open_rig
+    return open_session

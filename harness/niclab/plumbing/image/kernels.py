@@ -27,13 +27,14 @@ from pathlib import Path
 
 from niclab.base.errors import NiclabError
 from niclab.base.filelock import locked
+from niclab.base.node import Progress
 from niclab.model.kernel_choice import KernelChoice
 from niclab.model.topology import NodeSpec
 from niclab.plumbing.image.kernelfiles import KernelFiles, from_build_tree, from_root, module_set
 from niclab.plumbing.image.mirror import debian_mirror
 from niclab.plumbing.image.pvh import pvh_kernel
 from niclab.plumbing.image.rootfs import kernel_command, run_mmdebstrap
-from niclab.plumbing.image.store import DEFAULT_RECIPE, Image, Progress, ensure_image, load_image, recipe, write_initrd
+from niclab.plumbing.image.store import DEFAULT_RECIPE, Image, ensure_image, load_image, recipe, write_initrd
 from niclab.plumbing.image.tartree import TarTree
 
 

@@ -20,12 +20,12 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
 from niclab.base.filelock import locked
+from niclab.base.node import Progress
 from niclab.base.paths import cache_dir, images_dir
 from niclab.plumbing.image.assemble import assemble
 from niclab.plumbing.image.cpio import CpioWriter, Entry
@@ -38,7 +38,6 @@ from niclab.plumbing.image.rootfs import fetch_root
 from niclab.plumbing.image.tartree import TarTree
 
 DEFAULT_RECIPE = "micro"
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -21,18 +21,18 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from niclab.base.errors import NiclabError
+from niclab.base.node import Progress
 from niclab.base.procs import pid_namespace, process_start_time
 from niclab.model.lab.inventory import HOST_NAME
 from niclab.plumbing.lab.statedir import StateDir, UnsafeFile, shown
 from niclab.plumbing.lab.vfio import PCI_ADDRESS
 
-Progress = Callable[[str], None]
 _NOBODY = object()
 LEASES = "leases"
 # What a lease is named by: HOST.PCI (passthrough.lease_key), or a bare PCI address; it becomes a file name.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from niclab import __version__
 from niclab.base.errors import NiclabError, UsageError, describe_exception
 from niclab.ui.cli.lab import add_allow_uri_params
-from niclab.ui.console import EXIT_FAILED, EXIT_OK, STARTED, FileCheck, Progress
+from niclab.ui.console import EXIT_FAILED, EXIT_OK, STARTED, FileCheck, ProgressLines
 
 if TYPE_CHECKING:
     from niclab.plumbing.backends import BackendOption
@@ -36,7 +36,7 @@ def _run(args, backend) -> int:
     from niclab.run.start import RunRequest, plan, start
     from niclab.ui.table import cell_table
 
-    progress = Progress(args.quiet)
+    progress = ProgressLines(args.quiet)
     scenario_file = load_scenario(Path(args.scenario))
     cells = scenario_file.select(args.cell)
     if args.shard:
@@ -111,7 +111,7 @@ def _recipe_name(name: str) -> str:
 def cmd_image_build(args) -> int:
     from niclab.plumbing.image.store import build_image
 
-    image = build_image(_recipe_name(args.recipe), force=args.force, progress=Progress())
+    image = build_image(_recipe_name(args.recipe), force=args.force, progress=ProgressLines())
     print(image.directory)
     return EXIT_OK
 
@@ -153,7 +153,7 @@ def cmd_accel(args) -> int:
     from niclab.plumbing.accel import choose_accel
     from niclab.plumbing.image import ensure_image
 
-    progress = Progress()
+    progress = ProgressLines()
     choice = choose_accel(ensure_image(progress=progress), refresh=args.probe, progress=progress)
     how = "set by NICLAB_ACCEL" if choice.forced else f"decided {choice.probed_at}"
     print(f"{choice.accel} ({how}): {choice.reason}")

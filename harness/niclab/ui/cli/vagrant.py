@@ -11,20 +11,18 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from niclab.base.errors import NiclabError, UsageError
+from niclab.base.node import Progress
 from niclab.base.paths import SOURCE_ROOT
+from niclab.ui.console import ProgressLines
 
 DEFAULT_SCENARIO = "scenarios/two-node.yaml"
-Progress = Callable[[str], None]
 
 
 def _progress() -> Progress:
-    from niclab.ui.console import Progress
-
-    return Progress()
+    return ProgressLines()
 
 
 def _cell(args):
@@ -63,13 +61,13 @@ def _driver(image, progress: Progress) -> dict:
 def cmd_config(args) -> int:
     from niclab.plumbing.image import find_image
     from niclab.ui.vagrant.box import BOX_NAME, added, box_version
-    from niclab.ui.vagrant.rig import port_keys, rig_for
+    from niclab.ui.vagrant.machines import port_keys, vagrant_cell
     from niclab.ui.vagrant.state import domain_prefix, state_dir, udp_ports
 
     cell = _cell(args)
     dotfile = Path(args.dotfile)
     ports = udp_ports(state_dir(dotfile), port_keys(cell))
-    rig = rig_for(cell, str(Path(args.scenario).resolve()), ports)
+    machines = vagrant_cell(cell, str(Path(args.scenario).resolve()), ports)
     image = find_image("debian")
     problem = None
     if image is None:
@@ -79,7 +77,7 @@ def cmd_config(args) -> int:
             f"the box for image {image.id} is not in Vagrant: run `make vagrant` (or .venv/bin/niclab vagrant box)"
         )
     config = {
-        "rig": rig.as_dict(),
+        "rig": machines.as_dict(),
         "box": {"name": BOX_NAME, "version": box_version(image) if image else None, "problem": problem},
         "libvirt": {
             **_driver(image, _progress()),

@@ -17,17 +17,16 @@ import stat
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
+from niclab.base.node import Progress
 from niclab.base.paths import SOURCE_ROOT, cache_dir
 from niclab.plumbing.image import Image
 
 BOX_NAME = "niclab/debian"
 BOX_VAGRANTFILE = SOURCE_ROOT / "vagrant" / "box" / "Vagrantfile"
 IMAGE_INFO = "niclab-image.json"
-Progress = Callable[[str], None]
 
 
 def box_version(image: Image) -> str:

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from niclab.base.node import Node
+from niclab.base.node import Node, Progress
 from niclab.model.scenario import Cell
 from niclab.plumbing import netconf
 from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.backends.qemu_cmd import port_macs
 from niclab.plumbing.ssh import SshNode, SshTarget
 from niclab.ui.vagrant.state import locked
-
-Progress = Callable[[str], None]
 
 
 def _checks(state: Path) -> Path:

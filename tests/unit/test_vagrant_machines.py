@@ -17,7 +17,7 @@ from niclab.plumbing import netconf
 from niclab.plumbing.backends.qemu_cmd import mac_address
 from niclab.plumbing.image import Image
 from niclab.plumbing.ssh import SshTarget, remote_command
-from niclab.ui.vagrant import box, rig, state
+from niclab.ui.vagrant import box, machines, state
 
 TWO_NODE = """\
 name: t
@@ -37,13 +37,13 @@ def cell(text: str = TWO_NODE, index: int = 0):
 
 
 def ports_for(c) -> dict[str, int]:
-    return {key: 40000 + i for i, key in enumerate(rig.port_keys(c))}
+    return {key: 40000 + i for i, key in enumerate(machines.port_keys(c))}
 
 
 def test_each_cable_end_sends_to_the_port_the_other_end_listens_on():
     c = cell()
-    machines = {m.name: m for m in rig.rig_for(c, "t.yaml", ports_for(c)).machines}
-    a, b = machines["a"].cables[0], machines["b"].cables[0]
+    by_name = {m.name: m for m in machines.vagrant_cell(c, "t.yaml", ports_for(c)).machines}
+    a, b = by_name["a"].cables[0], by_name["b"].cables[0]
     assert (a.local_port, a.remote_port) == (b.remote_port, b.local_port)
     assert a.local_port != b.local_port
     assert (a.peer, b.peer) == ("b", "a")
@@ -51,21 +51,21 @@ def test_each_cable_end_sends_to_the_port_the_other_end_listens_on():
 
 def test_macs_are_the_ones_the_qemu_backend_gives_so_netconf_finds_the_ports():
     c = cell()
-    machines = rig.rig_for(c, "t.yaml", ports_for(c)).machines
-    assert [m.cables[0].mac for m in machines] == [mac_address(0, 0, 0), mac_address(1, 0, 0)]
+    both = machines.vagrant_cell(c, "t.yaml", ports_for(c)).machines
+    assert [m.cables[0].mac for m in both] == [mac_address(0, 0, 0), mac_address(1, 0, 0)]
 
 
 def test_model_names_become_libvirt_models_and_a_full_os_gets_enough_memory():
-    e1000 = rig.rig_for(cell(), "t.yaml", ports_for(cell())).machines[0]
-    virtio = rig.rig_for(cell(index=1), "t.yaml", ports_for(cell(index=1))).machines[0]
+    e1000 = machines.vagrant_cell(cell(), "t.yaml", ports_for(cell())).machines[0]
+    virtio = machines.vagrant_cell(cell(index=1), "t.yaml", ports_for(cell(index=1))).machines[0]
     assert (e1000.nic_model, virtio.nic_model) == ("e1000", "virtio")
-    assert e1000.memory_mib >= rig.MIN_MEMORY_MIB
+    assert e1000.memory_mib >= machines.MIN_MEMORY_MIB
 
 
 def test_what_vagrant_libvirt_cannot_set_is_noted():
     c = cell(index=1)
-    assert rig.rig_for(cell(), "t.yaml", ports_for(cell())).notes == ()
-    (note,) = rig.rig_for(c, "t.yaml", ports_for(c)).notes
+    assert machines.vagrant_cell(cell(), "t.yaml", ports_for(cell())).notes == ()
+    (note,) = machines.vagrant_cell(c, "t.yaml", ports_for(c)).notes
     assert note.startswith(
         "virtio: vagrant-libvirt cannot set the QEMU properties niclab gives this model (event_idx=off)"
     )
@@ -73,7 +73,7 @@ def test_what_vagrant_libvirt_cannot_set_is_noted():
 
 def test_provisioning_runs_niclabs_own_netconf_script():
     c = cell()
-    machine = rig.rig_for(c, "t.yaml", ports_for(c)).machines[0]
+    machine = machines.vagrant_cell(c, "t.yaml", ports_for(c)).machines[0]
     scripts = {p.name: p.script for p in machine.provisioners}
     assert list(scripts) == ["niclab-identity", "niclab-netconf", "niclab-motd"]
     net = netconf.plan(c.scenario)
@@ -84,14 +84,14 @@ def test_provisioning_runs_niclabs_own_netconf_script():
 
 def test_node_names_resolve_to_addresses_on_the_test_cable():
     c = cell()
-    script = rig.rig_for(c, "t.yaml", ports_for(c)).machines[0].provisioners[0].script
+    script = machines.vagrant_cell(c, "t.yaml", ports_for(c)).machines[0].provisioners[0].script
     assert "198.18.0.2 b # niclab" in script
     assert "127.0.1.1 a # niclab" in script
 
 
 def test_the_identity_and_motd_scripts_run_in_a_posix_shell(tmp_path):
     c = cell()
-    machine = rig.rig_for(c, "t.yaml", ports_for(c)).machines[0]
+    machine = machines.vagrant_cell(c, "t.yaml", ports_for(c)).machines[0]
     for provisioner in machine.provisioners:
         checked = subprocess.run(["sh", "-n"], input=provisioner.script, text=True, capture_output=True)
         assert checked.returncode == 0, (provisioner.name, checked.stderr)
@@ -102,7 +102,7 @@ def test_the_identity_and_motd_scripts_run_in_a_posix_shell(tmp_path):
 def test_the_motd_says_each_link_whole_whatever_its_netem(tmp_path):
     """netem's "loss 1%" once went to printf as its format, which cut the line at the %."""
     c = cell(TWO_NODE.replace("{a: {delay: 20ms}}", "{a: {delay: 20ms, loss: 1%}}"))
-    script = rig.rig_for(c, "t.yaml", ports_for(c)).machines[0].provisioners[2].script
+    script = machines.vagrant_cell(c, "t.yaml", ports_for(c)).machines[0].provisioners[2].script
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ethtool").write_text("#!/bin/sh\necho 'driver: e1000'\n")
@@ -123,15 +123,15 @@ def test_several_nic_models_on_one_machine_are_refused_with_the_reason():
         "name: t\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n  - between: [a, b]\n    nic: rtl8139\n"
     )
     c = cell(text)
-    with pytest.raises(rig.VagrantRigError, match=r"node a has NICs of several models \(e1000, rtl8139\)"):
-        rig.rig_for(c, "t.yaml", ports_for(c))
+    with pytest.raises(machines.VagrantCellError, match=r"node a has NICs of several models \(e1000, rtl8139\)"):
+        machines.vagrant_cell(c, "t.yaml", ports_for(c))
 
 
 def test_a_switched_segment_is_refused():
     text = "name: t\nnodes: [a, b, c]\nlinks:\n  - between: [a, b, c]\n    nic: e1000\n"
     c = cell(text)
-    with pytest.raises(rig.VagrantRigError, match=r"joins 3 nodes .* through a switch"):
-        rig.rig_for(c, "t.yaml", ports_for(c))
+    with pytest.raises(machines.VagrantCellError, match=r"joins 3 nodes .* through a switch"):
+        machines.vagrant_cell(c, "t.yaml", ports_for(c))
 
 
 def test_udp_ports_stay_the_same_between_calls_and_differ_between_ends(tmp_path):

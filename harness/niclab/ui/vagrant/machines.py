@@ -26,7 +26,7 @@ MIN_MEMORY_MIB = 512
 NETCONF_PATH = "/etc/niclab/plumbing/netconf.sh"
 
 
-class VagrantRigError(NiclabError):
+class VagrantCellError(NiclabError):
     """The scenario asks for something a Vagrant rig cannot realize."""
 
 
@@ -60,7 +60,9 @@ class Machine:
 
 
 @dataclass(frozen=True)
-class VagrantRig:
+class VagrantCell:
+    """One scenario cell as the machines the Vagrantfile defines (it reads this as JSON)."""
+
     scenario: str
     scenario_file: str
     cell: str
@@ -80,7 +82,7 @@ def one_model(node: str, devices: list[str]) -> str:
     """
     models = sorted(set(devices))
     if len(models) > 1:
-        raise VagrantRigError(
+        raise VagrantCellError(
             f"node {node} has NICs of several models ({', '.join(models)}); vagrant-libvirt 0.11 gives all of a "
             "machine's NICs one model: use one model per node under Vagrant, or `niclab run` for mixed models"
         )
@@ -104,7 +106,7 @@ def _check_wires(topology: Topology) -> None:
     for wire in topology.wires:
         if len(wire.ports) != 2:
             nodes = ", ".join(p.node for p in wire.ports)
-            raise VagrantRigError(
+            raise VagrantCellError(
                 f"link {wire.link} joins {len(wire.ports)} nodes ({nodes}) through a switch; a Vagrant rig has "
                 "UDP cables between two nodes only: use `niclab run` for switched segments"
             )
@@ -172,8 +174,8 @@ def motd_script(node: str, cell: Cell, net: NetPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rig_for(cell: Cell, scenario_file: str, ports: dict[str, int]) -> VagrantRig:
-    """The Vagrant rig of one cell; `ports` maps "node/ifname" to the UDP port that end listens on."""
+def vagrant_cell(cell: Cell, scenario_file: str, ports: dict[str, int]) -> VagrantCell:
+    """One cell as Vagrant machines; `ports` maps "node/ifname" to the UDP port that end listens on."""
     scenario = cell.scenario
     topology = cell.topology
     _check_wires(topology)
@@ -212,9 +214,9 @@ def rig_for(cell: Cell, scenario_file: str, ports: dict[str, int]) -> VagrantRig
             )
         )
     notes = tuple(dict.fromkeys(note for p in topology.ports if (note := libvirt_model(p.model)[1])))
-    return VagrantRig(scenario.name, scenario_file, cell.id, tuple(machines), notes)
+    return VagrantCell(scenario.name, scenario_file, cell.id, tuple(machines), notes)
 
 
 def port_keys(cell: Cell) -> list[str]:
-    """Every cable end of the cell, as "node/ifname" (what `rig_for` needs a UDP port for)."""
+    """Every cable end of the cell, as "node/ifname" (what `vagrant_cell` needs a UDP port for)."""
     return [f"{p.node}/{p.ifname}" for p in cell.topology.ports]
