@@ -1,4 +1,4 @@
-"""The nfs benchmark on a real e1000 pair: b exports a tmpfs, a mounts it and runs fio.
+"""The nfs and bonnie benchmarks on a real e1000 pair: b exports a tmpfs, a mounts it and runs fio, then bonnie++.
 
 One boot for all tests (about 75 s under TCG). The first checks the image's
 NFS server and client by hand (they need no fio); the next one runs the
@@ -51,7 +51,7 @@ def assert_nothing_left(session) -> None:
         mounts = session.node(node).get("/proc/mounts").decode()
         assert not re.search(r" nfs4? | nfsd |niclab-nfs", mounts), f"{node} still has mounts:\n{mounts}"
         processes = session.node(node).run("ps").stdout
-        left = [line for line in processes.splitlines() if re.search(r"nfsd|mountd|\bfio\b", line)]
+        left = [line for line in processes.splitlines() if re.search(r"nfsd|mountd|\bfio\b|bonnie", line)]
         assert not left, f"{node} still runs: {left}"
 
 
@@ -101,4 +101,19 @@ def test_nfs_runs_again_in_the_same_guests(session, fio):
     figures = {m.name: m.value for m in found}
     assert figures["nfs.seqread.bandwidth_mb_s"] > 0 and figures["nfs.randrw.write_iops"] > 0
     assert "nfs.seqread.bandwidth_min_mb_s" not in figures  # one job: no spread to report
+    assert_nothing_left(session)
+
+
+def test_bonnie_on_the_share_sends_its_blocks_over_the_link(session):
+    """bonnie++ (seed study 002 ran it beside fio) on the same share: block figures, and O_DIRECT bytes on link0."""
+    rx_before, tx_before = link_bytes(session, "a")
+    found = session.bench("bonnie", size_mib=32, ram_mib=16)
+    rx_after, tx_after = link_bytes(session, "a")
+
+    figures = {m.metric: m.value for m in found}
+    for metric in ("block_write_mb_s", "rewrite_mb_s", "block_read_mb_s", "seeks_per_s"):
+        assert figures.get(metric, 0) > 0, f"bonnie++ gave no {metric}: {sorted(figures)}"
+    # the 32 MiB file was written, then read and written again (rewrite), then read: all of it through link0
+    assert tx_after - tx_before >= 2 * 32 * 2**20, f"link0 sent {tx_after - tx_before} bytes"
+    assert rx_after - rx_before >= 2 * 32 * 2**20, f"link0 received {rx_after - rx_before} bytes"
     assert_nothing_left(session)
