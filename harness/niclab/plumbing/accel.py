@@ -32,14 +32,11 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.paths import cache_dir
 from niclab.base.procs import die_with_parent
-
-if TYPE_CHECKING:
-    from niclab.plumbing.image import Image
+from niclab.plumbing.image import Image
 
 QEMU = "qemu-system-x86_64"
 PROBE_WORD = "NICLAB-ACCEL-OK"

@@ -35,11 +35,13 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from jinja2 import Environment, FileSystemLoader, select_autoescape
 from scipy import stats as scipy_stats
 
 from niclab.model.bench import all_metrics
 from niclab.run.records import SummaryRecord
 from niclab.ui.report.data import CellData, RunData, load_run
+from niclab.ui.report.render import TEMPLATES
 
 METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
 PAIRED = "paired t-test on the differences of alternating repeats (A1 B1 B2 A2 … on one boot)"
@@ -286,10 +288,6 @@ def compare_dirs(
 
 
 def as_html(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
-    from jinja2 import Environment, FileSystemLoader, select_autoescape
-
-    from niclab.ui.report.render import TEMPLATES
-
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     return env.get_template("compare.html.j2").render(
         changes=changes,

@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
 from niclab.plumbing.accel import mark_kvm_unusable
-
-if TYPE_CHECKING:
-    from niclab.plumbing.image import Image
+from niclab.plumbing.image import Image
 
 DEFAULT_BOOT_TIMEOUT_S = 240.0  # TCG on a busy 2-core host; $NICLAB_BOOT_TIMEOUT overrides
 
