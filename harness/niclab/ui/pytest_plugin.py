@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -312,7 +312,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # -- the niclab_session fixture ---------------------------------------------
 
 
-def choose_cell(scenario_file: ScenarioFileModel, cell: dict | str | None) -> Cell:
+def choose_cell(scenario_file: ScenarioFileModel, cell: Mapping[str, object] | str | None) -> Cell:
     """A cell by id ("nic=e1000"), by parameters ({"nic": "e1000"}), or the only one."""
     cells = scenario_file.cells
     if cell is None:
@@ -346,7 +346,7 @@ def niclab_session(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[.
     backend_name = request.config.getoption("niclab_backend")
 
     @contextmanager
-    def open_session(scenario: str | Path, cell: dict | str | None = None) -> Iterator[Session]:
+    def open_session(scenario: str | Path, cell: Mapping[str, object] | str | None = None) -> Iterator[Session]:
         path = Path(scenario)
         if not path.is_absolute():
             path = Path(request.config.rootpath) / path if not path.exists() else path
