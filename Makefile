@@ -23,8 +23,8 @@ test: setup test-host lab-python lint
 unit: lab-python
 	$(BIN)/pytest -ra -m "not integration" $(PYTEST_ARGS)
 
-# ruff's lint and format check over the code, mypy over the package (files from pyproject.toml),
-# then import-linter: the layer folders import only from below (contracts in pyproject.toml).
+# ruff's lint and format check over the code, mypy over the package (files from pyproject.toml; every function
+# annotated), then import-linter: the layer folders import only from below (contracts in pyproject.toml).
 lint: venv
 	$(BIN)/ruff check harness tests bench
 	$(BIN)/ruff format --check harness tests bench

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -76,7 +76,7 @@ def listing(names: Collection, limit: int = 10) -> str:
     return f"{shown_names} and {len(names) - limit} more" if len(names) > limit else shown_names
 
 
-def did_you_mean(word, choices) -> str:
+def did_you_mean(word: object, choices: Iterable[object]) -> str:
     close = closest(word, choices)
     return f"did you mean '{close}'?" if close else ""
 
@@ -84,7 +84,7 @@ def did_you_mean(word, choices) -> str:
 _suggestions_left: ContextVar[int] = ContextVar("suggestions_left", default=SUGGESTIONS)
 
 
-def closest(word, choices) -> str | None:
+def closest(word: object, choices: Iterable[object]) -> str | None:
     """The choice most like `word`, if one is close; None when none is, or suggesting would cost too much.
 
     difflib compares the word with every choice. A file with thousands of

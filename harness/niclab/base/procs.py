@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from niclab.base.paths import live_dir
 
@@ -34,7 +35,7 @@ def die_with_parent() -> None:  # runs in the child between fork and exec
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def raise_interrupt(signum, frame) -> None:
+def raise_interrupt(signum: int, frame: FrameType | None) -> None:
     """A signal handler: SIGTERM stops niclab as Ctrl-C does (every guest stopped on the way out)."""
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -116,7 +117,7 @@ class Supervisor:
         )
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop_all()
         self._live_entry.unlink(missing_ok=True)
 

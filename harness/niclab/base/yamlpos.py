@@ -95,10 +95,12 @@ class _Loader(yaml.SafeLoader):
         line = bisect.bisect_right(self.line_starts, index)
         return Position(line, index - self.line_starts[line - 1] + 1)
 
-    def mark(self, node_or_event) -> Position:
-        return self.position(node_or_event.start_mark.index)
+    def mark(self, node_or_event: yaml.Node | yaml.Event) -> Position:
+        start = node_or_event.start_mark
+        assert start is not None, "the parser marks where every event starts"
+        return self.position(start.index)
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if parent is not None:  # index: the key's node in a mapping, the position in a list
             self.path.append(index if isinstance(index, int) else getattr(index, "value", "?"))
         try:
@@ -111,7 +113,7 @@ class _Loader(yaml.SafeLoader):
         """The path being composed, cut short: the first levels say where a runaway nesting starts."""
         return tuple(part if isinstance(part, int) else str(part) for part in self.path[:SHOWN_LEVELS])
 
-    def _compose(self, parent, index):
+    def _compose(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self.open_anchors:
@@ -178,7 +180,7 @@ class _Loader(yaml.SafeLoader):
             )
 
 
-def _scalar(node: yaml.ScalarNode, loader: _Loader, path: Path_):
+def _scalar(node: yaml.ScalarNode, loader: _Loader, path: Path_) -> object:
     """The value of a scalar, or YamlError when PyYAML cannot make one of its text."""
     implicit = loader.resolve(yaml.ScalarNode, node.value, (True, False)) == node.tag
     if node.tag == YAML_TAG + "timestamp" and implicit:
@@ -239,7 +241,7 @@ def _scalar(node: yaml.ScalarNode, loader: _Loader, path: Path_):
     return value
 
 
-def _build(node: yaml.Node, path: Path_, positions: Positions, loader: _Loader):
+def _build(node: yaml.Node, path: Path_, positions: Positions, loader: _Loader) -> object:
     positions.values[path] = loader.mark(node)
     if isinstance(node, yaml.ScalarNode):
         return _scalar(node, loader, path)

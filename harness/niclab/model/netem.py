@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 DURATION_UNITS = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}
 RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
@@ -85,18 +85,18 @@ class Netem(BaseModel):
 
     @field_validator("delay", "jitter", mode="before")
     @classmethod
-    def _duration(cls, value: Any, info) -> float | None:
-        return None if value is None else parse_duration_us(info.field_name, value)
+    def _duration(cls, value: Any, info: ValidationInfo) -> float | None:
+        return None if value is None else parse_duration_us(str(info.field_name), value)
 
     @field_validator("loss", "duplicate", "reorder", "corrupt", mode="before")
     @classmethod
-    def _percent(cls, value: Any, info) -> float | None:
-        return None if value is None else parse_percent(info.field_name, value)
+    def _percent(cls, value: Any, info: ValidationInfo) -> float | None:
+        return None if value is None else parse_percent(str(info.field_name), value)
 
     @field_validator("rate", mode="before")
     @classmethod
-    def _rate(cls, value: Any, info) -> float | None:
-        return None if value is None else parse_rate_bps(info.field_name, value)
+    def _rate(cls, value: Any, info: ValidationInfo) -> float | None:
+        return None if value is None else parse_rate_bps(str(info.field_name), value)
 
     @model_validator(mode="after")
     def _needs_delay(self) -> Netem:

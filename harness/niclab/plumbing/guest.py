@@ -21,11 +21,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from niclab.base.errors import NiclabError
-from niclab.base.node import CommandResult, GuestCommandError, as_argv
+from niclab.base.node import Command, CommandResult, GuestCommandError, as_argv
 
 POLL_INTERVALS = (0.01, 0.02, 0.05, 0.1, 0.2)
+_Shape = TypeVar("_Shape", dict, int)  # what an agent reply field must be
 
 
 class AgentError(NiclabError):
@@ -236,7 +238,7 @@ class GuestAgent:
     def _read_message(self, timeout: float) -> dict:
         return self._parse(self._read_line(timeout))
 
-    def call(self, command: str, arguments: dict | None = None, timeout: float = 30.0):
+    def call(self, command: str, arguments: dict | None = None, timeout: float = 30.0) -> Any:
         """Run one agent command and return its "return" value."""
         message: dict = {"execute": command}
         if arguments:
@@ -264,7 +266,7 @@ class GuestAgent:
             raise AgentError(f"{self.node}: {command}: {why}")
         return reply["return"]
 
-    def _expect(self, command: str, value, kind: type[dict | int], what: str):
+    def _expect(self, command: str, value: object, kind: type[_Shape], what: str) -> _Shape:
         """`value` if it is a `kind`; a reply of the wrong shape is the agent's error, not a KeyError later."""
         if not isinstance(value, kind) or isinstance(value, bool):
             expected = "an object" if kind is dict else "an integer"
@@ -273,7 +275,7 @@ class GuestAgent:
             )
         return value
 
-    def _b64(self, command: str, value, what: str) -> bytes:
+    def _b64(self, command: str, value: Any, what: str) -> bytes:
         """The bytes a base64 field carries; a field that is not base64 is the agent's error, not binascii's."""
         try:
             return base64.b64decode(value)
@@ -417,14 +419,14 @@ class AgentNode:
         self.name = name
         self.agent = agent
 
-    def run(self, command, timeout: float = 60.0, check: bool = True) -> CommandResult:
+    def run(self, command: Command, timeout: float = 60.0, check: bool = True) -> CommandResult:
         argv = as_argv(command)
         started = time.monotonic()
         pid = self.agent.start(("setsid",) + argv)
         result = self.agent.wait(pid, argv, started, timeout)
         return result.check() if check else result
 
-    def spawn(self, command) -> AgentProcess:
+    def spawn(self, command: Command) -> AgentProcess:
         argv = as_argv(command)
         return AgentProcess(self.agent, self.agent.start(("setsid",) + argv), argv)
 

@@ -6,6 +6,7 @@ backend options become a Backend, and each cell's topology is checked by it.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ class Verdict:
 
 
 @contextmanager
-def backend_from_args(args) -> Iterator[Backend]:
+def backend_from_args(args: argparse.Namespace) -> Iterator[Backend]:
     """The backend the command line asks for; inside the block a lab's card classes are known to scenarios."""
     lab = None
     if getattr(args, "lab", None):

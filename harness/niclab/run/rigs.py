@@ -73,7 +73,7 @@ class BootKeeper:
     def __enter__(self) -> BootKeeper:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.drop()
 
 

@@ -85,7 +85,7 @@ class Session:
             raise
         return self
 
-    def __exit__(self, exc_type, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if exc_type is not None:
             self._note_the_dead()
         self._stack.close()
@@ -190,7 +190,7 @@ class Session:
 
     # -- measuring --------------------------------------------------------
 
-    def spec(self, tool: str, **options) -> BenchmarkSpec:
+    def spec(self, tool: str, **options: object) -> BenchmarkSpec:
         """A benchmark spec checked as the scenario file would check it."""
         if "from_" in options:
             options["from"] = options.pop("from_")
@@ -233,7 +233,7 @@ class Session:
             for name, node in (self.rig.nodes.items() if self.rig else [])
         }
 
-    def bench(self, tool: str, **options) -> list[Measurement]:
+    def bench(self, tool: str, **options: object) -> list[Measurement]:
         """Run one benchmark now, e.g. bench("netperf", test="TCP_RR", link=1)."""
         return self.run(self.spec(tool, **options)).measurements
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def _key(summary: SummaryRecord) -> tuple[int, str, int, str, str]:
     return (summary.benchmark_index, summary.name, summary.link, summary.client, summary.server)
 
 
-def _pairs(base: RunData, new: RunData):
+def _pairs(base: RunData, new: RunData) -> Iterator[tuple[CellData, CellData]]:
     if len(base.cells) == 1 and len(new.cells) == 1:
         yield base.cells[0], new.cells[0]
         return

@@ -29,10 +29,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -41,10 +41,18 @@ from niclab.base.errors import NiclabError, UsageError
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr, TracebackStyle
 
+    from niclab.model.lab.inventory import Inventory
+    from niclab.model.scenario import Cell
+    from niclab.model.scenario import ScenarioFile as ScenarioFileModel
+    from niclab.plumbing.backends import BackendOptions
+    from niclab.run.session import Session
+
 SLOW_S = 120.0
+_LAB: pytest.StashKey[Inventory] = pytest.StashKey()  # --niclab-lab
+_LAB_CLASSES = pytest.StashKey[ExitStack]()  # keeps the lab's card classes known until the session ends
 
 
-def pytest_addoption(parser) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
     from niclab.plumbing.backends import declared_options, defaults, registry
 
     group = parser.getgroup("niclab", "niclab scenarios and rigs")
@@ -73,35 +81,34 @@ def pytest_addoption(parser) -> None:
             group.addoption(f"--niclab-{option.name}", metavar=option.metavar, default=option.default, help=option.help)
 
 
-def _backend_options(config):
+def _backend_options(config: pytest.Config) -> BackendOptions:
     """The backend options pytest's command line gives: a lab inventory (--niclab-lab), and the options the
     backends declare (--niclab-libvirt-uri, ...)."""
     from niclab.plumbing.backends import BackendOptions, declared_options
 
     given = {option.dest: config.getoption(f"niclab_{option.dest}", option.default) for option in declared_options()}
-    return BackendOptions(getattr(config, "_niclab_lab", None), **given)
+    return BackendOptions(config.stash.get(_LAB, None), **given)
 
 
-def _lab_classes(config) -> None:
+def _lab_classes(config: pytest.Config) -> None:
     """With --niclab-lab, scenarios may name the lab's own card classes, from collection on."""
     lab_file = config.getoption("niclab_lab", None)
     if not lab_file:
         return
-    from contextlib import ExitStack
-
     from niclab.model.lab.inventory import load_inventory
 
-    config._niclab_lab = load_inventory(Path(lab_file), allow_uri_params=config.getoption("niclab_allow_uri_params"))
-    config._niclab_classes = ExitStack()
-    config._niclab_classes.enter_context(config._niclab_lab.classes_known())
+    lab = load_inventory(Path(lab_file), allow_uri_params=config.getoption("niclab_allow_uri_params"))
+    config.stash[_LAB] = lab
+    config.stash[_LAB_CLASSES] = ExitStack()
+    config.stash[_LAB_CLASSES].enter_context(lab.classes_known())
 
 
-def pytest_unconfigure(config) -> None:
-    if (classes := getattr(config, "_niclab_classes", None)) is not None:
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if (classes := config.stash.get(_LAB_CLASSES, None)) is not None:
         classes.close()
 
 
-def pytest_configure(config) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     _sigterm_interrupts()
     for name, text in (
         ("niclab_slow", f"a scenario cell estimated to take over {SLOW_S:.0f} s"),
@@ -128,7 +135,7 @@ def _sigterm_interrupts() -> None:
 # -- collection -----------------------------------------------------------
 
 
-def _named_on_command_line(path: Path, config) -> bool:
+def _named_on_command_line(path: Path, config: pytest.Config) -> bool:
     for arg in config.args:
         candidate = Path(str(arg).split("::", 1)[0])
         if not candidate.is_absolute():
@@ -138,7 +145,7 @@ def _named_on_command_line(path: Path, config) -> bool:
     return False
 
 
-def _shown(path: Path, config) -> Path:
+def _shown(path: Path, config: pytest.Config) -> Path:
     """The path as the user would write it: relative to where pytest was started, if inside it."""
     try:
         return path.relative_to(Path(config.invocation_params.dir).resolve())
@@ -146,7 +153,7 @@ def _shown(path: Path, config) -> Path:
         return path
 
 
-def pytest_collect_file(file_path: Path, parent):
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> ScenarioFile | None:
     if file_path.suffix not in (".yaml", ".yml"):
         return None
     if "scenarios" in file_path.parent.parts or _named_on_command_line(file_path, parent.config):
@@ -155,7 +162,7 @@ def pytest_collect_file(file_path: Path, parent):
 
 
 class ScenarioFile(pytest.File):
-    def collect(self):
+    def collect(self) -> Iterator[pytest.Item]:
         from niclab.model.scenario import ScenarioError, parse
         from niclab.model.shard import parse_shard
         from niclab.run.plan import estimate
@@ -178,7 +185,7 @@ class ScenarioFile(pytest.File):
             yield item
 
 
-def pytest_collection_modifyitems(config, items) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Cells of other shards are deselected, so each runner reports only its own."""
     if not config.getoption("niclab_shard"):
         return
@@ -196,7 +203,7 @@ class ScenarioInvalid(Exception):
 
 
 class InvalidScenario(pytest.Item):
-    def __init__(self, *, error: NiclabError, **kwargs):
+    def __init__(self, *, error: NiclabError, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.error = error
 
@@ -210,7 +217,7 @@ class InvalidScenario(pytest.Item):
             return f"{self.path.name} does not validate:\n{excinfo.value}"
         return super().repr_failure(excinfo, style)
 
-    def reportinfo(self):
+    def reportinfo(self) -> tuple[Path, None, str]:
         return self.path, None, f"{self.path.name}::validate"
 
 
@@ -219,7 +226,7 @@ class CellFailed(Exception):
 
 
 class ScenarioCell(pytest.Item):
-    def __init__(self, *, cell, scenario_file, **kwargs):
+    def __init__(self, *, cell: Cell, scenario_file: ScenarioFileModel, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.cell = cell
         self.scenario_file = scenario_file
@@ -275,7 +282,7 @@ class ScenarioCell(pytest.Item):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)
 
-    def reportinfo(self):
+    def reportinfo(self) -> tuple[Path, None, str]:
         return self.path, None, f"{self.path.name}::{self.cell.id}"
 
 
@@ -283,7 +290,7 @@ def _progress(message: str) -> None:
     print(f"[niclab {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _out_dir(config) -> Path:
+def _out_dir(config: pytest.Config) -> Path:
     if out := config.getoption("niclab_out"):
         path = Path(out)
         path.mkdir(parents=True, exist_ok=True)
@@ -292,7 +299,7 @@ def _out_dir(config) -> Path:
     return factory.mktemp("niclab-runs", numbered=True) if factory else Path(tempfile.mkdtemp(prefix="niclab-runs-"))
 
 
-def pytest_runtest_setup(item) -> None:
+def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("niclab_kvm") is not None:
         from niclab.plumbing.accel import choose_accel, forced_choice
         from niclab.plumbing.image import ensure_image
@@ -305,7 +312,7 @@ def pytest_runtest_setup(item) -> None:
 # -- the niclab_session fixture ---------------------------------------------
 
 
-def choose_cell(scenario_file, cell):
+def choose_cell(scenario_file: ScenarioFileModel, cell: Mapping[str, object] | str | None) -> Cell:
     """A cell by id ("nic=e1000"), by parameters ({"nic": "e1000"}), or the only one."""
     cells = scenario_file.cells
     if cell is None:
@@ -326,7 +333,7 @@ def choose_cell(scenario_file, cell):
 
 
 @pytest.fixture
-def niclab_session(request, tmp_path):
+def niclab_session(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., AbstractContextManager[Session]]:
     """A Session on a scenario cell: `with niclab_session("scenarios/two-node.yaml", cell={"nic": "e1000"}) as s:`.
 
     s.node("a").run(...), s.bench("netperf", test="TCP_RR"), s.iface("a", link=0).
@@ -339,7 +346,7 @@ def niclab_session(request, tmp_path):
     backend_name = request.config.getoption("niclab_backend")
 
     @contextmanager
-    def open_session(scenario: str | Path, cell: dict | str | None = None) -> Iterator[Session]:
+    def open_session(scenario: str | Path, cell: Mapping[str, object] | str | None = None) -> Iterator[Session]:
         path = Path(scenario)
         if not path.is_absolute():
             path = Path(request.config.rootpath) / path if not path.exists() else path

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -29,7 +30,7 @@ from niclab.base.problems import (
     shown,
     suggestion_budget,
 )
-from niclab.base.yamlpos import Positions, YamlError, load, position_at
+from niclab.base.yamlpos import Path_, Positions, YamlError, load, position_at
 from niclab.model.scenario.model import Scenario
 from niclab.model.topology import Topology
 
@@ -114,7 +115,7 @@ def substitute(value: Any, params: dict[str, Any]) -> Any:
     return value
 
 
-def _placeholders(value: Any, path: tuple = ()):
+def _placeholders(value: Any, path: Path_ = ()) -> Iterator[tuple[Path_, str]]:
     if isinstance(value, str):
         for match in PLACEHOLDER.finditer(value):
             yield path, match[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+from typing import Any
 
 from niclab.base.errors import UsageError
 from niclab.base.node import CommandResult, GuestCommandError, Node
@@ -81,7 +82,7 @@ def kernel_check(backend: Backend) -> bool:
     return plugin.kernel_check if plugin is not None else True
 
 
-def get_backend(name: str | None = None, options: BackendOptions | None = None, **kwargs) -> Backend:
+def get_backend(name: str | None = None, options: BackendOptions | None = None, **kwargs: Any) -> Backend:
     options = options or BackendOptions()
     name = name or default_backend(options)
     plugin = registry().get(name)

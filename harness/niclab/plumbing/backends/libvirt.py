@@ -384,7 +384,7 @@ def _volumes(conn: Any, image: Image, progress: Progress) -> tuple[str, str]:
     return image_volumes(conn, image, progress)
 
 
-def _create(options: BackendOptions, **kwargs) -> LibvirtBackend:
+def _create(options: BackendOptions, **kwargs: Any) -> LibvirtBackend:
     uri = options.text("libvirt_uri")
     if options.lab is not None and uri:
         raise UsageError("--libvirt-uri is for runs without a lab: a lab gives each host's URI (hosts: libvirt:)")

@@ -35,7 +35,7 @@ class LibvirtAgent(GuestAgent):
     def close(self) -> None:
         pass
 
-    def call(self, command: str, arguments: dict | None = None, timeout: float = 30.0):
+    def call(self, command: str, arguments: dict | None = None, timeout: float = 30.0) -> Any:
         import libvirt
         import libvirt_qemu
 

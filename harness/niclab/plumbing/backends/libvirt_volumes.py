@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from niclab.base.errors import NiclabError
+from niclab.base.node import Progress
 from niclab.plumbing.image import Image
 
 POOL = "niclab"
@@ -80,7 +81,7 @@ def _upload(conn: Any, pool: Any, name: str, path: Path) -> Any:
     return volume
 
 
-def image_volumes(conn: Any, image: Image, progress) -> tuple[str, str]:
+def image_volumes(conn: Any, image: Image, progress: Progress) -> tuple[str, str]:
     """The kernel's and the initramfs's paths on the connection's host, uploading them if needed."""
     import libvirt
 

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
@@ -322,7 +323,7 @@ class QemuBackend:
         return results
 
 
-def _create(options: BackendOptions, **kwargs) -> QemuBackend:
+def _create(options: BackendOptions, **kwargs: Any) -> QemuBackend:
     if options.text("libvirt_uri"):
         raise UsageError("--libvirt-uri is an option of --backend libvirt; the qemu backend starts QEMU itself")
     return QemuBackend(**kwargs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
@@ -11,7 +12,7 @@ from niclab.base.errors import NiclabError
 APT_DIR = Path("/etc/apt")
 
 
-def _deb822_entries(text: str):
+def _deb822_entries(text: str) -> Iterator[tuple[str, list[str]]]:
     for stanza in re.split(r"\n\s*\n", text):
         fields: dict[str, str] = {}
         for line in stanza.splitlines():
@@ -24,7 +25,7 @@ def _deb822_entries(text: str):
                 yield uri, fields.get("suites", "").split()
 
 
-def _one_line_entries(text: str):
+def _one_line_entries(text: str) -> Iterator[tuple[str, list[str]]]:
     for line in text.splitlines():
         words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
         if len(words) >= 3 and words[0] == "deb":

@@ -32,7 +32,7 @@ class TarTree:
     def __enter__(self) -> TarTree:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def resolve(self, path: str, _depth: int = 0) -> str:

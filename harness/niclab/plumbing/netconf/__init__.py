@@ -15,7 +15,7 @@ from functools import partial
 from typing import TypeVar
 
 from niclab.base.errors import NiclabError
-from niclab.base.node import Node
+from niclab.base.node import Node, Progress
 from niclab.model import offloads
 from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.guestsh import sections
@@ -195,7 +195,7 @@ def reset(rig: Rig, previous: NetPlan, baseline: Mapping[str, dict[str, dict[str
 
 
 def configure(
-    rig: Rig, net: NetPlan, progress, baseline: Mapping[str, dict[str, dict[str, bool]]] | None = None
+    rig: Rig, net: NetPlan, progress: Progress, baseline: Mapping[str, dict[str, dict[str, bool]]] | None = None
 ) -> dict:
     """Configure every node (in parallel), check the result, ping across every wire. Returns facts.
 

@@ -11,12 +11,16 @@ from __future__ import annotations
 import argparse
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from niclab.base.errors import UsageError
 from niclab.ui.console import FileCheck
 
+if TYPE_CHECKING:
+    from niclab.plumbing.lab.statedir import StateDir
 
-def cmd_check(args) -> int:
+
+def cmd_check(args: argparse.Namespace) -> int:
     from niclab.model.lab.inventory import load_inventory
 
     files = FileCheck()
@@ -30,7 +34,7 @@ def cmd_check(args) -> int:
     return files.status
 
 
-def cmd_doctor(args) -> int:
+def cmd_doctor(args: argparse.Namespace) -> int:
     from niclab.base.errors import NiclabError
     from niclab.model.lab.inventory import load_inventory
     from niclab.plumbing.lab.doctor import diagnose_host, render
@@ -74,7 +78,7 @@ def cmd_doctor(args) -> int:
     return 0 if host.ok and not refused and not unanswered else 1
 
 
-def _state(args):
+def _state(args: argparse.Namespace) -> StateDir:
     from niclab.base.paths import state_dir
     from niclab.plumbing.lab.statedir import StateDir
 
@@ -83,7 +87,7 @@ def _state(args):
     return StateDir(state_dir())
 
 
-def cmd_restore(args) -> int:
+def cmd_restore(args: argparse.Namespace) -> int:
     from niclab.plumbing.lab.sysfs import Sysfs
     from niclab.plumbing.lab.vfio import Journal, restore_all
 
@@ -101,7 +105,7 @@ def cmd_restore(args) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
-def cmd_leases(args) -> int:
+def cmd_leases(args: argparse.Namespace) -> int:
     from niclab.base.errors import NiclabError
     from niclab.plumbing.lab.lease import holder, keys, locked
 
@@ -123,7 +127,7 @@ def cmd_leases(args) -> int:
     return 1 if problems else 0
 
 
-def add_parser(verbs) -> None:
+def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lab = verbs.add_parser(
         "lab",
         help="lab inventories and lab hosts: check, doctor, restore",

@@ -13,23 +13,24 @@ from typing import TYPE_CHECKING
 
 from niclab import __version__
 from niclab.base.errors import NiclabError, UsageError, describe_exception
+from niclab.base.node import Progress
 from niclab.ui.cli.lab import add_allow_uri_params
 from niclab.ui.console import EXIT_FAILED, EXIT_OK, STARTED, FileCheck, ProgressLines
 
 if TYPE_CHECKING:
-    from niclab.plumbing.backends import BackendOption
+    from niclab.plumbing.backends import Backend, BackendOption
 
 # -- verbs ----------------------------------------------------------------
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     from niclab.run.realizable import backend_from_args
 
     with backend_from_args(args) as backend:
         return _run(args, backend)
 
 
-def _run(args, backend) -> int:
+def _run(args: argparse.Namespace, backend: Backend) -> int:
     from niclab.model.scenario import load_scenario
     from niclab.model.shard import parse_shard
     from niclab.run.realizable import describe
@@ -89,7 +90,7 @@ def _run(args, backend) -> int:
     return EXIT_OK if outcome.ok else EXIT_FAILED
 
 
-def write_run_report(run_dir: Path, progress) -> Path | str:
+def write_run_report(run_dir: Path, progress: Progress) -> Path | str:
     from niclab.ui.report import report_runs
 
     try:
@@ -108,7 +109,7 @@ def _recipe_name(name: str) -> str:
     return name
 
 
-def cmd_image_build(args) -> int:
+def cmd_image_build(args: argparse.Namespace) -> int:
     from niclab.plumbing.image.store import build_image
 
     image = build_image(_recipe_name(args.recipe), force=args.force, progress=ProgressLines())
@@ -116,7 +117,7 @@ def cmd_image_build(args) -> int:
     return EXIT_OK
 
 
-def cmd_image_info(args) -> int:
+def cmd_image_info(args: argparse.Namespace) -> int:
     from niclab.model import bench
     from niclab.plumbing.image.store import find_image, recipe
 
@@ -149,7 +150,7 @@ def cmd_image_info(args) -> int:
     return EXIT_OK
 
 
-def cmd_accel(args) -> int:
+def cmd_accel(args: argparse.Namespace) -> int:
     from niclab.plumbing.accel import choose_accel
     from niclab.plumbing.image import ensure_image
 
@@ -160,7 +161,7 @@ def cmd_accel(args) -> int:
     return EXIT_OK
 
 
-def cmd_down(args) -> int:
+def cmd_down(args: argparse.Namespace) -> int:
     from niclab.plumbing.backends import DownRequest, down_options, leftovers
 
     lab = None
@@ -177,7 +178,7 @@ def cmd_down(args) -> int:
     return EXIT_OK
 
 
-def cmd_nics(args) -> int:
+def cmd_nics(args: argparse.Namespace) -> int:
     from niclab.model import nics
     from niclab.plumbing.backends.qemu_nics import qemu_nic
 
@@ -194,7 +195,7 @@ def cmd_nics(args) -> int:
     return EXIT_OK
 
 
-def cmd_report(args) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
     import yaml
 
     from niclab.ui.report import report_runs
@@ -216,7 +217,7 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
-def cmd_compare(args) -> int:
+def cmd_compare(args: argparse.Namespace) -> int:
     from niclab.ui import compare
 
     base = Path(args.base)
@@ -250,7 +251,7 @@ def cmd_compare(args) -> int:
     return EXIT_FAILED if worse else EXIT_OK
 
 
-def cmd_export(args) -> int:
+def cmd_export(args: argparse.Namespace) -> int:
     from niclab.ui.export import export
 
     run_dir = Path(args.run)
@@ -260,7 +261,7 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
-def cmd_metrics(args) -> int:
+def cmd_metrics(args: argparse.Namespace) -> int:
     from niclab.model.bench import all_metrics
 
     metrics = all_metrics()
@@ -271,7 +272,7 @@ def cmd_metrics(args) -> int:
     return EXIT_OK
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     from niclab.model.scenario import load_scenario
     from niclab.run.plan import plan_table
     from niclab.run.realizable import backend_from_args, verdicts
@@ -287,7 +288,7 @@ def cmd_plan(args) -> int:
     return EXIT_OK
 
 
-def cmd_validate(args) -> int:
+def cmd_validate(args: argparse.Namespace) -> int:
     from niclab.model.scenario import load_scenario
     from niclab.run.realizable import backend_from_args, verdicts
 

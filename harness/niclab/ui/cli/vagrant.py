@@ -12,11 +12,16 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
 from niclab.base.paths import SOURCE_ROOT
 from niclab.ui.console import ProgressLines
+
+if TYPE_CHECKING:
+    from niclab.model.scenario import Cell
+    from niclab.plumbing.image import Image
 
 DEFAULT_SCENARIO = "scenarios/two-node.yaml"
 
@@ -25,7 +30,7 @@ def _progress() -> Progress:
     return ProgressLines()
 
 
-def _cell(args):
+def _cell(args: argparse.Namespace) -> Cell:
     from niclab.model.scenario import load_scenario
 
     scenario_file = load_scenario(Path(args.scenario))
@@ -48,7 +53,7 @@ def _cell(args):
     return cell
 
 
-def _driver(image, progress: Progress) -> dict:
+def _driver(image: Image | None, progress: Progress) -> dict:
     """libvirt's domain type: kvm where the probe boots the guest's kernel under KVM, else qemu (TCG)."""
     from niclab.plumbing.accel import choose_accel
 
@@ -58,7 +63,7 @@ def _driver(image, progress: Progress) -> dict:
     return {"driver": "kvm" if choice.accel == "kvm" else "qemu", "accel_reason": choice.reason}
 
 
-def cmd_config(args) -> int:
+def cmd_config(args: argparse.Namespace) -> int:
     from niclab.plumbing.image import find_image
     from niclab.ui.vagrant.box import BOX_NAME, added, box_version
     from niclab.ui.vagrant.machines import port_keys, vagrant_cell
@@ -90,7 +95,7 @@ def cmd_config(args) -> int:
     return 0
 
 
-def cmd_check(args) -> int:
+def cmd_check(args: argparse.Namespace) -> int:
     from niclab.plumbing.ssh import SshTarget
     from niclab.ui.vagrant.check import check
     from niclab.ui.vagrant.state import state_dir
@@ -103,7 +108,7 @@ def cmd_check(args) -> int:
     return 0
 
 
-def cmd_forget(args) -> int:
+def cmd_forget(args: argparse.Namespace) -> int:
     from niclab.ui.vagrant.check import forget
     from niclab.ui.vagrant.state import state_dir
 
@@ -111,7 +116,7 @@ def cmd_forget(args) -> int:
     return 0
 
 
-def cmd_box(args) -> int:
+def cmd_box(args: argparse.Namespace) -> int:
     from niclab.plumbing.image import ensure_image
     from niclab.ui.vagrant.box import add_box
 
@@ -139,7 +144,7 @@ def _rig_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_parser(verbs) -> None:
+def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     vagrant = verbs.add_parser(
         "vagrant",
         help="the Vagrant rig: its box, and what the Vagrantfile asks of niclab",

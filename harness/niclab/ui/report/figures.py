@@ -59,7 +59,7 @@ def grouped_bars(
         ax.legend()
 
 
-def size_label(value: float, _position=None) -> str:
+def size_label(value: float, _position: int | None = None) -> str:
     """1, 64, 4K, 256K, 2M: message sizes as NIC studies label them."""
     for unit, scale in (("M", 2**20), ("K", 2**10)):
         if value >= scale:
