@@ -86,9 +86,8 @@ class ShareOptions(BenchOptions):
     def _across_a_link(cls, peer: str | None) -> str | None:
         if peer == "self":
             raise ValueError(
-                "a benchmark on the NFS share takes no peer: self (over loopback a node would mount its own "
-                "export, which measures its page cache and RPC, not a network); measure the loopback reference "
-                "with lmbench, netperf or iperf3"
+                "benchmarks on the NFS share take no peer: self (over loopback the node would mount its own "
+                "export: no network reference); measure the loopback with lmbench, netperf or iperf3"
             )
         return peer
 
