@@ -79,7 +79,7 @@ def test_peer_self_parses_and_labels_the_benchmark_loopback(tmp_path):
         ("lmbench: {test: lat_tcp, peer: self, to: b}", "peer: self runs its server on its client's node"),
         ("nfs: {peer: self}", "benchmarks on the NFS share take no peer: self"),
         ("bonnie: {peer: self}", "benchmarks on the NFS share take no peer: self"),
-        ("ping: {peer: b}", "peer"),
+        ("ping: {peer: b}", "ping.peer: 'b' is not one of 'self'"),
     ],
 )
 def test_peer_self_is_refused_with_to_on_the_nfs_share_and_any_other_peer(tmp_path, benchmark, message):
