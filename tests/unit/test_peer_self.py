@@ -21,6 +21,7 @@ from niclab.model.expect import ExpectationError, evaluate, parse
 from niclab.model.scenario import load_scenario
 from niclab.run.records import SummaryRecord, read_results
 from niclab.run.session import Session
+from niclab.ui.export import rows
 from niclab.ui.formats import beside_their_link
 from niclab.ui.report.data import load_run
 from niclab.ui.report.tables import summary_table
@@ -206,6 +207,9 @@ def test_a_loopback_run_goes_to_one_node_and_is_recorded_apart_beside_the_links(
     link_rate, loop_rate = (table.rows[labels.index(label)][2][0].mean for label in ("rr", "rr (loopback)"))
     assert link_rate == loop_rate  # the fake answers both with one capture; each row holds its own summary
     assert "| rr (loopback) |" in table.markdown()
+    exported = [(r["name"], r["peer"]) for r in rows(run.run_dir.path, "summaries")]
+    assert exported[:2] == [("netperf.TCP_RR.transaction_rate", "self"), ("netperf.TCP_RR.latency_mean_us", "self")]
+    assert ("netperf.TCP_RR.transaction_rate", None) in exported
 
 
 def test_beside_their_link_puts_each_reference_right_after_its_links_figure():
