@@ -7,6 +7,10 @@
 
 A selector narrows which runs count: link=N, from=NODE (the client), to=NODE
 (the server). Without one, every run of that metric in the cell must pass.
+A benchmark with `peer: self` (over loopback) is judged only by an
+expectation that asks for it with peer=self, and then only it:
+
+    lmbench.lat_tcp.latency_us[peer=self] < 100 us
 The value checked is the mean over the benchmark's repeats. A unit, if
 given, must be the metric's or convertible to it (Gbit/s to Mbit/s, ms to us).
 """
@@ -17,7 +21,7 @@ import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from niclab.base.problems import did_you_mean, shown
 from niclab.model.bench import all_metrics
@@ -43,7 +47,8 @@ UNITS = {
     "ms": ("time", 1e-3),
     "s": ("time", 1.0),
 }
-SELECTOR_KEYS = {"link": "link", "from": "client", "to": "server"}
+SELECTOR_KEYS = {"link": "link", "from": "client", "to": "server", "peer": "peer"}
+PEERS = ("self",)  # what peer= selects: runs over loopback
 GRAMMAR = re.compile(
     r"^\s*(?P<name>[A-Za-z0-9_.]+)(?:\[(?P<selector>[^\]]*)\])?\s*(?P<op>>=|<=|==|!=|>|<)\s*"
     # atomic value and one optional unit: linear time, where "\s*(\S+)?\s*$" backtracked quadratically
@@ -73,22 +78,36 @@ class Summary(Protocol):
     def server(self) -> str: ...
     @property
     def link(self) -> int: ...
+    @property
+    def peer(self) -> Literal["self"] | None: ...
+
+
+def where(summary: Summary) -> str:
+    """Where a summary was measured: `a->b on link 0`, or `a over loopback (beside link 0)`."""
+    if summary.peer == "self":
+        return f"{summary.client} over loopback (beside link {summary.link})"
+    return f"{summary.client}->{summary.server} on link {summary.link}"
 
 
 @dataclass(frozen=True)
 class Expectation:
     text: str
     name: str
-    selector: tuple[tuple[str, str], ...]  # (record field, value)
+    selector: tuple[tuple[str, str], ...]  # (record field, value), peer apart
     op: str
     value: float  # in the metric's own unit
     unit: str  # the metric's unit
+    peer: Literal["self"] | None = None  # runs over loopback (peer=self), or across a link (None)
 
     def holds(self, measured: float) -> bool:
         return OPERATORS[self.op](measured, self.value)
 
     def matches(self, summary: Summary) -> bool:
-        return summary.name == self.name and all(str(getattr(summary, k)) == v for k, v in self.selector)
+        return (
+            summary.name == self.name
+            and summary.peer == self.peer
+            and all(str(getattr(summary, k)) == v for k, v in self.selector)
+        )
 
 
 def parse(text: str) -> Expectation:
@@ -112,12 +131,20 @@ def parse(text: str) -> Expectation:
             raise ExpectationError(f"{name} is in {unit}, not {match['unit']}", f"write the value in {unit}")
         value = float(f"{value * given[1] / own[1]:.12g}")  # 2 ms is 2000 us, not 2000.0000000000002
     selector = []
+    peer: Literal["self"] | None = None
     for part in filter(None, (p.strip() for p in (match["selector"] or "").split(","))):
         key, sep, wanted = part.partition("=")
         if not sep or key.strip() not in SELECTOR_KEYS:
-            raise ExpectationError(f"selector {shown(part)} is not understood", "use link=N, from=NODE or to=NODE")
+            raise ExpectationError(
+                f"selector {shown(part)} is not understood", "use link=N, from=NODE, to=NODE or peer=self"
+            )
+        if key.strip() == "peer":
+            if wanted.strip() not in PEERS:
+                raise ExpectationError(f"selector {shown(part)} is not understood", "peer=self is the only peer")
+            peer = "self"
+            continue
         selector.append((SELECTOR_KEYS[key.strip()], wanted.strip()))
-    return Expectation(text.strip(), name, tuple(selector), match["op"], value, unit)
+    return Expectation(text.strip(), name, tuple(selector), match["op"], value, unit, peer)
 
 
 @dataclass(frozen=True)
@@ -126,7 +153,7 @@ class Verdict:
     passed: bool
     measured: float | None  # the mean; None when nothing was measured
     samples: int
-    where: str  # client->server on link N
+    where: str  # client->server on link N, or client over loopback (beside link N)
 
     def describe(self) -> str:
         e = self.expectation
@@ -147,7 +174,7 @@ def evaluate(expectation: Expectation, summaries: Sequence[Summary]) -> list[Ver
             expectation.holds(s.mean),
             s.mean,
             s.n,
-            f"{s.client}->{s.server} on link {s.link}",
+            where(s),
         )
         for s in matching
     ]

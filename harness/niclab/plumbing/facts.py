@@ -76,17 +76,23 @@ _IRQ_AWK = (
 )
 
 
-def counters_script(ports: list[str]) -> str:
-    """Print each port's statistics and the per-CPU counts of the interrupts its PCI function uses."""
-    lines = [PCI_DIR]
+def counters_script(ports: list[str], pci: bool = True) -> str:
+    """Print each port's statistics and the per-CPU counts of the interrupts its PCI function uses.
+
+    With `pci` False, the statistics alone: for a virtual device (the loopback), which has no interrupts.
+    """
+    lines = [PCI_DIR] if pci else []
     for name in ports:
         q = shlex.quote(name)
         lines += [
             f"echo '[{name}]'",
             f'for c in {" ".join(COUNTERS)}; do echo "$c=$(cat /sys/class/net/{q}/statistics/$c)"; done',
-            f'pci=$(pci_dir {q}); irqs=$(ls $pci/msi_irqs 2>/dev/null); [ -n "$irqs" ] || irqs=$(cat $pci/irq)',
-            f"for i in $irqs; do awk -v irq=$i '{_IRQ_AWK}' /proc/interrupts; done",
         ]
+        if pci:
+            lines += [
+                f'pci=$(pci_dir {q}); irqs=$(ls $pci/msi_irqs 2>/dev/null); [ -n "$irqs" ] || irqs=$(cat $pci/irq)',
+                f"for i in $irqs; do awk -v irq=$i '{_IRQ_AWK}' /proc/interrupts; done",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -128,5 +134,5 @@ def counter_deltas(before: dict[str, dict], after: dict[str, dict]) -> dict[str,
     return deltas
 
 
-def read_counters(node: Node, ports: list[str]) -> dict[str, dict]:
-    return parse_counters(node.run(counters_script(ports), timeout=30).stdout)
+def read_counters(node: Node, ports: list[str], pci: bool = True) -> dict[str, dict]:
+    return parse_counters(node.run(counters_script(ports, pci), timeout=30).stdout)

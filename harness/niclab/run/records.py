@@ -265,6 +265,9 @@ class RunRecord(_Record):
     """The node the server ran on."""
     link: int
     """The link it measured, from 0."""
+    peer: Literal["self"] | None = None
+    """`self` when client and server ran on one node over loopback (127.0.0.1): the reference beside `link`'s
+    figure; absent across a link."""
     options: dict[str, JsonValue] = {}
     """The benchmark's options as the scenario gave them."""
     started_at: str | None = None
@@ -274,11 +277,13 @@ class RunRecord(_Record):
     seconds: float | None = None
     """How long the tool ran."""
     nics: dict[str, NicSummary]
-    """Per node: the NIC at that end (model, driver, PCI ID, ports, bond, MTU)."""
+    """Per node: the NIC at that end (model, driver, PCI ID, ports, bond, MTU); a loopback run's one node has
+    `ifname` lo and no card."""
     accel: str | None = None
     """kvm or tcg."""
     counters: dict[str, dict[str, PortCounters]]
-    """Per node and port: what the NIC counted during the run (packets, bytes, drops, interrupts per CPU)."""
+    """Per node and port: what the NIC counted during the run (packets, bytes, drops, interrupts per CPU); a
+    loopback run's: its node's `lo` (no interrupts)."""
     host_load: HostLoad | None = None
     """The host while the benchmark ran (guests on this host): vCPU wait, CPU pressure, steal, `contended`."""
 
@@ -316,6 +321,9 @@ class MeasurementRecord(_Record):
     """The node the server ran on."""
     link: int
     """The link it measured, from 0."""
+    peer: Literal["self"] | None = None
+    """`self` when client and server ran on one node over loopback (127.0.0.1): the reference beside `link`'s
+    figure; absent across a link."""
     warning: str | None = None
     """Set when the tool doubted the figure."""
     extra: NetpipeExtra
@@ -349,6 +357,9 @@ class SummaryRecord(_Record):
     """The node the server ran on."""
     link: int
     """The link it measured, from 0."""
+    peer: Literal["self"] | None = None
+    """`self` when client and server ran on one node over loopback (127.0.0.1): the reference beside `link`'s
+    figure; absent across a link."""
     runs: list[str]
     """The run of each sample."""
     n: int
@@ -412,7 +423,7 @@ class ExpectationRecord(_Record):
     samples: int
     """How many samples the mean is of."""
     where: str
-    """client->server on link N."""
+    """client->server on link N; for a loopback run, client over loopback (beside link N)."""
 
 
 class ErrorRecord(_Record):

@@ -48,6 +48,8 @@ def type_name(annotation: object) -> str:
     """A field's type as the tables show it: `int`, `list[str]`, `dict[str, NodeFacts]`, `float | None`."""
     if isinstance(annotation, type) and typing.get_origin(annotation) is None:
         return annotation.__name__
+    if typing.get_origin(annotation) is typing.Union:  # typing writes a union of a Literal as Optional[...]
+        return " | ".join("None" if arg is type(None) else type_name(arg) for arg in typing.get_args(annotation))
     return re.sub(r"\b(?:typing|[\w]+(?:\.[\w]+)+)\.(\w+)", r"\1", str(annotation)).replace("NoneType", "None")
 
 

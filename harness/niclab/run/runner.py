@@ -388,6 +388,7 @@ class Runner:
     ) -> None:
         ends = run.ends
         load: dict[str, Any] = {"host_load": run.host_load.to_dict()} if run.host_load is not None else {}
+        peer: dict[str, Any] = {"peer": ends.peer} if ends.peer else {}  # absent across a link, as ever
         self.run_dir.append(
             RunRecord(
                 type="run",
@@ -401,11 +402,15 @@ class Runner:
                 client=ends.client.name,
                 server=ends.server.name,
                 link=ends.link,
+                **peer,
                 options=spec.options.model_dump(by_alias=True, exclude_none=True),
                 started_at=started_at,
                 finished_at=utc_now(),
                 seconds=run.seconds,
-                nics={node: session.nic_summary(node, ends.link) for node in (ends.client.name, ends.server.name)},
+                nics={
+                    node: session.nic_summary(node, ends.link, ends.loopback)
+                    for node in (ends.client.name, ends.server.name)
+                },
                 accel=session.facts["rig"].get("accel"),
                 counters=run.counters,
                 **load,
@@ -428,6 +433,7 @@ class Runner:
                     client=ends.client.name,
                     server=ends.server.name,
                     link=ends.link,
+                    **peer,
                     **doubted,
                     extra=NetpipeExtra.model_validate(m.extra),
                 )
@@ -453,6 +459,7 @@ class Runner:
                 by_metric.setdefault(m.name, []).append(m)
                 sources.setdefault(m.name, []).append(run_id)
         ends = runs[0][1].ends
+        peer: dict[str, Any] = {"peer": ends.peer} if ends.peer else {}
         loads = [run.host_load for _, run in runs if run.host_load is not None]
         contention = contention_of(loads)
         for name, found in by_metric.items():
@@ -476,6 +483,7 @@ class Runner:
                 client=ends.client.name,
                 server=ends.server.name,
                 link=ends.link,
+                **peer,
                 runs=sources[name],
                 unstable=bool(reasons),
                 reasons=reasons,

@@ -21,7 +21,7 @@ from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Node, NodeGone, Progress
 from niclab.base.problems import Problems
 from niclab.model import bench as benchmarks
-from niclab.model.bench.base import BenchContext, Endpoints, Measurement
+from niclab.model.bench.base import LOOPBACK, BenchContext, Endpoints, Measurement
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.model.scenario.model import benchmark_problems, benchmark_spec
 from niclab.plumbing import contention, facts, netconf
@@ -29,6 +29,8 @@ from niclab.plumbing.backends.base import Backend, Rig
 from niclab.plumbing.contention import HostLoad
 from niclab.run.records import NicSummary
 from niclab.run.rigs import Booted, BootKeeper
+
+LOOPBACK_IFNAME = "lo"  # what a `peer: self` run's traffic goes through
 
 
 def _quiet(message: str) -> None:
@@ -162,9 +164,13 @@ class Session:
         return self.net.find(node, link, lane)
 
     def endpoints(self, spec: BenchmarkSpec) -> Endpoints:
+        """Where a benchmark runs: across its link, or with `peer: self` on one node over loopback."""
         options = spec.options
         link = self.scenario.links[options.link]
         client = options.from_ or link.between[0]
+        if options.peer == "self":
+            node = self.node(client)
+            return Endpoints(node, node, LOOPBACK, LOOPBACK, options.link, peer="self")
         server = options.to or next(n for n in link.between if n != client)
         return Endpoints(
             client=self.node(client),
@@ -174,7 +180,10 @@ class Session:
             link=options.link,
         )
 
-    def nic_summary(self, node: str, link: int) -> NicSummary:
+    def nic_summary(self, node: str, link: int, loopback: bool = False) -> NicSummary:
+        """The NIC a run used at `node`: the link's interface, or for a loopback run the node's `lo` (no card)."""
+        if loopback:
+            return NicSummary(ifname=LOOPBACK_IFNAME)
         iface = self.net.find(node, link)
         found = self.facts.get("nodes", {}).get(node, {}).get("interfaces", {}).get(iface.ports[0].ifname, {})
         return NicSummary(
@@ -204,14 +213,15 @@ class Session:
         return spec
 
     def run(self, spec: BenchmarkSpec) -> BenchRun:
+        """Run a benchmark once, with what the ports it used counted meanwhile (a loopback run's: the node's `lo`)."""
         ends = self.endpoints(spec)
         ports = {
-            node: [p.ifname for p in self.net.find(node, spec.options.link).ports]
+            node: [LOOPBACK_IFNAME] if ends.loopback else [p.ifname for p in self.net.find(node, ends.link).ports]
             for node in (ends.client.name, ends.server.name)
         }
 
         def read(n: str) -> dict[str, dict]:
-            return facts.read_counters(self.node(n), ports[n])
+            return facts.read_counters(self.node(n), ports[n], pci=not ends.loopback)
 
         before = netconf.parallel({n: partial(read, n) for n in ports})
         started = time.monotonic()

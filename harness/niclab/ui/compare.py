@@ -72,8 +72,8 @@ def _direction() -> dict[str, str | None]:
     return {m.name: m.better for m in all_metrics()}
 
 
-def _key(summary: SummaryRecord) -> tuple[int, str, int, str, str]:
-    return (summary.benchmark_index, summary.name, summary.link, summary.client, summary.server)
+def _key(summary: SummaryRecord) -> tuple[int, str, int, str, str, str | None]:
+    return (summary.benchmark_index, summary.name, summary.link, summary.client, summary.server, summary.peer)
 
 
 def _pairs(base: RunData, new: RunData) -> Iterator[tuple[CellData, CellData]]:

@@ -37,6 +37,7 @@ MEASUREMENT_COLUMNS = (
     "client",
     "server",
     "link",
+    "peer",
     "warning",
 )
 SUMMARY_COLUMNS = (
@@ -49,6 +50,7 @@ SUMMARY_COLUMNS = (
     "client",
     "server",
     "link",
+    "peer",
     "n",
     "mean",
     "median",

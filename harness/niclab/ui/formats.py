@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from niclab.run.records import CellRecord, SummaryRecord
 
 UNIT_SUFFIXES = {"Mbit/s": "_mbps", "MB/s": "_mb_s", "us": "_us", "ms": "_ms", "%": "_pct"}
@@ -18,6 +20,19 @@ def value_with_unit(summary: SummaryRecord) -> str:
         text += f" ± {format_value((summary.ci_high - summary.ci_low) / 2)}"
     suffix = UNIT_SUFFIXES.get(summary.unit)
     return text if suffix and summary.metric.endswith(suffix) else f"{text} {summary.unit}"
+
+
+def beside_their_link(summaries: Sequence[SummaryRecord]) -> list[SummaryRecord]:
+    """The summaries in their order, except that a loopback reference (`peer: self`) comes right after the
+    figure of the same metric and link that it stands beside, when that was measured too."""
+    measured = {(s.name, s.link) for s in summaries if s.peer is None}
+    placed = [s for s in summaries if s.peer is None or (s.name, s.link) not in measured]
+    for reference in summaries:
+        key = (reference.name, reference.link)
+        if reference.peer is not None and key in measured:
+            after = max(n for n, s in enumerate(placed) if (s.name, s.link) == key)
+            placed.insert(after + 1, reference)
+    return placed
 
 
 def metric_label(summary: SummaryRecord) -> str:

@@ -263,7 +263,9 @@ class ScenarioCell(pytest.Item):
         outcome = started.run().cells[0]  # Ctrl-C propagates: pytest stops with its own summary
         for s in outcome.summaries:
             if s.headline:
-                where = f"[link={s.link}]" if s.link else ""
+                selectors = [f"link={s.link}"] if s.link else []
+                selectors += [f"peer={s.peer}"] if s.peer else []
+                where = f"[{','.join(selectors)}]" if selectors else ""
                 self.user_properties.append((f"{s.name}{where}", f"{s.mean:.6g} {s.unit}"))
         if not outcome.ok:
             lines = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from niclab.run.records import SummaryRecord
 from niclab.run.runner import CellOutcome
-from niclab.ui.formats import drivers_line, metric_label, value_with_unit
+from niclab.ui.formats import beside_their_link, drivers_line, metric_label, value_with_unit
 
 
 def _flags(summary: SummaryRecord) -> str:
@@ -14,7 +14,7 @@ def _flags(summary: SummaryRecord) -> str:
 def cell_table(scenario: str, outcome: CellOutcome) -> str:
     facts = outcome.facts
     accel = facts.rig.accel if facts is not None else None
-    rows = [s for s in outcome.summaries if s.headline]
+    rows = beside_their_link([s for s in outcome.summaries if s.headline])  # a loopback row below the link's
     repeats = sorted({s.n for s in rows})
     header = f"scenario {scenario} · cell {outcome.cell.id}" + (f" · accel={accel}" if accel else "")
     if repeats and repeats != [1]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,16 +29,36 @@ class BenchOptions(BaseModel):
     from_: str | None = Field(None, alias="from", description="client node (default: the link's first end)")
     to: str | None = Field(None, description="server node (default: the link's second end)")
     link: int = Field(0, ge=0, description="which link of the scenario to measure across")
+    peer: Literal["self"] | None = Field(
+        None,
+        description="self: server and client both on the client node, over loopback (127.0.0.1): "
+        "the reference the link's figure is read against",
+    )
     repeat: int | None = Field(None, ge=1, le=100, description="runs of this benchmark (default: the scenario's)")
+
+
+LOOPBACK = "127.0.0.1"  # both ends' address in a `peer: self` run
 
 
 @dataclass(frozen=True)
 class Endpoints:
+    """Where a benchmark runs: its client and server, their addresses, the link it measures.
+
+    With `peer` "self" the server runs on the client's node and both addresses
+    are LOOPBACK: the traffic never leaves the node, and `link` names the link
+    whose figure this one is a reference for.
+    """
+
     client: Node
     server: Node
     client_address: str
     server_address: str
     link: int
+    peer: Literal["self"] | None = None
+
+    @property
+    def loopback(self) -> bool:
+        return self.peer == "self"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ works only with client tracking set up, so /var/lib/nfs/v4recovery must
 exist (the kernel's "legacy" tracking; nfsdcld is not in the image). No
 idmapd either: with sec=sys both ends send numeric user and group ids.
 The client loads nfsv4 and mounts with `mount.nfs ADDR:/ MOUNT -o vers=V`.
+The share takes no `peer: self`: a node mounting its own export over
+loopback measures its memory and RPC layers (and a kernel with NFS LOCALIO
+skips the RPC altogether), no network reference.
 
 Clean-up always runs, in `finally`, each step even when an earlier one failed:
 unmount on the client, then on the server `exportfs -ua`, `rpc.nfsd 0` (ends
@@ -48,7 +51,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Node
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote
@@ -77,6 +80,16 @@ class ShareOptions(BenchOptions):
 
     nfs_version: Literal["4.0", "4.1", "4.2"] = Field("4.2", description="NFS version the client mounts (vers=)")
     export_size: str = Field("128m", pattern=SIZE, description="size of the tmpfs the server exports (in its RAM)")
+
+    @field_validator("peer")
+    @classmethod
+    def _across_a_link(cls, peer: str | None) -> str | None:
+        if peer == "self":
+            raise ValueError(
+                "benchmarks on the NFS share take no peer: self (over loopback the node would mount its own "
+                "export: no network reference); measure the loopback with lmbench, netperf or iperf3"
+            )
+        return peer
 
 
 class NfsOptions(ShareOptions):

@@ -286,11 +286,13 @@ class BenchmarkSpec(BaseModel):
         return prefix(self.options) if prefix else f"{self.tool}."
 
     def describe(self) -> str:
-        """netperf TCP_STREAM, plus where it runs when that is not the default (link 1, c->b)."""
+        """netperf TCP_STREAM, plus where it runs when that is not the default (link 1, c->b, loopback on a)."""
         where = []
         if self.options.link:
             where.append(f"link {self.options.link}")
-        if self.options.from_ or self.options.to:
+        if self.options.peer == "self":
+            where.append(f"loopback on {self.options.from_}" if self.options.from_ else "loopback")
+        elif self.options.from_ or self.options.to:
             where.append(f"{self.options.from_ or ''}->{self.options.to or ''}")
         label = self.plugin.describe(self.options)
         return f"{label} ({', '.join(where)})" if where else label
@@ -589,12 +591,29 @@ def expectation_problems(text: str, scenario: Scenario) -> list[Problem]:
     except ExpectationError as exc:
         return [Problem((), exc.message, exc.hint)]
     tool = expectation.name.split(".", 1)[0]
-    if not any(expectation.name.startswith(spec.metric_prefix) for spec in scenario.benchmarks if spec.tool == tool):
+    measuring = [s for s in scenario.benchmarks if s.tool == tool and expectation.name.startswith(s.metric_prefix)]
+    if not measuring:
         return [
             Problem(
                 (),
                 f"no benchmark of this scenario measures {expectation.name}",
                 f"add a {tool} benchmark that does, or drop the expectation",
+            )
+        ]
+    if not any(spec.options.peer == expectation.peer for spec in measuring):
+        if expectation.peer == "self":
+            return [
+                Problem(
+                    (),
+                    f"no benchmark of this scenario measures {expectation.name} over loopback",
+                    f"give its {tool} benchmark a twin with peer: self, or drop [peer=self]",
+                )
+            ]
+        return [
+            Problem(
+                (),
+                f"{expectation.name} is measured here only over loopback (peer: self), not across a link",
+                f"write {expectation.name}[peer=self] to judge the loopback figure",
             )
         ]
     return []
@@ -621,6 +640,14 @@ def benchmark_problems(spec: BenchmarkSpec, scenario: Scenario) -> list[Problem]
                     "" if on_scenario else did_you_mean(node, scenario.nodes),
                 )
             )
-    if options.from_ is not None and options.from_ == options.to:
+    if options.peer == "self" and options.to is not None:
+        problems.append(
+            Problem(
+                ("to",),
+                "a benchmark with peer: self runs its server on its client's node, so it takes no `to`",
+                "drop `to`, or `peer: self` to measure across the link",
+            )
+        )
+    elif options.from_ is not None and options.from_ == options.to:
         problems.append(Problem(("to",), "a benchmark runs between two different nodes"))
     return problems

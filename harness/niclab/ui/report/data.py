@@ -45,9 +45,11 @@ class CellData:
         """What the report calls this cell in per-card plots: its NIC, else its id."""
         return str(self.params.get("nic", self.id))
 
-    def summary(self, name: str, link: int | None = None) -> SummaryRecord | None:
+    def summary(self, name: str, link: int | None = None, peer: str | None = None) -> SummaryRecord | None:
+        """The first summary of metric `name` (on `link`, if given) measured across a link, or with `peer`
+        "self" the loopback reference: a plot or finding that asks for the link's figure never gets it."""
         for s in self.summaries:
-            if s.name == name and (link is None or s.link == link):
+            if s.name == name and (link is None or s.link == link) and s.peer == peer:
                 return s
         return None
 

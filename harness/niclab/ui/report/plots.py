@@ -235,7 +235,7 @@ def bonding_plot(run: RunData, figure: Figure) -> Plot | None:
     series: dict[str, dict[int, float]] = {}
     for cell in run.cells:
         for s in cell.summaries:
-            if s.name != metric:
+            if s.name != metric or s.peer is not None:  # the loopback reference crosses no bonded port
                 continue
             nic = cell.nic_of(s.runs[0], s.client) if s.runs else None
             series.setdefault(cell.card, {})[(nic.ports if nic is not None else None) or 1] = s.mean

@@ -4,6 +4,8 @@ As the NIC studies printed it: `tcp`, `udp send`, `udp receive`, `rr` and
 the rest of the headline metrics down the side (labelled as their benchmarks
 declare, niclab.model.bench.declare.Row, else by benchmark and metric), the cards across, each value
 the mean with ± its confidence interval's half width, the unit in the row.
+A loopback reference (a benchmark with `peer: self`) has its own row, `lmbench
+lat_tcp (loopback)`, right below the link's row of the same metric.
 The same table comes as CSV (its text escaped for spreadsheets, niclab.ui.csvsafe)
 and as Markdown.
 """
@@ -15,8 +17,9 @@ import io
 from dataclasses import dataclass
 
 from niclab.model import bench
+from niclab.run.records import SummaryRecord
 from niclab.ui import csvsafe
-from niclab.ui.formats import drivers_line, format_value, metric_label
+from niclab.ui.formats import beside_their_link, drivers_line, format_value, metric_label
 from niclab.ui.report.data import CellData, RunData
 
 
@@ -69,30 +72,28 @@ def column_label(run: RunData, cell: CellData) -> str:
 
 def summary_table(run: RunData) -> Table:
     labels = bench.table_rows()
-    keys: list[tuple[str, int, str]] = []  # (name, link, label) in first-seen order
-    units: dict[tuple[str, int], str] = {}
+    first: dict[tuple[str, int, str | None], SummaryRecord] = {}  # (name, link, peer) -> its first summary
     for cell in run.cells:
         for s in cell.summaries:
-            if not s.headline:
-                continue
-            key = (s.name, s.link)
-            if key not in units:
-                units[key] = s.unit
-                label = labels.get(s.name) or f"{s.benchmark.split(' (')[0]} {metric_label(s)}"
-                keys.append((s.name, s.link, label))
-    links = {link for _, link, _ in keys}
+            if s.headline:
+                first.setdefault((s.name, s.link, s.peer), s)
+    links = {link for _, link, _ in first}
     rows = []
-    for name, link, label in keys:
+    for s in beside_their_link(list(first.values())):
+        name, link, peer = s.name, s.link, s.peer
+        label = labels.get(name) or f"{s.benchmark.split(' (')[0]} {metric_label(s)}"
+        where = [f"link {link}"] if len(links) > 1 else []
+        where += ["loopback"] if peer == "self" else []
         cells = []
         for cell in run.cells:
-            found = cell.summary(name, link)
+            found = cell.summary(name, link, peer)
             half = (
                 (found.ci_high - found.ci_low) / 2
                 if found and found.n > 1 and found.ci_low is not None and found.ci_high is not None
                 else None
             )
             cells.append(Cell(found.mean if found else None, half, bool(found and found.unstable)))
-        rows.append((label + (f" (link {link})" if len(links) > 1 else ""), units[(name, link)], cells))
+        rows.append((label + (f" ({', '.join(where)})" if where else ""), s.unit, cells))
     levels = {s.ci_level for c in run.cells for s in c.summaries if s.n > 1}
     notes = []
     if levels:
