@@ -19,13 +19,15 @@ from niclab.model.bench.base import LOOPBACK, BenchContext, Endpoints
 from niclab.model.bench.lmbench import LmbenchOptions
 from niclab.model.expect import ExpectationError, evaluate, parse
 from niclab.model.scenario import load_scenario
-from niclab.run.records import SummaryRecord, read_results
+from niclab.run.records import RunInfoRecord, SummaryRecord, read_results
 from niclab.run.session import Session
 from niclab.ui.export import rows
 from niclab.ui.formats import beside_their_link
-from niclab.ui.report.data import load_run
+from niclab.ui.report import plots
+from niclab.ui.report.data import CellData, RunData, load_run
 from niclab.ui.report.tables import summary_table
 from niclab.ui.table import cell_table
+from tests import records
 from tests.fakes import FakeBackend, Replay, captured
 from tests.unit.test_netpipe_lmbench import FakeNode
 from tests.unit.test_runner import NETPERF_RR, harness
@@ -220,3 +222,29 @@ def test_beside_their_link_puts_each_reference_right_after_its_links_figure():
     orphan, x, y, x1 = record("z", "self"), record("x"), record("y"), record("x", link=1)
     placed = beside_their_link([loop_a, orphan, x, y, loop_b, x1])
     assert placed == [orphan, x, loop_a, loop_b, y, x1]
+
+
+def test_the_shared_bars_show_the_loopback_reference_beside_the_links_figure():
+    def cell(name: str, *summaries: SummaryRecord) -> CellData:
+        return CellData(name, {"nic": name.partition("=")[2]}, summaries=list(summaries))
+
+    lat_tcp = "lmbench.lat_tcp.latency_us"
+    run = RunData(
+        Path("run"),
+        RunInfoRecord(scenario="loopback-reference"),
+        [
+            cell("nic=e1000", records.summary(lat_tcp, mean=585.0), records.summary(lat_tcp, mean=206.0, peer="self")),
+            cell("nic=rtl8139", records.summary(lat_tcp, mean=900.0)),
+        ],
+    )
+    latency = next(f for f in plots.sections()[plots.BARS_SECTION] if f.kind == "latency")
+    series = plots.with_loopback(run, latency)
+    labels = list(series)
+    assert labels[labels.index("lmbench lat_tcp") + 1] == "lmbench lat_tcp (loopback)"
+    assert series["lmbench lat_tcp (loopback)"] == (lat_tcp, "self")
+    assert "lmbench lat_udp (loopback)" not in series  # only what the run measured over loopback
+    [drawn] = plots.draw(run, latency)
+    assert drawn.title == latency.title
+
+    without = RunData(Path("run"), RunInfoRecord(scenario="s"), [cell("nic=e1000", records.summary(lat_tcp))])
+    assert not any(label.endswith("(loopback)") for label in plots.with_loopback(without, latency))

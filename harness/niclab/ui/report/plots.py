@@ -84,7 +84,7 @@ def draw(run: RunData, figure: Figure) -> list[Plot]:
     """The plots of one figure (none when the run has nothing for it)."""
     match figure.kind:
         case "throughput" | "latency" | "bars":
-            series = {s.label: s.metric for s in figure.series}
+            series = with_loopback(run, figure)
             made = _bars(run, figure.title, f"{run.scenario}: {figure.caption}", figure.unit, series, figure.link)
         case "pattern-bars":
             made = pattern_bars(run, figure)
@@ -184,17 +184,33 @@ def size_curve_plots(run: RunData, figure: Figure) -> list[Plot]:
     return plots
 
 
+def with_loopback(run: RunData, figure: Figure) -> dict[str, tuple[str, str | None]]:
+    """The figure's series (label -> metric name and peer), each followed by its loopback reference (a
+    benchmark run with `peer: self`) when the run measured one: the node's ceiling beside the link's figure."""
+    found: dict[str, tuple[str, str | None]] = {}
+    for series in figure.series:
+        found[series.label] = (series.metric, None)
+        if any(cell.summary(series.metric, figure.link, peer="self") for cell in run.cells):
+            found[f"{series.label} (loopback)"] = (series.metric, "self")
+    return found
+
+
 def _bars(
-    run: RunData, title: str, caption: str, unit: str, series: dict[str, str], link: int | None = None
+    run: RunData,
+    title: str,
+    caption: str,
+    unit: str,
+    series: dict[str, tuple[str, str | None]],
+    link: int | None = None,
 ) -> Plot | None:
-    """Bars per cell for the named summaries (series label -> metric name)."""
-    cells = [c for c in run.cells if any(c.summary(name, link) for name in series.values())]
+    """Bars per cell for the named summaries (series label -> metric name and peer)."""
+    cells = [c for c in run.cells if any(c.summary(name, link, peer) for name, peer in series.values())]
     if not cells:
         return None
     figure, ax = new_figure()
     data = {
-        label: [(s.mean if (s := cell.summary(name, link)) else None, half_width(s)) for cell in cells]
-        for label, name in series.items()
+        label: [(s.mean if (s := cell.summary(name, link, peer)) else None, half_width(s)) for cell in cells]
+        for label, (name, peer) in series.items()
     }
     grouped_bars(ax, [c.card if run.axes == ["nic"] else c.id for c in cells], data, unit)
     return to_plot(figure, title, caption)
