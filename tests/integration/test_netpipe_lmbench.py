@@ -80,3 +80,27 @@ def test_lmbench_runs_again_on_the_same_ports(session):
     second = session.bench("lmbench", test="lat_connect", repetitions=3)[0].value
     assert first > 0 and second > 0
     assert leftovers(session) == {"a": [], "b": []}
+
+
+def link_and_loopback_bytes(session, node: str) -> tuple[int, int]:
+    """Bytes the node's link0 interface and its loopback have sent so far."""
+    name = session.iface(node, 0).name
+    out = session.node(node).run(f"cat /sys/class/net/{name}/statistics/tx_bytes /sys/class/net/lo/statistics/tx_bytes")
+    link, loopback = (int(v) for v in out.stdout.split())
+    return link, loopback
+
+
+def test_lmbench_with_peer_self_measures_over_loopback_and_leaves_the_card_alone(session):
+    """peer: self (seed study 002's localhost reference): client and server on a, at 127.0.0.1."""
+    link_before, lo_before = link_and_loopback_bytes(session, "a")
+    b_link_before, _ = link_and_loopback_bytes(session, "b")
+    [found] = session.bench("lmbench", test="bw_tcp", peer="self", **LMBENCH["bw_tcp"])
+    link_after, lo_after = link_and_loopback_bytes(session, "a")
+    b_link_after, _ = link_and_loopback_bytes(session, "b")
+
+    assert found.name == "lmbench.bw_tcp.throughput_mbps" and found.value > 10, f"bw_tcp {found.value} Mbit/s"
+    assert lo_after - lo_before > 10**6, f"lo sent {lo_after - lo_before} bytes"  # bw_tcp moves megabytes
+    # the card carried none of it: what link0 sent meanwhile is a small part of what lo did
+    assert link_after - link_before < (lo_after - lo_before) / 100, f"link0 sent {link_after - link_before} bytes"
+    assert b_link_after - b_link_before < (lo_after - lo_before) / 100
+    assert leftovers(session) == {"a": [], "b": []}
