@@ -166,17 +166,21 @@ class RunDir:
             os.fsync(sink.fileno())
 
     def save_raw(self, cell: str, name: str, text: str) -> Path:
-        directory = self.raw_dir(cell)
-        directory.mkdir(parents=True, exist_ok=True)
-        for n in range(1, 10000):
-            path = directory / f"{name}-{n}.txt"
-            try:
-                with open(path, "x") as sink:  # O_CREAT|O_EXCL: never an existing file, nor a symlink's target
-                    sink.write(text)
-            except FileExistsError:
-                continue
-            return path
-        raise RuntimeError(f"too many raw files named {name} in {directory}")
+        return save_raw_file(self.raw_dir(cell), name, text)
+
+
+def save_raw_file(directory: Path, name: str, text: str) -> Path:
+    """A tool's raw output as a new file `name-N.txt` in `directory` (made if missing); returns its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10000):
+        path = directory / f"{name}-{n}.txt"
+        try:
+            with open(path, "x") as sink:  # O_CREAT|O_EXCL: never an existing file, nor a symlink's target
+                sink.write(text)
+        except FileExistsError:
+            continue
+        return path
+    raise RuntimeError(f"too many raw files named {name} in {directory}")
 
 
 def read_records(path: Path, warn: Warn = warn_on_stderr) -> list[dict]:

@@ -28,6 +28,7 @@ from niclab.plumbing import contention, facts, netconf
 from niclab.plumbing.backends.base import Backend, Rig
 from niclab.plumbing.contention import HostLoad
 from niclab.run.records import NicSummary
+from niclab.run.results import save_raw_file
 from niclab.run.rigs import Booted, BootKeeper
 
 LOOPBACK_IFNAME = "lo"  # what a `peer: self` run's traffic goes through
@@ -248,17 +249,7 @@ class Session:
         return self.run(self.spec(tool, **options)).measurements
 
     def _save_in_workdir(self, name: str, text: str) -> Path:
-        directory = self.workdir / "raw"
-        directory.mkdir(parents=True, exist_ok=True)
-        for n in range(1, 10000):
-            path = directory / f"{name}-{n}.txt"
-            try:
-                with open(path, "x") as sink:  # O_CREAT|O_EXCL: never an existing file, nor a symlink's target
-                    sink.write(text)
-            except FileExistsError:
-                continue
-            return path
-        raise RuntimeError(f"too many raw files named {name} in {directory}")
+        return save_raw_file(self.workdir / "raw", name, text)
 
 
 __all__ = ["Session", "benchmarks"]
