@@ -43,3 +43,11 @@ def state_dir() -> Path:
     if env := os.environ.get("NICLAB_STATE"):
         return Path(env)
     return Path("/var/lib/niclab") if os.geteuid() == 0 else cache_dir() / "state"
+
+
+def runtime_dir() -> Path:
+    """What lives only while niclab runs (ssh control sockets): $XDG_RUNTIME_DIR/niclab when the session has
+    one, else /run/niclab for root, else the cache's run/."""
+    if env := os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(env) / "niclab"
+    return Path("/run/niclab") if os.geteuid() == 0 else cache_dir() / "run"
