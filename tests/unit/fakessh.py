@@ -2,9 +2,9 @@
 given them by niclab, logs them, and runs the remote command here with `sh -c`.
 
 Each lab host's / is a directory of its own (NICLAB_REMOTE_ROOT=<dir>/{host}, read by HostShell), so the
-snapshot and lease scripts run against fake trees. What each host does is set in the environment:
-FAKE_SSH_DEAD (hosts whose ssh fails as real ssh does, status 255), FAKE_SSH_HANG (hosts that never answer).
-Every call is one JSON line (its argv) in FAKE_SSH_LOG.
+snapshot and lease scripts run against fake trees, with the host's bin/ first on PATH (a fake `ip`). What
+each host does is set in the environment: FAKE_SSH_DEAD (hosts whose ssh fails as real ssh does, status
+255), FAKE_SSH_HANG (hosts that never answer). Every call is one JSON line (its argv) in FAKE_SSH_LOG.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import stat
 import sys
 from pathlib import Path
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, os, stat, sys, time
 
 argv = sys.argv[1:]
@@ -72,8 +72,11 @@ if host in os.environ.get("FAKE_SSH_HANG", "").split(","):
     time.sleep(3600)
 if len(command) != 1:
     die("the remote command is not one word (ssh would join them with spaces)")
+root = os.environ.get("NICLAB_REMOTE_ROOT", "").replace("{host}", host)
+if root and os.path.isdir(os.path.join(root, "bin")):  # the host's own programs (ip, uname) first
+    os.environ["PATH"] = os.path.join(root, "bin") + ":" + os.environ["PATH"]
 os.execvp("sh", ["sh", "-c", command[0]])
-'''
+"""
 
 
 def install(bin_dir: Path, log: Path) -> Path:
@@ -109,3 +112,15 @@ def host_root(tmp_path: Path, host: str) -> Path:
     (root / "var" / "lib").mkdir(parents=True, exist_ok=True)
     return root
 
+
+def program(root: Path, name: str, script: str) -> None:
+    """A program of the fake host at `root` (a sh script), found before this machine's."""
+    path = root / "bin" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+
+
+def quiet_ip(root: Path) -> None:
+    """An `ip -j` on the fake host that shows no address and no route."""
+    program(root, "ip", "echo '[]'\n")

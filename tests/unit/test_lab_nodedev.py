@@ -28,6 +28,7 @@ from niclab.plumbing.lab.passthrough import hold_cards
 from niclab.plumbing.lab.statedir import StateDir
 from niclab.plumbing.lab.vfio import Journal
 from niclab.ui.cli import main as cli
+from tests.unit import fakessh
 from tests.unit.fakesysfs import FakeSysfs
 from tests.unit.test_lab_host import CARD, check, quiet_net
 
@@ -331,6 +332,21 @@ def local_host(tmp_path):
     return fake
 
 
+def remote_rig(tmp_path: Path, monkeypatch) -> FakeSysfs:
+    """rig2 over the fake ssh: an e1000 alone in group 7 and an NVMe controller with its disk in group 9, no
+    address or route on either."""
+    fakessh.use(monkeypatch, tmp_path)
+    root = fakessh.host_root(tmp_path, "rig2")
+    fakessh.quiet_ip(root)
+    fake = FakeSysfs(root)
+    fake.add_iommu("dmar0", intel_ecap=0xF020DF)
+    fake.add_driver("vfio-pci")
+    fake.add_device(NIC, group=7, netdevs=["enp3s0"])
+    fake.add_device(NVME, vendor=0x144D, device=0xA808, cls=0x010802, driver="nvme", group=9)
+    fake.add_disk("nvme0n1", NVME, under="nvme/nvme0")
+    return fake
+
+
 @pytest.mark.parametrize("force", [False, True])
 def test_hold_cards_refuses_a_remote_nvme_card_before_anything_is_bound(tmp_path, monkeypatch, local_host, force):
     sim = local_host.sim()
@@ -342,14 +358,10 @@ def test_hold_cards_refuses_a_remote_nvme_card_before_anything_is_bound(tmp_path
     )
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(passthrough, "HostNet", quiet_net)
-    opened: list[str] = []
-    connect = connect_to(node_uri(tmp_path, rig()), opened)
+    remote_rig(tmp_path, monkeypatch)
     with pytest.raises(NiclabError, match="cannot be passed through") as refused:
-        with hold_cards(
-            lab, placement, "run-1", lambda line: None, force=force, sysfs=sim, state=tmp_path / "st", connect=connect
-        ):
+        with hold_cards(lab, placement, "run-1", lambda line: None, force=force, sysfs=sim, state=tmp_path / "st"):
             pytest.fail("the block ran: the domains would have started")
-    assert opened == [RIG2]
     assert (
         "card far0 (0000:01:00.0) on rig2: 0000:01:00.0 is a mass storage controller: NVMe (class 0x010802), "
         "not a network controller, with the host's disk nvme0n1" in str(refused.value)
@@ -357,20 +369,25 @@ def test_hold_cards_refuses_a_remote_nvme_card_before_anything_is_bound(tmp_path
     assert sim.writes == [] and sim.driver(CARD) == "e1000"  # the local card was not bound either
     with StateDir(tmp_path / "st") as state:
         assert not Journal(state).entries()
+    assert not list((tmp_path / "hosts" / "rig2" / "var/lib/niclab/leases").glob("*.json"))  # given back
 
 
-def test_hold_cards_takes_a_remote_nic_and_says_what_it_could_not_check(tmp_path, monkeypatch, local_host):
+def test_hold_cards_leases_a_remote_nic_on_its_host_and_checks_its_routes_there(tmp_path, monkeypatch, local_host):
     sim = local_host.sim()
     lab = parse_inventory(two_host_lab(NIC), "lab.yaml")
     placement = Placement(cards={("b", 0, 0): lab.card("far0")}, cables={}, hosts={"b": "rig2"})
     monkeypatch.setattr(os, "geteuid", lambda: 0)
+    remote_rig(tmp_path, monkeypatch)
+    leases = tmp_path / "hosts" / "rig2" / "var/lib/niclab/leases"
     said: list[str] = []
-    connect = connect_to(node_uri(tmp_path, rig()))
-    with hold_cards(lab, placement, "run-1", said.append, sysfs=sim, state=tmp_path / "st", connect=connect):
-        pass
+    with hold_cards(lab, placement, "run-1", said.append, sysfs=sim, state=tmp_path / "st"):
+        assert '"run":"run-1"' in (leases / f"rig2.{NIC}.json").read_text()  # held there, not here
+        with StateDir(tmp_path / "st") as state:
+            assert not state.sub("leases").names()
     assert sim.writes == []  # a remote card is its libvirtd's to bind (managed hostdev)
-    assert f"checking the cards on rig2 through its libvirt's node devices ({RIG2})" in said
-    assert "card far0: host use not checked on rig2 (no access to its routes yet)" in said
+    assert f"leasing and checking the cards on rig2 over ssh ({RIG2})" in said
+    assert not [line for line in said if "not checked" in line]  # host use and routes were read on rig2
+    assert not (leases / f"rig2.{NIC}.json").exists()
 
 
 @pytest.fixture
@@ -384,6 +401,8 @@ def doctor(local_host, tmp_path, monkeypatch):
     monkeypatch.setattr(hostnet_mod, "HostNet", quiet_net)
     opened: list[str] = []
     monkeypatch.setattr(nodedev, "open_uri", connect_to(node_uri(tmp_path, rig()), opened))
+    fakessh.use(monkeypatch, tmp_path)
+    monkeypatch.setenv("FAKE_SSH_DEAD", "rig2,127.0.0.1,localhost")  # libvirt answers, ssh does not
 
     def run(inventory: str, *extra: str) -> tuple[int, list[str]]:
         lab = tmp_path / "lab.yaml"
@@ -411,10 +430,18 @@ def test_lab_doctor_checks_the_cards_of_every_host_naming_it(doctor, capsys, uri
 
 
 def test_lab_doctor_warns_that_a_remote_nics_host_use_was_not_checked(doctor, capsys):
+    """rig2's ssh does not answer but its libvirt does: the cards are read through libvirt, the host fails."""
     status, _ = doctor(two_host_lab(NIC))
     out = capsys.readouterr().out
-    assert status == 0, out
+    assert status == 1 and "a run would refuse" not in out, out
     lines = [" ".join(line.split()) for line in out.splitlines()]
+    assert f"host rig2 ({RIG2})" in lines
+    assert (
+        f"FAIL ssh lab host rig2 ({RIG2}) does not answer over ssh: ssh: connect to host rig2 port 22: "
+        "Connection refused; check that `ssh -l root rig2 true` works from this machine (keys, ~/.ssh/config), "
+        "as virsh needs" in lines
+    )
+    assert "WARN libvirt answers: its cards are read through its node devices, without routes" in lines
     block = lines[lines.index("card far0 (0000:03:00.0, e1000) on rig2") :]
     assert "WARN host use not checked on rig2 (no access to its routes yet)" in block
     assert "WARN default route not checked on rig2 (no access to its routes yet)" in block
@@ -430,7 +457,7 @@ def test_lab_doctor_names_a_host_that_does_not_answer_and_exits_1(doctor, capsys
     out = capsys.readouterr().out
     assert status == 1
     [line] = [line for line in out.splitlines() if "rig2" in line]
-    assert line.startswith(f"lab host rig2: cannot reach libvirt at {missing}: ")
+    assert line.startswith(f"lab host rig2 ({RIG2}) does not answer over ssh: ssh: connect to host rig2 port 22: ")
     assert line.endswith(": its cards were not checked")
     assert "card wan0 (0000:03:00.0, e1000) on rig1" in out  # the hosts that answer are still checked
 

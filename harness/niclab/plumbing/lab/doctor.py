@@ -10,10 +10,12 @@ driver (a display controller, a disk's controller, the device under the
 default route), is never passed through.
 
 The card checks read the card's host through a PciReader and a NetReader,
-nothing else: Sysfs and HostNet on this machine, LibvirtPci (its libvirtd's
-node devices) and UnknownNet on a host reached through libvirt only. There
-the host-use and default-route checks cannot be made (libvirt knows no
-routes): each is a warning naming the host, not a pass.
+nothing else: Sysfs and HostNet on this machine; on another lab host, a
+HostSnapshot (its sysfs, read over ssh in one command) and HostNet running
+`ip -j` there over the same connection; LibvirtPci (its libvirtd's node
+devices) and UnknownNet on a host whose libvirt answers but whose ssh does
+not. There the host-use and default-route checks cannot be made (libvirt
+knows no routes): each is a warning naming the host, not a pass.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Literal, Protocol
 from niclab.model.lab import pciclass
 from niclab.model.lab.pciclass import AllowedClass
 from niclab.plumbing.lab.hostnet import NetReader
-from niclab.plumbing.lab.sysfs import VFIO_PCI, PciReader, Sysfs
+from niclab.plumbing.lab.sysfs import VFIO_PCI, PciReader
 
 Status = Literal["ok", "warn", "fail"]
 HOST_USE = "host use"
@@ -101,6 +103,7 @@ def _on(card: CardLike) -> str:
 @dataclass
 class HostReport:
     checks: list[Check] = field(default_factory=list)
+    title: str = "host"  # "host rig2 (qemu+ssh://root@rig2/system)" when the doctor checks several
 
     @property
     def ok(self) -> bool:
@@ -130,8 +133,29 @@ def iommu_parameter(vendor: str | None) -> str:
     return {"intel": "intel_iommu=on", "amd": "amd_iommu=on"}.get(vendor or "", "intel_iommu=on or amd_iommu=on")
 
 
+class HostFacts(Protocol):
+    """What the host checks read of a host as a whole: Sysfs here, a snapshot.HostSnapshot elsewhere."""
+
+    release: str
+
+    def iommu_on(self) -> bool: ...
+    def interrupt_remapping(self) -> bool | None: ...
+    def unsafe_interrupts_allowed(self) -> bool: ...
+    def cmdline(self) -> str: ...
+    def cpu_vendor(self) -> str | None: ...
+    def driver_loaded(self, name: str) -> bool: ...
+    def vfio_available(self) -> bool: ...
+
+
+class RemoteFacts(HostFacts, Protocol):
+    """A host read over ssh also says whether it has /dev/kvm and which libvirt it runs."""
+
+    kvm: bool
+    libvirt: str | None
+
+
 def diagnose_host(
-    sysfs: Sysfs,
+    sysfs: HostFacts,
     memlock: Callable[[], int] = memlock_limit,
     libvirt: Callable[[], str | None] = libvirt_version,
 ) -> HostReport:
@@ -144,7 +168,27 @@ def diagnose_host(
     return HostReport(checks)
 
 
-def _iommu(sysfs: Sysfs) -> Check:
+def diagnose_remote_host(title: str, facts: RemoteFacts) -> HostReport:
+    """Another lab host's checks, from what was read there over ssh: its IOMMU, interrupt remapping,
+    vfio-pci, libvirt and KVM (memlock is libvirt's to raise for its domains there)."""
+    checks = [_iommu(facts), _interrupts(facts), _vfio(facts)]
+    if facts.libvirt is None:
+        checks.append(Check("libvirt", "fail", "virsh not found", "apt install libvirt-daemon-system libvirt-clients"))
+    else:
+        checks.append(Check("libvirt", "ok", f"libvirt {facts.libvirt}"))
+    if facts.kvm:
+        checks.append(Check("kvm", "ok", "/dev/kvm"))
+    else:
+        checks.append(Check("kvm", "warn", "no /dev/kvm: guests there run under TCG, slowly", "enable VT-x/AMD-V"))
+    return HostReport(checks, title)
+
+
+def unanswered_host(title: str, why: str, fix: str = "") -> HostReport:
+    """A host block of one failed check: the host did not answer (its cards were not checked)."""
+    return HostReport([Check("reached", "fail", why, fix)], title)
+
+
+def _iommu(sysfs: HostFacts) -> Check:
     if sysfs.iommu_on():
         return Check("iommu", "ok", "on")
     param = iommu_parameter(sysfs.cpu_vendor())
@@ -158,7 +202,7 @@ def _iommu(sysfs: Sysfs) -> Check:
     return Check("iommu", "fail", "off", f"add {param} (and optionally iommu=pt) {_GRUB}")
 
 
-def _interrupts(sysfs: Sysfs) -> Check:
+def _interrupts(sysfs: HostFacts) -> Check:
     remapping = sysfs.interrupt_remapping()
     if remapping:
         return Check("interrupt remapping", "ok", "supported")
@@ -173,7 +217,7 @@ def _interrupts(sysfs: Sysfs) -> Check:
     return Check("interrupt remapping", "fail", "not supported: vfio refuses to assign devices", unsafe)
 
 
-def _vfio(sysfs: Sysfs) -> Check:
+def _vfio(sysfs: HostFacts) -> Check:
     if sysfs.driver_loaded(VFIO_PCI):
         return Check("vfio-pci", "ok", "loaded")
     if sysfs.vfio_available():
@@ -332,9 +376,11 @@ def _host_use(sysfs: PciReader, hostnet: NetReader, pci: str) -> Check:
 _MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
 
 
-def render(host: HostReport, cards: Sequence[CardReport]) -> str:
-    """The `niclab lab doctor` listing: the host, then one block per card, each fix under its check."""
-    blocks = [("host", host.checks)]
+def render(host: HostReport | Sequence[HostReport], cards: Sequence[CardReport]) -> str:
+    """The `niclab lab doctor` listing: the host (or each host, titled with its name and URI), then one block
+    per card, each fix under its check."""
+    hosts = [host] if isinstance(host, HostReport) else list(host)
+    blocks = [(report.title, report.checks) for report in hosts]
     for report in cards:
         card = report.card
         title = f"card {card.id} ({card.pci}" + (f", {card.class_name})" if card.class_name else ")") + _on(card)

@@ -7,11 +7,12 @@ device is refused, and one the host uses (an address, a route) unless
 forced. Then, for each card on this machine, as root, the card moves to
 vfio-pci through the journal (niclab.plumbing.lab.vfio) and back to its driver
 afterwards. Without root, or where /sys takes no writes (an unprivileged
-container), libvirt's managed hostdev does the moving. Cards on remote
-hosts are checked through their libvirtd's node devices (niclab.plumbing.lab.nodedev:
-no routes there, so neither host use nor the default route is checked) and
-moved by that libvirtd (managed='yes'); they are leased here, which keeps
-runs started from this machine apart.
+container), libvirt's managed hostdev does the moving. A card on another
+lab host is leased on that host (niclab.plumbing.lab.remote_lease: two
+controllers never share it), checked through one snapshot of its sysfs and
+its routes read over ssh (niclab.plumbing.lab.hosts), and moved by that
+host's libvirtd (managed='yes'). A host whose ssh does not answer is refused
+with its name: its cards can be neither leased nor checked there.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ from niclab.model.lab.inventory import Inventory
 from niclab.model.lab.match import Placement
 from niclab.plumbing.lab.doctor import CardRef, CardReport, diagnose
 from niclab.plumbing.lab.hostnet import HostNet, NetReader
+from niclab.plumbing.lab.hosts import ssh_readers
 from niclab.plumbing.lab.lease import leases
-from niclab.plumbing.lab.nodedev import Connect, remote_readers
+from niclab.plumbing.lab.nodedev import Connect
+from niclab.plumbing.lab.remote import HostShell
+from niclab.plumbing.lab.remote_lease import remote_leases
 from niclab.plumbing.lab.statedir import StateDir
 from niclab.plumbing.lab.sysfs import PciReader, Sysfs
 from niclab.plumbing.lab.vfio import Journal, Sleep, passed_through
@@ -75,23 +79,33 @@ def hold_cards(
     sleep: Sleep = time.sleep,
     connect: Connect | None = None,
 ) -> Iterator[None]:
-    """Lease the placement's cards, check each on its host (those on other hosts through their libvirt URI,
-    opened with `connect`) and, as root, hold those on this machine on vfio-pci for the block (each with its
-    inventory class's allow_class). The state directory is opened and checked first."""
+    """Lease the placement's cards, each on its host (those on other hosts there, over ssh), check each on its
+    host (another host's through one snapshot of its sysfs and its routes, read over ssh) and, as root, hold
+    those on this machine on vfio-pci for the block (each with its inventory class's allow_class). The state
+    directory is opened and checked first. (`connect` is kept for callers that pass one: libvirt's node
+    devices are the doctor's fallback, not a run's.)"""
+    del connect
     sysfs = sysfs or Sysfs()
     cards = list(dict.fromkeys(card.id for card in placement.cards.values()))
     local = [c for c in cards if lab.hosts[lab.card(c).host].local]
     with ExitStack() as stack:
         checked = stack.enter_context(StateDir(state or state_dir()))
         keys = {lease_key(lab, c): c for c in cards}
-        stack.enter_context(leases(checked, list(keys), run, wait=wait, progress=progress, cards=keys))
+        here = [key for key, c in keys.items() if c in local]
+        stack.enter_context(leases(checked, here, run, wait=wait, progress=progress, cards=keys))
+        shells: dict[str, HostShell] = {}
+        for name in dict.fromkeys(lab.card(c).host for c in cards if c not in local):
+            progress(f"leasing and checking the cards on {name} over ssh ({lab.hosts[name].libvirt})")
+            shells[name] = stack.enter_context(HostShell(name, lab.hosts[name].libvirt))
+        there = [key for key, c in keys.items() if c not in local]
+        stack.enter_context(remote_leases(shells, there, run, wait=wait, progress=progress, cards=keys))
         hostnet = HostNet()
         readers: dict[str, Readers] = {}
         for name in dict.fromkeys(lab.card(c).host for c in cards):
-            host = lab.hosts[name]
-            if not host.local:
-                progress(f"checking the cards on {name} through its libvirt's node devices ({host.libvirt})")
-            readers[name] = (sysfs, hostnet) if host.local else remote_readers(name, host.libvirt, connect)
+            if name in shells:
+                readers[name] = ssh_readers(shells[name])
+            else:
+                readers[name] = (sysfs, hostnet)
         reports = diagnose_cards(lab, cards, readers)
         for report in reports:
             for warned in (c for c in report.checks if c.status == "warn"):

@@ -135,8 +135,8 @@ class Result:
 class HostShell:
     """Commands on lab host `name` (libvirt URI `uri`): over one ssh connection, or here for a local URI.
 
-        with HostShell("rig2", "qemu+ssh://root@rig2/system") as shell:
-            text = shell.run('cat "$1"', "/proc/cmdline").stdout
+    with HostShell("rig2", "qemu+ssh://root@rig2/system") as shell:
+        text = shell.run('cat "$1"', "/proc/cmdline").stdout
     """
 
     def __init__(self, name: str, uri: str, *, controls: Path | None = None):

@@ -75,7 +75,10 @@ if ! flock -n 9; then
   echo
   exit 0
 fi
-printf '%s\n' "$rec" > ".$key.json.$$" && mv -f ".$key.json.$$" "$key.json" || { echo "unsafe cannot write $key.json"; exit 3; }
+if ! { printf '%s\n' "$rec" > ".$key.json.$$" && mv -f ".$key.json.$$" "$key.json"; }; then
+  echo "unsafe cannot write $key.json"
+  exit 3
+fi
 echo held
 cat >/dev/null
 [ "$(head -c 4096 "$key.json" 2>/dev/null)" = "$rec" ] && rm -f "$key.json"

@@ -25,7 +25,9 @@ a host whose sysfs cannot be read plainly is not one to pass cards from.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from niclab.base.errors import NiclabError
@@ -317,7 +319,14 @@ class HostSnapshot:
         return bool(self._vfio)
 
 
-_HANDLERS = {
+_FACTS = ("release", "unsafe", "cmdline", "cpu", "vfio", "kvm", "libvirt", "memlock")
+
+
+def _fact(tag: str, self: HostSnapshot, values: list[str]) -> bool:
+    return self._fact(tag, values)
+
+
+_HANDLERS: dict[str, Callable[[HostSnapshot, list[str]], bool]] = {
     "pci": HostSnapshot._pci,
     "driver": lambda self, values: self._field(values, MODULE_NAME, "driver"),
     "override": lambda self, values: self._field(values, MODULE_NAME, "override"),
@@ -330,10 +339,7 @@ _HANDLERS = {
     "blockdev": lambda self, values: self._class_device(values, self._blockdevs),
     "iommu": HostSnapshot._iommu,
     "ecap": HostSnapshot._ecap,
-    **{
-        tag: (lambda tag: lambda self, values: self._fact(tag, values))(tag)
-        for tag in ("release", "unsafe", "cmdline", "cpu", "vfio", "kvm", "libvirt", "memlock")
-    },
+    **{tag: functools.partial(_fact, tag) for tag in _FACTS},
 }
 
 

@@ -1,9 +1,9 @@
 """`niclab lab …`: check an inventory, diagnose a lab host, give cards back after a crash.
 
 niclab lab check LAB_YAML...        the inventory's schema and references (like `niclab validate`)
-niclab lab doctor --lab LAB_YAML    per card, on its host: class, IOMMU group, driver, host use; this host's set-up
+niclab lab doctor --lab LAB_YAML    every host's set-up and, per card on its host: class, IOMMU group, driver, host use
 niclab lab restore                  every card a run left on vfio-pci back to its driver (from the journal)
-niclab lab leases                   which run holds which card
+niclab lab leases [--lab LAB_YAML]  which run holds which card (on every lab host, with --lab)
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from niclab.base.errors import NiclabError
+    from contextlib import ExitStack
+
     from niclab.model.lab.inventory import load_inventory
-    from niclab.plumbing.lab.doctor import diagnose_host, render
+    from niclab.plumbing.lab.doctor import HostReport, diagnose_host, render
     from niclab.plumbing.lab.hostnet import HostNet
-    from niclab.plumbing.lab.nodedev import remote_readers
+    from niclab.plumbing.lab.hosts import reach, title
     from niclab.plumbing.lab.passthrough import Readers, diagnose_cards
     from niclab.plumbing.lab.sysfs import Sysfs
 
@@ -48,24 +49,31 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.lab}: no host {args.host!r}; hosts are: {', '.join(lab.hosts)}")
     here = [args.host] if args.host else [name for name, host in lab.hosts.items() if host.local]
     sysfs = Sysfs(Path(args.sysfs_root))
-    host = diagnose_host(sysfs)
+    hosts: list[HostReport] = []
     readers: dict[str, Readers] = {}
     unanswered: list[str] = []
     elsewhere: list[str] = []  # hosts whose URI is local to another machine (--host names this one)
-    for name in dict.fromkeys(card.host for card in lab.cards):
-        uri = lab.hosts[name].libvirt
-        if name in here:
-            readers[name] = (sysfs, HostNet())
-        elif lab.hosts[name].local:
-            elsewhere.append(name)
-        else:
-            try:
-                readers[name] = remote_readers(name, uri)
-            except NiclabError as exc:
-                unanswered.append(f"{exc}: its cards were not checked")
-    checked = [card.id for card in lab.cards if card.host in readers]
-    reports = diagnose_cards(lab, checked, readers)
-    print(render(host, reports), end="")
+    with ExitStack() as stack:
+        for name, entry in lab.hosts.items():
+            if name in here:
+                report = diagnose_host(sysfs)
+                if len(lab.hosts) > 1:
+                    report.title = title(name, entry.libvirt)
+                hosts.append(report)
+                readers[name] = (sysfs, HostNet())
+            elif entry.local:
+                if any(card.host == name for card in lab.cards):
+                    elsewhere.append(name)
+            else:
+                reached = reach(name, entry.libvirt, stack)
+                if reached.readers is None:
+                    unanswered.append(reached.why)
+                    continue
+                hosts.append(reached.report)
+                readers[name] = reached.readers
+        checked = [card.id for card in lab.cards if card.host in readers]
+        reports = diagnose_cards(lab, checked, readers)
+    print(render(hosts, reports), end="")
     if elsewhere:
         unchecked = ", ".join(card.id for card in lab.cards if card.host in elsewhere)
         where = ", ".join(elsewhere)
@@ -75,7 +83,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     refused = [why for report in reports if (why := report.refusal(args.force)) is not None]
     for why in refused:
         print(f"a run would refuse {why}")
-    return 0 if host.ok and not refused and not unanswered else 1
+    return 0 if all(host.ok for host in hosts) and not refused and not unanswered else 1
 
 
 def _state(args: argparse.Namespace) -> StateDir:
@@ -109,6 +117,8 @@ def cmd_leases(args: argparse.Namespace) -> int:
     from niclab.base.errors import NiclabError
     from niclab.plumbing.lab.lease import holder, keys, locked
 
+    if args.lab:
+        return _lab_leases(args)
     held, problems = [], 0
     with _state(args) as state:
         for key in keys(state):
@@ -124,6 +134,40 @@ def cmd_leases(args: argparse.Namespace) -> int:
                 print(f"{key}: {record.describe()}")
     if not held and not problems:
         print("no card is leased")
+    return 1 if problems else 0
+
+
+def _lab_leases(args: argparse.Namespace) -> int:
+    """Each lab host's leases: this machine's state directory for a local host, the host's own over ssh."""
+    from niclab.base.errors import NiclabError
+    from niclab.model.lab.inventory import load_inventory
+    from niclab.plumbing.lab.lease import holder, keys, locked
+    from niclab.plumbing.lab.remote import HostShell
+    from niclab.plumbing.lab.remote_lease import list_leases
+
+    lab = load_inventory(Path(args.lab), allow_uri_params=args.allow_uri_params)
+    problems = 0
+    for name, entry in lab.hosts.items():
+        lines: list[str] = []
+        try:
+            if entry.local:
+                with _state(args) as state:
+                    for key in keys(state):
+                        record = holder(state, key)
+                        if key.startswith(f"{name}.") and record is not None and (record.alive() or locked(state, key)):
+                            lines.append(f"{key}: {record.describe()}")
+            else:
+                with HostShell(name, entry.libvirt) as shell:
+                    for lease in list_leases(shell):
+                        who = lease.holder.describe() if lease.holder is not None else "a holder with no record"
+                        lines.append(f"{lease.key}: {who}")
+        except NiclabError as exc:
+            print(f"{exc}: its leases were not listed")
+            problems += 1
+            continue
+        print(f"host {name} ({entry.libvirt}): " + (f"{len(lines)} card(s) leased" if lines else "no card is leased"))
+        for line in lines:
+            print(f"  {line}")
     return 1 if problems else 0
 
 
@@ -145,9 +189,11 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="can this host pass the lab's cards through?",
         description="Per card, on its host: its PCI class, its IOMMU group (viable, and holding no display, disk "
         "or default route's device), driver, whether the host uses it (an address, a route); and this host's IOMMU, "
-        "interrupt remapping, vfio-pci, memlock and libvirt. Cards on other hosts are read through their libvirt "
-        "URI's node devices, where host use and the default route are not checked (a warning). "
-        "Exit 1 if a run would refuse or a host does not answer.",
+        "interrupt remapping, vfio-pci, memlock and libvirt. Every other host of the lab is checked from here "
+        "over ssh (its sysfs, its routes, KVM and libvirt), at the host its libvirt URI names; a host whose ssh "
+        "does not answer but whose libvirt does has its cards read through libvirt's node devices, where host "
+        "use and the default route are not checked (a warning). Exit 1 if a run would refuse or a host does "
+        "not answer.",
     )
     doctor.add_argument("--lab", required=True, metavar="LAB_YAML")
     add_allow_uri_params(doctor)
@@ -171,8 +217,16 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     restore.add_argument("--sysfs-root", default="/", help=argparse.SUPPRESS)
     restore.set_defaults(func=cmd_restore)
 
-    leases = actions.add_parser("leases", help="which run holds which card")
+    leases = actions.add_parser(
+        "leases",
+        help="which run holds which card",
+        description="The leases of this machine's state directory; with --lab, each lab host's: those of a "
+        "remote host are read on that host over ssh, where its cards' leases are held. Exit 1 if a host "
+        "does not answer.",
+    )
     leases.add_argument("--state", metavar="DIR", help="the state directory (default: /var/lib/niclab as root)")
+    leases.add_argument("--lab", metavar="LAB_YAML", help="list the leases on every host of this lab")
+    add_allow_uri_params(leases)
     leases.set_defaults(func=cmd_leases)
 
 

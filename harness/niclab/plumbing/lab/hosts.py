@@ -1,0 +1,72 @@
+"""Reaching another lab host for the doctor and a run: its sysfs and routes over ssh, else its libvirt only.
+
+`reach(name, uri, stack)` opens the host's HostShell in `stack` and reads one
+snapshot of its sysfs (snapshot.read_snapshot): the card checks then read
+that snapshot and HostNet running `ip -j` on the host through the same
+connection, so host use and the default route are checked there as here.
+When ssh does not answer but libvirt does, the cards are read through
+libvirt's node devices (nodedev.LibvirtPci, with UnknownNet: host use and the
+default route not checked), and the host's block says ssh failed. A host
+that answers neither, or whose snapshot is refused, has no readers: its
+cards are not checked, and `why` says so on one line.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from niclab.base.errors import NiclabError
+from niclab.plumbing.lab.doctor import Check, HostReport, diagnose_remote_host
+from niclab.plumbing.lab.hostnet import HostNet, NetReader
+from niclab.plumbing.lab.nodedev import Connect, remote_readers
+from niclab.plumbing.lab.remote import HostShell
+from niclab.plumbing.lab.snapshot import HostSnapshot, SnapshotError, read_snapshot
+from niclab.plumbing.lab.sysfs import PciReader
+
+
+@dataclass
+class Reached:
+    """What the doctor learnt of one remote host: its block of checks, and its cards' readers (None: its
+    cards cannot be checked, `why` says why)."""
+
+    name: str
+    uri: str
+    report: HostReport
+    readers: tuple[PciReader, NetReader] | None = None
+    why: str = ""
+    shell: HostShell | None = None
+    snapshot: HostSnapshot | None = None
+
+
+def ssh_readers(shell: HostShell) -> tuple[HostSnapshot, HostNet]:
+    """The card checks' readers of the host `shell` reaches: one snapshot of its sysfs, and its routes."""
+    return read_snapshot(shell), HostNet(shell.runner)
+
+
+def title(name: str, uri: str) -> str:
+    return f"host {name} ({uri})"
+
+
+def reach(name: str, uri: str, stack: ExitStack, connect: Connect | None = None) -> Reached:
+    """Read lab host `name` at `uri`: over ssh (the shell stays open in `stack`), else through libvirt."""
+    shell = stack.enter_context(HostShell(name, uri))
+    heading = title(name, uri)
+    try:
+        snapshot, net = ssh_readers(shell)
+    except SnapshotError as exc:
+        return Reached(name, uri, HostReport([], heading), why=f"{exc}: its cards were not checked", shell=shell)
+    except NiclabError as exc:
+        unanswered = str(exc)
+    else:
+        report = diagnose_remote_host(heading, snapshot)
+        return Reached(name, uri, report, (snapshot, net), shell=shell, snapshot=snapshot)
+    try:
+        pci, net = remote_readers(name, uri, connect)
+    except NiclabError:
+        return Reached(name, uri, HostReport([], heading), why=f"{unanswered}: its cards were not checked")
+    checks = [
+        Check("ssh", "fail", unanswered),
+        Check("libvirt", "warn", "answers: its cards are read through its node devices, without routes"),
+    ]
+    return Reached(name, uri, HostReport(checks, heading), (pci, net))
