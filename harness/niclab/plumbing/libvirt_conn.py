@@ -26,22 +26,65 @@ def libvirt_module() -> Any:
             "libvirt-python is not installed: run `make lab` (or .venv/bin/pip install libvirt-python)"
         ) from None
     libvirt.registerErrorHandler(_quiet, None)  # errors reach niclab as exceptions, not lines on stderr
+    _event_loop(libvirt)
     return libvirt
+
+
+_events_started = threading.Lock()
+_events: list[threading.Thread] = []
+
+
+def _event_loop(libvirt: Any) -> None:
+    """libvirt's default event loop, run in a daemon thread from the first connection on: keepalives (which
+    tell a dead remote host from a slow one) need it."""
+    with _events_started:
+        if _events:
+            return
+        try:
+            libvirt.virEventRegisterDefaultImpl()
+        except Exception:  # libvirtError: registered by someone else already
+            return
+
+        def run() -> None:
+            while True:
+                try:
+                    libvirt.virEventRunDefaultImpl()
+                except Exception:
+                    return
+
+        thread = threading.Thread(target=run, daemon=True, name="libvirt-events")
+        thread.start()
+        _events.append(thread)
 
 
 def _quiet(_context: object, _error: object) -> None:
     pass
 
 
+KEEPALIVE_INTERVAL_S = 5  # with KEEPALIVE_COUNT: a remote host gone quiet fails its calls in ~20 s, not never
+KEEPALIVE_COUNT = 3
+
+
 def open_uri(uri: str) -> Any:
     libvirt = libvirt_module()
     try:
-        return libvirt.open(uri)
+        conn = libvirt.open(uri)
     except libvirt.libvirtError as exc:
         raise NiclabError(
             f"cannot reach libvirt at {uri}: {exc.get_error_message()}; start libvirtd "
             "(scripts/setup-host --lab), or give another URI (--libvirt-uri, or the host's libvirt: in the lab)"
         ) from None
+    keep_alive(conn)
+    return conn
+
+
+def keep_alive(conn: Any) -> None:
+    """Keepalive probes on a connection to a remote libvirtd, so a call on a host that went away fails in
+    seconds instead of hanging. Local drivers (and the test driver) have none: nothing to do there."""
+    try:
+        conn.setKeepAlive(KEEPALIVE_INTERVAL_S, KEEPALIVE_COUNT)
+    except Exception:  # libvirtError: not supported by this connection's driver
+        pass
 
 
 class Console(threading.Thread):

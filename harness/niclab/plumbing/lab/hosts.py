@@ -62,11 +62,11 @@ def reach(name: str, uri: str, stack: ExitStack, connect: Connect | None = None)
         report = diagnose_remote_host(heading, snapshot)
         return Reached(name, uri, report, (snapshot, net), shell=shell, snapshot=snapshot)
     try:
-        pci, net = remote_readers(name, uri, connect)
+        node_devices, unknown = remote_readers(name, uri, connect)
     except NiclabError:
         return Reached(name, uri, HostReport([], heading), why=f"{unanswered}: its cards were not checked")
     checks = [
         Check("ssh", "fail", unanswered),
         Check("libvirt", "warn", "answers: its cards are read through its node devices, without routes"),
     ]
-    return Reached(name, uri, HostReport(checks, heading), (pci, net))
+    return Reached(name, uri, HostReport(checks, heading), (node_devices, unknown))
