@@ -139,12 +139,10 @@ def _fit(topology: Topology, inventory: Inventory, held: Held) -> Spread | None:
     taken: dict[str, Load] = {}
     for spec in topology.nodes:
         need = _need(spec)
-        host = next(
-            (h for h in inventory.hosts if _fits(inventory, h, held, taken.get(h, Load()), need)),
-            None,
-        )
-        if host is None:
+        fitting = [h for h in inventory.hosts if _fits(inventory, h, held, taken.get(h, Load()), need)]
+        if not fitting:
             return None
+        host = fitting[0]
         placed[spec.name] = host
         taken[host] = taken.get(host, Load()) + need
     found = Spread(placed)
