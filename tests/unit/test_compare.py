@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from niclab.base.errors import UsageError
+from niclab.base.errors import NiclabError, UsageError
 from niclab.run.records import RunInfoRecord
-from niclab.ui.compare import compare, compare_cells
+from niclab.ui.compare import as_html, as_text, compare, compare_cells
 from niclab.ui.report.data import CellData, RunData
 from tests import records
 
@@ -159,3 +159,34 @@ def test_a_round_the_host_hit_on_one_side_only_is_left_out_of_the_pairs():
     # a host busy through both repeats of a round hit them alike: that pair stays
     [change] = compare_cells(ab_run(base, new, hit={"A": {3}, "B": {3}}), "A", "B")
     assert (change.left_out, change.base_n) == (0, 5)
+
+
+def on_hosts(run: RunData, hosts: dict[str, str]) -> RunData:
+    """The run with each cell's nodes on the lab host named for it (its rig facts' hosts)."""
+    for cell in run.cells:
+        if cell.facts is None:
+            cell.facts = records.cell()
+        cell.facts.rig.hosts = {"a": hosts[cell.id], "b": hosts[cell.id]}
+    return run
+
+
+def test_a_comparison_across_lab_hosts_says_so_in_its_verdict_line():
+    base = on_hosts(run_with({"netperf.TCP_STREAM.throughput_mbps": [600, 610, 590]}), {"nic=e1000": "rig1"})
+    new = on_hosts(run_with({"netperf.TCP_STREAM.throughput_mbps": [95, 96, 94]}), {"nic=e1000": "rig2"})
+    (change,) = compare(base, new)
+    assert (change.verdict, change.across) == ("worse", "across hosts (rig1 vs rig2)")
+    text = as_text([change], Path("a"), Path("b"), 5.0, 0.05)
+    assert text.splitlines()[4].endswith("worse, across hosts (rig1 vs rig2)")
+    assert "worse, across hosts (rig1 vs rig2)" in as_html([change], Path("a"), Path("b"), 5.0, 0.05)
+    (same,) = compare(base, on_hosts(new, {"nic=e1000": "rig1"}))
+    assert same.across == "" and same.shown == "worse"
+    (no_lab,) = compare(run_with({"ping.rtt_avg_ms": [1, 1.1, 0.9]}), run_with({"ping.rtt_avg_ms": [1, 1.2, 0.9]}))
+    assert no_lab.across == ""  # runs without a lab name no host: as ever
+
+
+def test_a_paired_comparison_of_cells_on_two_hosts_is_refused_and_an_unpaired_one_labelled():
+    with pytest.raises(NiclabError, match=r"^cells A and B alternated but ran across hosts \(rig1 vs rig2\): a paired"):
+        compare_cells(on_hosts(ab_run(DRIFTING_A, DRIFTING_B), {"A": "rig1", "B": "rig2"}), "A", "B")
+    apart = on_hosts(ab_run(DRIFTING_A, DRIFTING_B, alternated=False), {"A": "rig1", "B": "rig2"})
+    [change] = compare_cells(apart, "A", "B")
+    assert not change.paired and change.across == "across hosts (rig1 vs rig2)"

@@ -123,6 +123,9 @@ class RigFacts(_Model):
     """How the guests' kernel was booted: pvh or bzimage."""
     agent_ready_s: dict[str, float] = {}
     """Per node: seconds from start until its agent answered."""
+    hosts: dict[str, str] = {}
+    """Per node: the lab host it ran on (a run with --lab; its libvirt URI is under `libvirt`). Comparisons
+    say when their two sides ran on different hosts."""
 
 
 class BootFacts(_Model):
@@ -185,7 +188,8 @@ class CellRecord(_Record):
     host: HostFacts = HostFacts()
     """The host: hostname, kernel, CPU model, Python."""
     rig: RigFacts = RigFacts()
-    """The backend, the accelerator and why, QEMU's version, the image, the guests' kernel, agent start times."""
+    """The backend, the accelerator and why, QEMU's version, the image, the guests' kernel, agent start times;
+    on a lab, `hosts` (node -> the lab host it ran on) and `libvirt` (node -> the host's URI and the domain)."""
     boot: BootFacts | None = None
     """Which boot of the run the cell ran on: `number`, `reused`, `first_cell`."""
     network: NetworkFacts = NetworkFacts()

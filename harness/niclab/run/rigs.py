@@ -15,6 +15,7 @@ checks it as after a boot. A 5-value MTU sweep boots once, not five times.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -45,12 +46,13 @@ class Booted:
 class BootKeeper:
     """Hands out a booted rig per topology, keeping the last one up for the next cell that needs it."""
 
-    def __init__(self, backend: Backend, progress: Progress):
+    def __init__(self, backend: Backend, progress: Progress, first: int = 1):
         self.backend = backend
         self.progress = progress
         self.current: Booted | None = None
         self._stack: ExitStack | None = None
-        self._boots = 0
+        self._boots = first - 1  # the number of its first boot: a parallel run's unit boots where a sequential would
+        self._dropping = threading.Lock()  # a parallel run drops a unit's rig from its main thread on Ctrl-C
 
     def get(self, topology: Topology, workdir: Path) -> Booted:
         if self.current is not None and self.current.topology == topology:
@@ -66,7 +68,8 @@ class BootKeeper:
 
     def drop(self) -> None:
         """Stop the current rig's guests (after a failure, or when the next cell needs another topology)."""
-        stack, self._stack, self.current = self._stack, None, None
+        with self._dropping:
+            stack, self._stack, self.current = self._stack, None, None
         if stack is not None:
             stack.close()
 

@@ -27,14 +27,17 @@ escapes a cell as a traceback: an unexpected exception is recorded with its
 traceback in the cell's log (cells/<cell>/cell.log) and results.jsonl.
 
 `Runner.run(cells)` owns run.json: it is "running" while cells run and always
-ends in a final status (ok, failed, interrupted), whatever happened.
+ends in a final status (ok, failed, interrupted), whatever happened. With
+`--parallel`, niclab.run.parallel runs units of cells at once, each on a
+Runner of its own (`run_unit`) that writes into a buffer; the records go to
+the run directory in the order a sequential run writes them.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -60,6 +63,10 @@ from niclab.run.records import (
 from niclab.run.results import RunDir, utc_now
 from niclab.run.rigs import BootKeeper, shared_boots, turns
 from niclab.run.session import BenchRun, Session, describe_gone
+
+
+def _never() -> bool:
+    return False
 
 
 class Base(TypedDict):
@@ -144,6 +151,10 @@ class RunAborted(NiclabError):
     """The run could not go on (its directory cannot be written, or a bug); run.json says so."""
 
 
+class Stopped(KeyboardInterrupt):
+    """A unit of a parallel run stops between steps: the run was interrupted."""
+
+
 class Runner:
     def __init__(
         self,
@@ -153,6 +164,7 @@ class Runner:
         progress: Progress,
         started: float | None = None,
         repeat: int | None = None,
+        tagged: bool = False,
     ):
         self.backend = backend
         self.run_dir = run_dir
@@ -162,11 +174,22 @@ class Runner:
         self.started = time.monotonic() if started is None else started  # when `niclab run` began
         self.repeat = repeat  # overrides the scenario's and the benchmarks' repeat counts
         self._cell_log: Path | None = None
+        self._cell: str | None = None  # the cell under way
+        self.tagged = tagged  # progress lines start with [cell] (cells run at once)
+        self.stopping: Callable[[], bool] = _never  # asked between steps and benchmark runs
+        self.rigs: BootKeeper | None = None  # run_unit's, which a parallel run drops on Ctrl-C
 
     def progress(self, message: str) -> None:
         """A progress line, also kept in the current cell's log."""
-        self._progress(message)
+        self._say(message)
         self._log(message)
+
+    def _say(self, message: str) -> None:
+        self._progress(f"[{self._cell}] {message}" if self.tagged and self._cell is not None else message)
+
+    def _stop_here(self) -> None:
+        if self.stopping():
+            raise Stopped()
 
     def _log(self, text: str) -> None:
         if self._cell_log is None:
@@ -223,7 +246,7 @@ class Runner:
         except OSError as exc:
             if self.info.status == "running":
                 raise
-            self._progress(f"run.json could not be written: {describe_exception(exc)}")
+            self._say(f"run.json could not be written: {describe_exception(exc)}")
 
     def warn(self, message: str) -> None:
         """A warning about the whole run (e.g. KVM fell back to TCG): progress and run.json."""
@@ -233,6 +256,16 @@ class Runner:
             self._write_info()
 
     # -- one cell ---------------------------------------------------------
+
+    def run_unit(self, cells: Sequence[tuple[int, Cell]], of: int, first_boot: int) -> list[CellOutcome]:
+        """Run cells that share a boot (numbered among the run's `of` cells) as a sequential run would, their
+        boots numbered from `first_boot`; run.json is the caller's (niclab.run.parallel)."""
+        works = [self._work(number, cell, of) for number, cell in cells]
+        with BootKeeper(self.backend, self.progress, first_boot) as rigs:
+            self.rigs = rigs
+            for work, rounds in schedule(works):
+                self._run_step(rigs, work, rounds)
+        return [work.outcome for work in works]
 
     def run_cell(self, cell: Cell) -> CellOutcome:
         """Run one cell on a rig of its own (booted for it, stopped after)."""
@@ -258,11 +291,12 @@ class Runner:
         """Run rounds of one cell's benchmarks on its rig; the cell's last round also ends it."""
         if work.failed:
             return
+        self._stop_here()
         work.log.parent.mkdir(parents=True, exist_ok=True)
-        self._cell_log = work.log
+        self._cell_log, self._cell = work.log, work.cell.id
         cell, session = work.cell, work.session
         shown = f" (round {rounds.start}/{work.rounds})" if work.interleaved_with else ""
-        self._progress(f"cell {work.number}/{work.of}: {cell.id}{shown}")
+        self._say(f"cell {work.number}/{work.of}: {cell.id}{shown}")
         ended = False
         try:
             session.prepare(rigs)
@@ -288,7 +322,7 @@ class Runner:
             for index in range(len(cell.scenario.benchmarks)):  # what its finished runs measured (an interleaved
                 self._summarize_benchmark(work, index)  # cell has runs of every benchmark by now)
         finally:
-            self._cell_log = None
+            self._cell_log = self._cell = None
         if ended:
             self._judge(cell, work.base, work.outcome)
 
@@ -356,6 +390,7 @@ class Runner:
 
     def _run_benchmark(self, session: Session, index: int, n: int, spec: BenchmarkSpec, work: CellWork) -> None:
         """Run 1 of a benchmark's repeats, record it; a failed run is recorded and the cell goes on."""
+        self._stop_here()
         label, repeats, base = spec.describe(), work.repeats[index], work.base
         run_id = f"{index}.{n}"
         of = f" run {n}/{repeats}" if repeats > 1 else ""

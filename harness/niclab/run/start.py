@@ -19,13 +19,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from niclab.base.errors import NiclabError
+from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
 from niclab.model.kernel_choice import KernelChoice
 from niclab.model.scenario import Cell, ScenarioFile
-from niclab.plumbing.backends import Backend, kernel_check
+from niclab.plumbing.backends import Backend, Spreading, kernel_check
 from niclab.plumbing.facts import host_facts
 from niclab.plumbing.kernel_check import check_kernels, with_kernel
+from niclab.run.parallel import ParallelRun
 from niclab.run.realizable import Verdict, verdicts
 from niclab.run.records import LabInfo, RunInfoRecord
 from niclab.run.results import RunDir, new_run_dir, new_run_info
@@ -44,6 +45,7 @@ class RunRequest(BaseModel):
     repeat: int | None = None  # runs of each benchmark, over the scenario's `repeat`
     lab_file: Path | None = None  # the lab inventory the backend runs on: run.json keeps it
     started: float | None = None  # when the command began (time.monotonic()): the progress lines count from it
+    parallel: bool = False  # cells at once over the lab's hosts (niclab.run.parallel); needs lab_file
 
 
 class NothingRealizable(NiclabError):
@@ -92,13 +94,26 @@ class Started:
         runner = Runner(
             self.plan.backend, self.run_dir, self.info, self.progress, started=request.started, repeat=request.repeat
         )
+        if request.parallel:
+            return ParallelRun(runner).run(self.cells)
         return runner.run(self.cells)
+
+
+def check_parallel(request: RunRequest, backend: Backend) -> None:
+    """Refuse --parallel where cells cannot run at once: without a lab, or on a backend that does not spread."""
+    if not request.parallel:
+        return
+    if request.lab_file is None:
+        raise UsageError("--parallel runs cells at once over a lab's hosts: give --lab LAB_YAML")
+    if not isinstance(backend, Spreading):
+        raise UsageError(f"--parallel: the {backend.name} backend runs one cell at a time; use --backend libvirt")
 
 
 def start(planned: Plan, progress: Progress) -> Started:
     """Skip (and say) the cells the backend cannot realize; check --out, then the kernels (building each one's
     image: a kernel that lacks a driver is refused before anything boots); make the run directory."""
     request, backend = planned.request, planned.backend
+    check_parallel(request, backend)
     name = request.scenario.name
     skipped = planned.skipped
     for verdict in skipped:

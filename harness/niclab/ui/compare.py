@@ -25,6 +25,12 @@ one side's repeat only (a burst, the hypervisor's steal), or whose two
 repeats ran on different boots (another cell's failure stopped the rig), is not a fair pair
 and is left out, and the comparison says how many were. Cells that did not
 alternate are compared with Welch's test, as two runs are.
+
+Figures from different lab hosts (the cells' `rig.hosts`, a lab run's; a
+parallel run spreads cells over hosts) are never paired silently: such a
+comparison's verdict line says "across hosts (rig1 vs rig2)", and the
+paired test, which assumes both sides shared one host's moods, refuses it.
+Runs without a lab name no host and compare as ever.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from scipy import stats as scipy_stats
 
+from niclab.base.errors import NiclabError
 from niclab.model.bench import all_metrics
 from niclab.run.records import SummaryRecord
 from niclab.ui.report.data import CellData, RunData, load_run
@@ -66,6 +73,12 @@ class Change:
     contention: list[str] = field(default_factory=list)  # contended runs, "base: …", "new: …" (unpaired: no verdict)
     paired: bool = False  # judged on repeat-by-repeat differences (the cells alternated on one boot)
     left_out: int = 0  # pairs not judged: the host was contended during one side's repeat only, or a reboot between
+    across: str = ""  # the sides ran on different lab hosts: "across hosts (rig1 vs rig2)"
+
+    @property
+    def shown(self) -> str:
+        """The verdict as a verdict line shows it: with where the sides ran, when on different hosts."""
+        return f"{self.verdict}, {self.across}" if self.across else self.verdict
 
 
 def _direction() -> dict[str, str | None]:
@@ -99,6 +112,18 @@ def compare(
 def alternated(a: CellData, b: CellData) -> bool:
     """Whether two cells' repeats alternated on one boot (the runner's interleaving), so they pair up."""
     return b.id in _interleaved_with(a) and a.id in _interleaved_with(b)
+
+
+def hosts_of(cell: CellData) -> str:
+    """The lab host(s) the cell ran on, e.g. rig1 or rig1+rig2; empty without a lab."""
+    hosts = cell.facts.rig.hosts if cell.facts is not None else {}
+    return "+".join(sorted(set(hosts.values())))
+
+
+def across_hosts(base: CellData, new: CellData) -> str:
+    """'across hosts (rig1 vs rig2)' when the two cells ran on different lab hosts, else empty."""
+    a, b = hosts_of(base), hosts_of(new)
+    return f"across hosts ({a or 'no lab host'} vs {b or 'no lab host'})" if (a or b) and a != b else ""
 
 
 def _interleaved_with(cell: CellData) -> list[str]:
@@ -178,6 +203,12 @@ def compare_pair(
     paired: bool,
 ) -> list[Change]:
     better_of = _direction()
+    across = across_hosts(base_cell, new_cell)
+    if paired and across:
+        raise NiclabError(
+            f"cells {base_cell.id} and {new_cell.id} alternated but ran {across}: a paired comparison assumes one "
+            "host; compare them unpaired, as two runs"
+        )
     changes = []
     news = {_key(s): s for s in new_cell.summaries}
     for b in base_cell.summaries:
@@ -225,6 +256,7 @@ def compare_pair(
                 contention,
                 paired,
                 left_out,
+                across,
             )
         )
     return changes
@@ -245,7 +277,7 @@ def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, 
         p = "" if c.p_value is None else f"p={c.p_value:.3g}"
         lines.append(
             f"{c.cell:<{cells}}{c.name:<{width}}{c.base_mean:>10.4g} → {c.new_mean:<10.4g}{c.unit:<8}"
-            f"{change:>9}  {p:<9} {c.verdict}"
+            f"{change:>9}  {p:<9} {c.shown}"
         )
     worse = [c for c in changes if c.verdict == "worse"]
     contended = sum(c.verdict == CONTENDED for c in changes)

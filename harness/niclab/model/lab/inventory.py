@@ -2,7 +2,7 @@
 
     name: nic-lab
     hosts:
-      rig1: {libvirt: qemu:///system}
+      rig1: {libvirt: qemu:///system, address: 192.0.2.1, capacity: {cpus: 8, memory_mib: 16384}}
     classes:                      # card classes beyond the catalog (`niclab nics`)
       x520: {driver: ixgbe, pci_id: "8086:10fb", max_mtu: 9710, card: Intel X520-DA2,
              speed_mbps: 10000, emulated_by: e1000}
@@ -12,6 +12,12 @@
       - {id: intel-b, host: rig1, pci: "0000:04:00.0", class: e1000, name: Intel PRO/1000 MT, price: 45}
     cables:
       - [intel-a, intel-b]        # a crossover cable between these two ports
+
+A host's `address` is the IP address it uses for UDP tunnels to other hosts:
+the cables between emulated nodes (`--emulated`) that sit on two hosts. Its
+`capacity` is what niclab may use there for emulated nodes at once (vCPUs and
+memory, summed over the domains of every cell running there); a host
+without one takes one cell at a time (niclab.model.lab.spread).
 
 A card's `class` is a catalog class or one of `classes`; a scenario's `nic:`
 may then name it (niclab.model.nics.extra_classes). Problems are reported like a
@@ -32,6 +38,7 @@ through only with `allow_class:` (niclab.model.lab.pciclass).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -134,10 +141,47 @@ class InventoryError(ScenarioError):
     """One or more problems in a lab inventory, each with its position."""
 
 
+class Capacity(BaseModel):
+    """What niclab may use on a host for emulated nodes at once: vCPUs and memory, over all its domains."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: int = Field(ge=1, le=4096)
+    memory_mib: int = Field(ge=64, le=64 * 1024 * 1024)
+
+
 class Host(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     libvirt: str = Field(LOCAL_URI, description="the libvirt URI of this host, e.g. qemu+ssh://root@rig2/system")
+    address: str | None = Field(None, description="the IP address this host uses for UDP tunnels to other hosts")
+    capacity: Capacity | None = Field(
+        None, description="what emulated nodes may use there at once; without it, one cell at a time"
+    )
+
+    @field_validator("address", mode="before")
+    @classmethod
+    def _address(cls, value: Any) -> Any:
+        try:
+            parsed = ipaddress.ip_address(value) if isinstance(value, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is None or value != value.strip():
+            raise Problems(
+                [
+                    Problem(
+                        (),
+                        f"{shown(value)} is not an IP address",
+                        "write the address other hosts reach this one at, e.g. 192.0.2.2 (an address, not a name: "
+                        "QEMU would resolve a name on each host)",
+                    )
+                ]
+            )
+        if parsed.is_unspecified or parsed.is_multicast:
+            raise Problems(
+                [Problem((), f"{parsed} is not one host's address", "write the address other hosts reach it at")]
+            )
+        return str(parsed)
 
     @field_validator("libvirt")
     @classmethod

@@ -4,7 +4,9 @@ A cell's wire between two ports of classes (A, B) takes a lab cable whose
 cards are of classes A and B (either way round); parallel wires of a bond
 take that many parallel cables. Every card of a node must sit in one host:
 the node's domain runs there. The search backtracks (cells have a handful
-of wires); when nothing fits, the reason names what is missing.
+of wires); when nothing fits, the reason names what is missing. Cards other
+running cells hold (`avoid`) are left out, as if unplugged: the parallel
+scheduler places a cell beside those already running.
 """
 
 from __future__ import annotations
@@ -41,17 +43,24 @@ class Placement:
         return out
 
 
-def place(topology: Topology, inventory: Inventory) -> Placement:
-    """Map the topology onto the lab's cards and cables, or raise Unrealizable saying why."""
+def place(topology: Topology, inventory: Inventory, avoid: frozenset[str] = frozenset()) -> Placement:
+    """Map the topology onto the lab's cards and cables but the cards in `avoid`, or raise Unrealizable saying
+    why (without `avoid`: why the lab cannot realize the cell at all)."""
     for wire in topology.wires:
         if len(wire.ports) != 2:
             raise Unrealizable(
                 f"link {wire.link} joins {len(wire.ports)} nodes: a lab inventory lists cables, not switches"
             )
     _enough_cards(topology, inventory)
-    cables = [(i, inventory.card(a), inventory.card(b)) for i, (a, b) in enumerate(inventory.cables)]
+    cables = [
+        (i, inventory.card(a), inventory.card(b))
+        for i, (a, b) in enumerate(inventory.cables)
+        if a not in avoid and b not in avoid
+    ]
     found = _search(list(topology.wires), cables, {}, {}, {})
     if found is None:
+        if avoid:
+            raise Unrealizable(f"the cards it needs are held by running cells ({', '.join(sorted(avoid))})")
         raise Unrealizable(_why_not(topology, inventory))
     cards, used, hosts = found
     for spec in topology.nodes:  # a node without ports still runs somewhere: the first host

@@ -23,6 +23,7 @@ from niclab.plumbing.backends.base import (
     Leftovers,
     Rig,
     Say,
+    Spreading,
 )
 
 
@@ -106,6 +107,7 @@ __all__ = [
     "Node",
     "Rig",
     "Say",
+    "Spreading",
     "declared_options",
     "default_backend",
     "defaults",

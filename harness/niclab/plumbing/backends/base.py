@@ -12,10 +12,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from niclab.base.node import Node, Progress
 from niclab.model.lab.inventory import Inventory
+from niclab.model.lab.spread import Claim, Held
 from niclab.model.topology import Port, Topology
 
 
@@ -60,6 +61,16 @@ class Backend(Protocol):
 
     def realize(self, topology: Topology, workdir: Path, progress: Progress) -> AbstractContextManager[Rig]:
         """Start every node; on exit stop them all, whatever happened inside."""
+        ...
+
+
+@runtime_checkable
+class Spreading(Protocol):
+    """A backend whose cells may run at once over a lab (`run --parallel`): it says what a cell would hold."""
+
+    def claim(self, topology: Topology, held: Held) -> tuple[Claim, Backend] | None:
+        """What the cell would hold if it started now beside what running cells hold, and a backend that
+        realizes it there; None if it must wait. Raises niclab.model.lab.match.Unrealizable if it never fits."""
         ...
 
 

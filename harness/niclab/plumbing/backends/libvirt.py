@@ -4,7 +4,13 @@
   NICs (the card class's stand-in, as under QEMU) and a cable is a pair of
   `<interface type='udp'>` on 127.0.0.1. With a lab (`--lab lab.yaml`), ports
   are the lab's cards (niclab.model.lab.match places the cell), passed through as
-  managed VFIO hostdevs at fixed guest PCI slots; the cables are real.
+  managed VFIO hostdevs at fixed guest PCI slots; the cables are real. With a
+  lab and `--emulated`, ports are emulated NICs on the lab's hosts, placed by
+  their capacity (niclab.model.lab.spread); a cable between two hosts is a UDP
+  tunnel between their addresses (backends/libvirt_tunnels.py).
+- Cells that run at once (`run --parallel`) each get a copy of the backend
+  pinned to their placement (`claim`): beside the cards and capacity the
+  running cells hold.
 - Domains are transient, named niclab-<run token>-<node>, and carry the
   harness's PID and start time in their metadata: leaving the context
   destroys them, and `niclab down` destroys those of a killed harness.
@@ -20,12 +26,14 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,6 +44,7 @@ from niclab.base.procs import pid_namespace, process_start_time
 from niclab.model import nics
 from niclab.model.lab.inventory import LOCAL_URI, Inventory
 from niclab.model.lab.match import Placement, Unrealizable, place
+from niclab.model.lab.spread import Claim, Held, Spread, cards_claim, spread
 from niclab.model.topology import Topology
 from niclab.plumbing.accel import choose_accel
 from niclab.plumbing.backends.base import (
@@ -50,6 +59,7 @@ from niclab.plumbing.backends.base import (
 from niclab.plumbing.backends.boot import DEFAULT_BOOT_TIMEOUT_S, BootError, boot_falling_back, env_seconds, tail
 from niclab.plumbing.backends.libvirt_agent import LibvirtAgent
 from niclab.plumbing.backends.libvirt_cards import card_macs, cards_facts
+from niclab.plumbing.backends.libvirt_tunnels import TunnelPorts, UdpEnd, udp_ends
 from niclab.plumbing.backends.libvirt_volumes import image_volumes
 from niclab.plumbing.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, port_macs
@@ -104,9 +114,14 @@ class LibvirtBackend:
         boot_timeout: float | None = None,
         wait: bool = False,
         force: bool = False,
+        emulated: bool = False,
     ):
         self.lab = lab
         self.wait, self.force = wait, force
+        self.emulated = emulated and lab is not None  # emulated NICs on the lab's hosts
+        self._pinned: Placement | Spread | None = None  # a parallel cell's placement (claim)
+        self._tunnels = TunnelPorts(f"{os.getpid()}:{time.time()}")  # the run's UDP ports, shared with its copies
+        self._setup = threading.Lock()  # what cells starting at once must not do together (probe, upload, vfio)
         self.uri = uri or LOCAL_URI
         self._image = image
         self._accel = accel
@@ -114,13 +129,48 @@ class LibvirtBackend:
 
     # -- before anything boots --------------------------------------------
 
-    def placement(self, topology: Topology) -> Placement | None:
-        """Where a lab run puts each port (None without a lab); raises Unrealizable."""
-        return place(topology, self.lab) if self.lab is not None else None
+    def placement(self, topology: Topology) -> Placement | Spread | None:
+        """Where a lab run puts each port, or each emulated node (--emulated); None without a lab; raises
+        Unrealizable."""
+        if self._pinned is not None:
+            return self._pinned
+        if self.lab is None:
+            return None
+        return spread(topology, self.lab) if self.emulated else place(topology, self.lab)
+
+    def claim(self, topology: Topology, held: Held) -> tuple[Claim, LibvirtBackend] | None:
+        """For `run --parallel`: what the cell would hold if it started now beside `held`, and a copy of this
+        backend that realizes it there; None if it must wait. Raises Unrealizable if it never fits."""
+        if self.lab is None:
+            raise Unrealizable("cells run at once only on a lab (--lab)")
+        found: Placement | Spread | None
+        if self.emulated:
+            found = spread(topology, self.lab, held)
+            if found is None:
+                return None
+            taken = found.claim(topology)
+        else:
+            try:
+                found = place(topology, self.lab, held.cards)
+            except Unrealizable:
+                if not held.cards:
+                    raise
+                place(topology, self.lab)  # raises if the lab cannot realize it at all
+                return None
+            taken = cards_claim(found)
+        pinned = copy.copy(self)
+        pinned._pinned = found
+        return taken, pinned
 
     def check(self, topology: Topology) -> str | None:
         problems = []
-        if self.lab is not None:
+        if self.lab is not None and self.emulated:
+            try:
+                self.placement(topology)
+            except Unrealizable as exc:
+                problems.append(str(exc))
+            problems += stand_ins(topology)
+        elif self.lab is not None:
             try:
                 self.placement(topology)
             except Unrealizable as exc:
@@ -142,12 +192,20 @@ class LibvirtBackend:
 
     def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
         placement = self.placement(topology)
-        plans = self._plans(topology, placement, "dryrun", "kvm", (DRY_KERNEL, DRY_INITRD), "console=ttyS0")
+        with self._udp_ends(topology, placement) as ends:
+            plans = self._plans(
+                topology, placement, "dryrun", "kvm", (DRY_KERNEL, DRY_INITRD), "console=ttyS0", ends=ends
+            )
         if workdir is not None:
             workdir.mkdir(parents=True, exist_ok=True)
             for node, (_, plan) in plans.items():
                 (workdir / f"{node}.xml").write_text(domain_xml(plan))
-        lines = placement.lines(topology) if placement else []
+        lines: list[str] = []
+        if isinstance(placement, Spread):
+            assert self.lab is not None
+            lines = placement.lines(topology, self.lab)
+        elif placement is not None:
+            lines = placement.lines(topology)
         for node, (uri, _plan) in plans.items():
             where = f"{node}: domain on {uri}"
             if workdir is not None:
@@ -158,30 +216,40 @@ class LibvirtBackend:
     def _plans(
         self,
         topology: Topology,
-        placement: Placement | None,
+        placement: Placement | Spread | None,
         token: str,
         domain_type: str,
         boot: tuple[str, str],
         cmdline: str,
         metadata: dict[str, str] | None = None,
+        ends: dict[tuple[str, int, int], UdpEnd] | None = None,
     ) -> dict[str, tuple[str, DomainPlan]]:
         macs = port_macs(topology)
-        ports_udp = {}
+        ports_udp = ends or {}
         if placement is None:
             for wire, (a, b) in zip(topology.wires, _pairs(len(topology.wires)), strict=True):
                 left, right = wire.ports
-                ports_udp[left.key], ports_udp[right.key] = (a, b), (b, a)
+                ports_udp[left.key] = UdpEnd("127.0.0.1", a, "127.0.0.1", b)
+                ports_udp[right.key] = UdpEnd("127.0.0.1", b, "127.0.0.1", a)
         plans = {}
         for spec in topology.nodes:
             ports: list[UdpInterface | Hostdev] = []
             for port in spec.ports:
-                if placement is not None:
+                if isinstance(placement, Placement):
                     ports.append(Hostdev(placement.cards[port.key].pci))
                     continue
                 qemu = qemu_nic(emulated_model(port.model).name)
-                local, remote = ports_udp[port.key]
+                end = ports_udp[port.key]
                 ports.append(
-                    UdpInterface(macs[port.key], qemu.libvirt_type, local, remote, "event_idx=off" in qemu.properties)
+                    UdpInterface(
+                        macs[port.key],
+                        qemu.libvirt_type,
+                        end.local_port,
+                        end.remote_port,
+                        "event_idx=off" in qemu.properties,
+                        end.local_address,
+                        end.remote_address,
+                    )
                 )
             uri = self.uri
             if placement is not None and self.lab is not None:
@@ -211,28 +279,34 @@ class LibvirtBackend:
             placement = self.placement(topology)
         except Unrealizable as exc:
             raise NiclabError(str(exc)) from None
-        images = node_images(topology.nodes, self._image, progress)
-        image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
+        with self._setup:
+            images = node_images(topology.nodes, self._image, progress)
+            image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
         workdir.mkdir(parents=True, exist_ok=True)
         token = hashlib.sha256(f"{workdir.resolve()}:{os.getpid()}:{time.time()}".encode()).hexdigest()[:8]
         with ExitStack() as stack:
-            if placement is not None:
+            if isinstance(placement, Placement):
                 assert self.lab is not None
                 run = f"{workdir.parent.parent.name}/{workdir.name}"
-                stack.enter_context(hold_cards(self.lab, placement, run, progress, wait=self.wait, force=self.force))
+                held = hold_cards(self.lab, placement, run, progress, wait=self.wait, force=self.force)
+                stack.enter_context(_one_at_a_time(self._setup, held))
+            ends = stack.enter_context(self._udp_ends(topology, placement))
             uris = {self.uri} if placement is None else {uri for uri in self._host_uris(placement)}
             conns = {uri: open_uri(uri) for uri in sorted(uris)}
             for conn in conns.values():
                 stack.callback(conn.close)
-            accel = self._accel_of(image, progress)
-            distinct = {i.id: i for i in images.values()}
-            boot = {(uri, i): _volumes(conn, distinct[i], progress) for uri, conn in conns.items() for i in distinct}
+            with self._setup:
+                accel = self._accel_of(image, progress)
+                distinct = {i.id: i for i in images.values()}
+                boot = {
+                    (uri, i): _volumes(conn, distinct[i], progress) for uri, conn in conns.items() for i in distinct
+                }
             domains = stack.enter_context(ExitStack())
 
             def start(under: str) -> tuple[str, Booted]:
                 kind = "kvm" if under == "kvm" else "qemu"  # libvirt's domain type for TCG is qemu
                 return kind, self._boot(
-                    domains, conns, boot, topology, placement, token, kind, images, workdir, progress
+                    domains, conns, boot, topology, placement, token, kind, images, workdir, progress, ends
                 )
 
             (domain_type, booted), fallback = boot_falling_back(
@@ -246,11 +320,12 @@ class LibvirtBackend:
             )
             plans, running, nodes, ready = booted
             macs, seen = port_macs(topology), dict[str, dict]()
-            if placement is not None:
+            cards = placement if isinstance(placement, Placement) else None
+            if cards is not None:
                 macs, seen = card_macs(topology, nodes)
             drivers = {}
             for port in topology.ports:
-                cls = nics.get(port.model) if placement is not None else nics.stand_in(port.model)
+                cls = nics.get(port.model) if cards is not None else nics.stand_in(port.model)
                 if cls is not None:
                     drivers[port.key] = cls.driver
             yield Rig(
@@ -263,10 +338,11 @@ class LibvirtBackend:
                     "accel": "kvm" if domain_type == "kvm" else "tcg",
                     "accel_fallback": fallback,
                     "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in plans.items()},
+                    **({"hosts": dict(placement.hosts)} if placement is not None else {}),
                     "libvirt_version": version(next(iter(conns.values()))),
                     **image_facts(images),
                     "agent_ready_s": ready,
-                    **({"cards": cards_facts(topology, placement, seen)} if placement is not None else {}),
+                    **({"cards": cards_facts(topology, cards, seen)} if cards is not None else {}),
                 },
                 gone=lambda: {name: "its domain is no longer running" for name, d in running.items() if not active(d)},
             )
@@ -277,12 +353,13 @@ class LibvirtBackend:
         conns: dict[str, Any],
         boot: dict[tuple[str, str], tuple[str, str]],  # (uri, image id) -> the kernel and initrd volumes there
         topology: Topology,
-        placement: Placement | None,
+        placement: Placement | Spread | None,
         token: str,
         domain_type: str,
         images: dict[str, Image],
         workdir: Path,
         progress: Progress,
+        ends: dict[tuple[str, int, int], UdpEnd] | None = None,
     ) -> Booted:
         """Start every node's domain as `domain_type` and wait for the agents; what it starts goes on `stack`."""
         libvirt = libvirt_module()
@@ -293,7 +370,7 @@ class LibvirtBackend:
             "run": str(workdir),
         }
         cmdline = next(iter(images.values())).cmdline  # every kernel boots with the recipe's command line
-        plans = self._plans(topology, placement, token, domain_type, ("", ""), cmdline, metadata)
+        plans = self._plans(topology, placement, token, domain_type, ("", ""), cmdline, metadata, ends)
         domains: dict[str, Any] = {}
         started = time.monotonic()
         progress(f"starting {len(plans)} libvirt domains ({domain_type}; image {image_facts(images)['image']})")
@@ -321,7 +398,20 @@ class LibvirtBackend:
         nodes = {name: AgentNode(name, agent) for name, (agent, _) in agents.items()}
         return plans, domains, nodes, ready
 
-    def _host_uris(self, placement: Placement) -> list[str]:
+    @contextmanager
+    def _udp_ends(
+        self, topology: Topology, placement: Placement | Spread | None
+    ) -> Iterator[dict[tuple[str, int, int], UdpEnd] | None]:
+        """The UDP ends of emulated nodes' cables on the lab's hosts, their ports the run's while the block lasts;
+        None where there are none (real cards), or where _plans picks free ports itself (no lab)."""
+        if not isinstance(placement, Spread):
+            yield None
+            return
+        assert self.lab is not None
+        with self._tunnels.held(2 * len(topology.wires)) as ports:
+            yield udp_ends(topology, placement, self.lab, ports)
+
+    def _host_uris(self, placement: Placement | Spread) -> list[str]:
         assert self.lab is not None
         return [self.lab.hosts[host].libvirt for host in placement.hosts.values()]
 
@@ -367,6 +457,22 @@ def missing_drivers(topology: Topology) -> list[str]:
     return problems
 
 
+@contextmanager
+def _one_at_a_time(lock: threading.Lock, held: AbstractContextManager[Any]) -> Iterator[None]:
+    """Enter and leave `held` under the lock (cells that start or stop at once take turns); hold it between."""
+    with lock:
+        held.__enter__()
+    try:
+        yield
+    except BaseException as exc:
+        with lock:
+            if not held.__exit__(type(exc), exc, exc.__traceback__):
+                raise
+    else:
+        with lock:
+            held.__exit__(None, None, None)
+
+
 def _qemu_log(domain: Any) -> str:
     """The end of libvirt's log of the domain's QEMU, where it is on this machine and readable."""
     path = Path("/var/log/libvirt/qemu") / f"{domain.name()}.log"
@@ -388,7 +494,16 @@ def _create(options: BackendOptions, **kwargs: Any) -> LibvirtBackend:
     uri = options.text("libvirt_uri")
     if options.lab is not None and uri:
         raise UsageError("--libvirt-uri is for runs without a lab: a lab gives each host's URI (hosts: libvirt:)")
-    return LibvirtBackend(lab=options.lab, uri=uri, wait=options.flag("wait"), force=options.flag("force"), **kwargs)
+    if options.flag("emulated") and options.lab is None:
+        raise UsageError("--emulated runs emulated NICs on a lab's hosts: give --lab (without a lab they are anyway)")
+    return LibvirtBackend(
+        lab=options.lab,
+        uri=uri,
+        wait=options.flag("wait"),
+        force=options.flag("force"),
+        emulated=options.flag("emulated"),
+        **kwargs,
+    )
 
 
 def end_domains(request: DownRequest, say: Say, complain: Say) -> list[str]:
@@ -428,6 +543,11 @@ PLUGIN = BackendPlugin(
         ),
         BackendOption("wait", "a lab card another run holds: wait for it, not refuse", starts_nodes=True),
         BackendOption("force", "take lab cards the host uses (an address, a route): it loses them", starts_nodes=True),
+        BackendOption(
+            "emulated",
+            "with --lab: every port an emulated NIC (its class's stand-in) on the lab's hosts, nodes placed by "
+            "the hosts' capacity; cables between hosts are UDP tunnels between their addresses",
+        ),
     ),
     leftovers=Leftovers(
         end_domains,

@@ -4,8 +4,8 @@ One domain per node: the image's kernel and initramfs by direct kernel boot,
 the guest agent on a virtio channel (libvirt picks the socket and talks to
 it; niclab reaches it through libvirt, so remote hosts work too), the
 console as a pty niclab reads through libvirt, and the node's ports at fixed
-guest PCI slots: emulated NICs on UDP cables over 127.0.0.1, or a lab's
-real cards as managed VFIO hostdevs.
+guest PCI slots: emulated NICs on UDP cables (over 127.0.0.1, or between two
+lab hosts' addresses), or a lab's real cards as managed VFIO hostdevs.
 """
 
 from __future__ import annotations
@@ -19,13 +19,16 @@ from niclab.plumbing.libvirt_conn import METADATA_NS
 
 @dataclass(frozen=True)
 class UdpInterface:
-    """An emulated NIC whose frames go to a UDP port on 127.0.0.1 and come from another."""
+    """An emulated NIC whose frames go to a UDP port (remote_address:remote_port) and come to its own
+    (local_address:local_port): both on 127.0.0.1 on one host, the two hosts' addresses across hosts."""
 
     mac: str
     model: str  # libvirt's <model type=...>
     local_port: int
     remote_port: int
     event_idx_off: bool = False  # virtio: see backends/qemu_nics.py
+    local_address: str = "127.0.0.1"
+    remote_address: str = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -109,8 +112,8 @@ def domain_xml(plan: DomainPlan) -> str:
         if isinstance(port, UdpInterface):
             nic = _sub(devices, "interface", type="udp")
             _sub(nic, "mac", address=port.mac)
-            source = _sub(nic, "source", address="127.0.0.1", port=str(port.remote_port))
-            _sub(source, "local", address="127.0.0.1", port=str(port.local_port))
+            source = _sub(nic, "source", address=port.remote_address, port=str(port.remote_port))
+            _sub(source, "local", address=port.local_address, port=str(port.local_port))
             _sub(nic, "model", type=port.model)
             if port.event_idx_off:
                 _sub(nic, "driver", event_idx="off")

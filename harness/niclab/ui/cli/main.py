@@ -34,7 +34,7 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
     from niclab.model.scenario import load_scenario
     from niclab.model.shard import parse_shard
     from niclab.run.realizable import describe
-    from niclab.run.start import RunRequest, plan, start
+    from niclab.run.start import RunRequest, check_parallel, plan, start
     from niclab.ui.table import cell_table
 
     progress = ProgressLines(args.quiet)
@@ -63,7 +63,9 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
         repeat=args.repeat,
         lab_file=Path(args.lab) if args.lab else None,
         started=STARTED,
+        parallel=args.parallel,
     )
+    check_parallel(request, backend)
     planned = plan(request, backend)
     if args.dry_run:
         where = request.out / f"dry-run-{scenario_file.name}"
@@ -374,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_start_options(run)
     run.add_argument(
         "--repeat", type=positive_int, metavar="N", help="run every benchmark N times (overrides the scenario)"
+    )
+    run.add_argument(
+        "--parallel",
+        action="store_true",
+        help="with --lab: run cells at once wherever their cards (or, with --emulated, a host's capacity) are free; "
+        "the run directory is as a sequential run writes it",
     )
     run.add_argument("--shard", metavar="I/N", help="run only the cells of shard I of N (stable across machines)")
     run.add_argument(
