@@ -17,8 +17,9 @@ from typing import TypeVar
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
-from niclab.plumbing.accel import mark_kvm_unusable
+from niclab.plumbing.accel import mark_kvm_unusable, mark_kvm_unusable_on
 from niclab.plumbing.image import Image
+from niclab.plumbing.libvirt_conn import local_uri
 
 DEFAULT_BOOT_TIMEOUT_S = 240.0  # TCG on a busy 2-core host; $NICLAB_BOOT_TIMEOUT overrides
 
@@ -86,16 +87,18 @@ def boot_falling_back_hosts(
     boot: Callable[[dict[str, str]], Booted],
     undo: Callable[[], None],
     host_of: Callable[[str], str],
-    mark: Callable[[str, str], object],
+    image: Image,
     progress: Progress,
     undone: str,
     forced: bool = False,
+    mark: Callable[[str, Image, str], object] | None = None,
 ) -> tuple[Booted, dict[str, str], str | None]:
     """Boot with each host under its own accelerator (`accels`: host -> "kvm" or "tcg"). A boot that raises
     BootError while some of its failed nodes ran under KVM is undone (every guest stopped), the hosts of those
-    nodes (`host_of`: node -> host; all KVM hosts when the error names no node) are marked (`mark(host, why)`)
-    and put on TCG, and the boot is tried once more; the other hosts keep their accelerator. Returns what
-    `boot` returned, the accelerators it ran under, and the fallback's warning (None if there was none)."""
+    nodes (`host_of`: node -> host URI; all KVM hosts when the error names no node) are marked
+    (`mark`: mark_kvm_unusable_host) and put on TCG, and the boot is tried once more; the other hosts keep
+    their accelerator. Returns what `boot` returned, the accelerators it ran under, and the fallback's
+    warning (None if there was none)."""
     try:
         return boot(accels), accels, None
     except BootError as exc:
@@ -105,12 +108,17 @@ def boot_falling_back_hosts(
             raise
         undo()
         for host in sorted(failed):
-            mark(host, exc.summary)
+            (mark or mark_kvm_unusable_host)(host, image, exc.summary)
         where = ", ".join(sorted(failed)) if len(accels) > 1 else ""
         warning = fallback_warning(exc.summary, undone, where)
         progress(f"warning: {warning}")
         after = {host: "tcg" if host in failed else accel for host, accel in accels.items()}
         return boot(after), after, warning
+
+
+def mark_kvm_unusable_host(uri: str, image: Image, why: str) -> object:
+    """Record that KVM does not run `image` on the libvirt host at `uri` (this machine's cache for a local URI)."""
+    return mark_kvm_unusable(image, why) if local_uri(uri) else mark_kvm_unusable_on(uri, image, why)
 
 
 def env_seconds(name: str, default: float) -> float:

@@ -40,7 +40,7 @@ from niclab.model import nics
 from niclab.model.lab.inventory import LOCAL_URI, Inventory
 from niclab.model.lab.match import Placement, Unrealizable, place
 from niclab.model.topology import Topology
-from niclab.plumbing.accel import AccelChoice, forced_choice, mark_kvm_unusable, mark_kvm_unusable_on, now
+from niclab.plumbing.accel import AccelChoice, forced_choice, now
 from niclab.plumbing.backends.base import (
     BackendOption,
     BackendOptions,
@@ -57,7 +57,7 @@ from niclab.plumbing.backends.boot import (
     env_seconds,
     tail,
 )
-from niclab.plumbing.backends.libvirt_accel import host_accel, local_uri
+from niclab.plumbing.backends.libvirt_accel import host_accel
 from niclab.plumbing.backends.libvirt_agent import LibvirtAgent
 from niclab.plumbing.backends.libvirt_cards import card_macs, cards_facts
 from niclab.plumbing.backends.libvirt_volumes import image_volumes
@@ -244,18 +244,12 @@ class LibvirtBackend:
                 kinds = {uri: "kvm" if a == "kvm" else "qemu" for uri, a in accels.items()}  # TCG's type is qemu
                 return self._boot(domains, conns, boot, topology, placement, token, kinds, images, workdir, progress)
 
-            def mark(uri: str, why: str) -> None:
-                if local_uri(uri):
-                    mark_kvm_unusable(image, why)
-                else:
-                    mark_kvm_unusable_on(uri, image, why)
-
             booted, accels, fallback = boot_falling_back_hosts(
                 {uri: choice.accel for uri, choice in choices.items()},
                 start,
                 domains.close,
                 node_uri.__getitem__,
-                mark,
+                image,
                 progress,
                 "destroyed the domains and started them",
                 forced=bool(self._accel),

@@ -43,7 +43,7 @@ from niclab.plumbing.accel import (
 from niclab.plumbing.backends.libvirt_volumes import image_volumes
 from niclab.plumbing.backends.libvirt_xml import DomainPlan, domain_xml
 from niclab.plumbing.image import Image
-from niclab.plumbing.libvirt_conn import Console, active, destroy, libvirt_module
+from niclab.plumbing.libvirt_conn import Console, active, destroy, libvirt_module, local_uri
 
 PROBE_MEMORY_MIB = 256
 CONSOLE_DRAIN_S = 2.0  # how long the console gets to hand over what a domain printed as it ended
@@ -56,11 +56,6 @@ class ConsoleLike(Protocol):
 
 
 OpenConsole = Callable[[str, str, Path], ConsoleLike]  # (uri, domain name, log file)
-
-
-def local_uri(uri: str) -> bool:
-    """Whether a libvirt URI names this machine's libvirtd (qemu:///system): no host part."""
-    return "://" in uri and uri.split("://", 1)[1].startswith("/")
 
 
 def probe_plan(image: Image, kernel: str, initrd: str, name: str, metadata: dict[str, str]) -> DomainPlan:
