@@ -43,7 +43,7 @@ from niclab.plumbing.accel import (
 from niclab.plumbing.backends.libvirt_volumes import image_volumes
 from niclab.plumbing.backends.libvirt_xml import DomainPlan, domain_xml
 from niclab.plumbing.image import Image
-from niclab.plumbing.libvirt_conn import Console, active, destroy, libvirt_module, local_uri
+from niclab.plumbing.libvirt_conn import Console, active, destroy, libvirt_module, local_uri, open_uri
 
 PROBE_MEMORY_MIB = 256
 CONSOLE_DRAIN_S = 2.0  # how long the console gets to hand over what a domain printed as it ended
@@ -158,3 +158,24 @@ def host_accel(
     return choose_host_accel(
         uri, image, lambda: probe_on(conn, uri, image, progress, open_console=open_console), refresh, progress
     )
+
+
+def hosts_accel(
+    hosts: dict[str, str], image: Image, progress: Progress, refresh: bool = False
+) -> dict[str, AccelChoice | str]:
+    """Per lab host (name -> libvirt URI): its verdict for `image` (cached, else probed there; `refresh` probes
+    again), or why it could not be had (its libvirt did not answer)."""
+    verdicts: dict[str, AccelChoice | str] = {}
+    for name, uri in hosts.items():
+        try:
+            if local_uri(uri):
+                verdicts[name] = host_accel(None, uri, image, progress, refresh)
+                continue
+            conn = open_uri(uri)
+            try:
+                verdicts[name] = host_accel(conn, uri, image, progress, refresh)
+            finally:
+                conn.close()
+        except NiclabError as exc:
+            verdicts[name] = str(exc)
+    return verdicts
