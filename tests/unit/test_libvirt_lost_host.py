@@ -70,4 +70,3 @@ def test_a_node_whose_host_stopped_answering_is_gone_with_the_host_named():
     assert backend.gone_why(Domain(alive=False), HOST) == f"{HOST} stopped answering: its libvirt connection is closed"
     assert backend.gone_why(Domain(alive=True), HOST) == "its domain is no longer running"
     assert backend.gone_why(Domain(alive=True, running=True), HOST) is None
-

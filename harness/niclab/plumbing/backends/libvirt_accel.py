@@ -97,7 +97,8 @@ def probe_on(
     open_console: OpenConsole = Console,
 ) -> tuple[bool, str]:
     """Boot the probe as a kvm domain on the host `conn` reaches until its console shows the probe word;
-    (worked, what happened). Fails after `timeout` s of console silence, or `limit` s in all."""
+    (worked, what happened there: the caller names the host). Fails after `timeout` s of console silence, or
+    `limit` s in all."""
     libvirt = libvirt_module()
     kernel, initrd = image_volumes(conn, image, progress)
     token = hashlib.sha256(f"{uri}:{os.getpid()}:{time.time()}".encode()).hexdigest()[:8]
@@ -105,7 +106,7 @@ def probe_on(
     try:
         domain = conn.createXML(domain_xml(plan), libvirt.VIR_DOMAIN_START_PAUSED)
     except libvirt.libvirtError as exc:
-        return False, f"libvirt on {uri} would not start a kvm domain: {exc.get_error_message()}"
+        return False, f"libvirt would not start a kvm domain: {exc.get_error_message()}"
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="niclab-accel-") as scratch:
         stack.callback(destroy, domain)
         log = Path(scratch) / "console.log"
@@ -113,7 +114,7 @@ def probe_on(
         try:
             console = open_console(uri, plan.name, log)
         except (NiclabError, libvirt.libvirtError) as exc:
-            return False, f"cannot read the probe's console on {uri}: {exc}"
+            return False, f"cannot read the probe's console: {exc}"
         console.start()
         stack.callback(console.close)
         domain.resume()
@@ -126,7 +127,7 @@ def probe_on(
                 ends = now_s + PROBE_EXIT_S
                 while active(domain) and time.monotonic() < ends:  # its init has exited: the domain ends itself
                     time.sleep(0.1)
-                return True, f"the image's kernel reached userspace under kvm on {uri} in {took:.1f} s"
+                return True, f"the image's kernel reached userspace under kvm there in {took:.1f} s"
             if len(text) > printed:
                 printed, last_output = len(text), now_s
             if not active(domain):
@@ -136,14 +137,14 @@ def probe_on(
                     continue  # the word came with the console's last bytes
                 said = _last_line(text)
                 return False, (
-                    f"the kvm domain on {uri} ended before the guest's userspace ran"
+                    "the kvm domain ended before the guest's userspace ran"
                     + (f" (its console's last line: {said})" if said else " (its console printed nothing)")
                 )
             time.sleep(0.05)
         if now_s - started >= limit:
-            return False, f"the image's kernel did not reach userspace under kvm on {uri} in {limit:g} s"
+            return False, f"the image's kernel did not reach userspace under kvm there in {limit:g} s"
         return False, (
-            f"the image's kernel did not reach userspace under kvm on {uri}: nothing new on its console "
+            f"the image's kernel did not reach userspace under kvm there: nothing new on its console "
             f"for {timeout:g} s (after {now_s - started:.0f} s)"
         )
 

@@ -189,7 +189,9 @@ def kvm_verdict(report: HostReport, accel: str, reason: str, probed_at: str) -> 
         if check.name != "kvm" or check.status != "ok":
             continue
         if accel == "kvm":
-            report.checks[index] = Check("kvm", "ok", f"/dev/kvm; the probe boots the image under KVM ({reason})")
+            report.checks[index] = Check(
+                "kvm", "ok", f"/dev/kvm; the probe boots the image under KVM (probed {probed_at})"
+            )
         else:
             report.checks[index] = Check(
                 "kvm",
