@@ -13,10 +13,14 @@ printed the word is left to end itself (its init exits, the kernel reboots,
 `-no-reboot` ends QEMU) before it is killed.
 
 The verdict is cached per host, host kernel, QEMU binary, /dev/kvm access
-and image. A cached "kvm" is not the last word: if the run's guests then do
-not answer under KVM, the backend stops them, records KVM as unusable here
-(`mark_kvm_unusable`) and boots them under TCG. $NICLAB_ACCEL=kvm|tcg skips
-the probe (a forced kvm still falls back).
+and image. A lab host reached through libvirt (`qemu+ssh://`) is probed
+there, through its libvirt (niclab.plumbing.backends.libvirt_accel), and its
+verdict is cached per host URI and image (`choose_host_accel`).
+
+A cached "kvm" is not the last word: if the run's guests then do not
+answer under KVM, the backend stops them, records KVM as unusable for their
+host (`mark_kvm_unusable`, `mark_kvm_unusable_on`) and boots them under TCG.
+$NICLAB_ACCEL=kvm|tcg skips the probe (a forced kvm still falls back).
 """
 
 from __future__ import annotations
@@ -94,8 +98,13 @@ def probe_argv(binary: str, accel: str, image: Image, serial: Path) -> list[str]
         "-initrd",
         str(image.initrd),
         "-append",
-        f"{image.cmdline} loglevel=6 panic=-1 rdinit=/usr/bin/busybox -- echo {PROBE_WORD}",
+        probe_cmdline(image),
     ]
+
+
+def probe_cmdline(image: Image) -> str:
+    """The probe's kernel command line: the image's own, then busybox `echo PROBE_WORD` as init."""
+    return f"{image.cmdline} loglevel=6 panic=-1 rdinit=/usr/bin/busybox -- echo {PROBE_WORD}"
 
 
 def probe(
@@ -227,4 +236,46 @@ def mark_kvm_unusable(image: Image, why: str) -> AccelChoice:
     """Record that KVM does not run the image's guests here: later runs use TCG without trying."""
     choice = AccelChoice("tcg", f"KVM failed a real run at {now()}: {why}", now())
     _write(_cache_file(qemu_binary(), image), choice)
+    return choice
+
+
+def host_cache_file(uri: str, image: Image) -> Path:
+    """Where the verdict for `image` on the libvirt host at `uri` is cached (the URI hashed: a safe file name)."""
+    key = hashlib.sha256(f"{uri}|{image.id}".encode()).hexdigest()[:16]
+    return cache_dir() / "accel" / f"host-{key}.json"
+
+
+def cached_host_choice(uri: str, image: Image) -> AccelChoice | None:
+    """The cached verdict for `image` on the libvirt host at `uri`, if it was ever probed."""
+    return _read(host_cache_file(uri, image))
+
+
+def choose_host_accel(
+    uri: str,
+    image: Image,
+    run_probe: Callable[[], tuple[bool, str]],
+    refresh: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> AccelChoice:
+    """KVM or TCG for booting `image` on the libvirt host at `uri`: $NICLAB_ACCEL, else the cached verdict, else
+    `run_probe` (which boots the probe there) and its verdict cached (`refresh` probes again)."""
+    if (choice := forced_choice()) is not None:
+        return choice
+    cache = host_cache_file(uri, image)
+
+    def probe_there() -> tuple[bool, str]:
+        if progress:
+            progress(f"probing KVM on {uri}: booting the image's kernel there (once per host and image)")
+        return run_probe()
+
+    choice, new = decide(None, None if refresh else _read(cache), None, probe_there)
+    if new:
+        _write(cache, choice)
+    return choice
+
+
+def mark_kvm_unusable_on(uri: str, image: Image, why: str) -> AccelChoice:
+    """Record that KVM does not run the image's guests on the libvirt host at `uri`."""
+    choice = AccelChoice("tcg", f"KVM failed a real run at {now()}: {why}", now())
+    _write(host_cache_file(uri, image), choice)
     return choice

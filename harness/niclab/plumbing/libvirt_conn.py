@@ -61,6 +61,11 @@ def _quiet(_context: object, _error: object) -> None:
     pass
 
 
+def local_uri(uri: str) -> bool:
+    """Whether a libvirt URI names this machine's libvirtd (qemu:///system): it has no host part."""
+    return "://" in uri and uri.split("://", 1)[1].startswith("/")
+
+
 KEEPALIVE_INTERVAL_S = 5  # with KEEPALIVE_COUNT: a remote host gone quiet fails its calls in ~20 s, not never
 KEEPALIVE_COUNT = 3
 

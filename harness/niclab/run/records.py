@@ -108,9 +108,11 @@ class RigFacts(_Model):
 
     backend: str | None = None
     accel: str | None = None
-    """kvm or tcg."""
+    """kvm or tcg; `mixed` when the nodes ran on lab hosts whose accelerators differ (`accel_nodes`)."""
+    accel_nodes: dict[str, str] = {}
+    """Per node, when `accel` is `mixed`: kvm or tcg, its host's verdict."""
     accel_reason: str | None = None
-    """Why this accelerator."""
+    """Why this accelerator (each host's, `URI: why; …`, when the nodes ran on several hosts that differ)."""
     accel_fallback: str | None = None
     """Why the guests fell back to TCG, when they did."""
     qemu: str | None = None
@@ -188,8 +190,9 @@ class CellRecord(_Record):
     host: HostFacts = HostFacts()
     """The host: hostname, kernel, CPU model, Python."""
     rig: RigFacts = RigFacts()
-    """The backend, the accelerator and why, QEMU's version, the image, the guests' kernel, agent start times;
-    on a lab, `hosts` (node -> the lab host it ran on) and `libvirt` (node -> the host's URI and the domain)."""
+    """The backend, the accelerator and why (each node's, `accel_nodes`, when its lab hosts' differ), QEMU's
+    version, the image, the guests' kernel, agent start times; on a lab, `hosts` (node -> the lab host it ran on)
+    and `libvirt` (node -> the host's URI and the domain)."""
     boot: BootFacts | None = None
     """Which boot of the run the cell ran on: `number`, `reused`, `first_cell`."""
     network: NetworkFacts = NetworkFacts()

@@ -3,7 +3,9 @@
 The accelerator is chosen by niclab.plumbing.accel before the boot. That verdict can still be wrong for a
 real run (a cached "kvm", a forced one): guests that do not answer under KVM in time are taken to be hung
 by it, stopped, and booted again under TCG, with KVM marked unusable here for later runs. `boot_falling_back`
-is that decision, the same for QEMU processes and libvirt domains.
+is that decision, the same for QEMU processes and libvirt domains. Where the nodes run on several hosts, each
+with its own verdict, `boot_falling_back_hosts` takes TCG only on the hosts whose KVM guests did not answer:
+a host whose KVM works keeps it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import TypeVar
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
-from niclab.plumbing.accel import mark_kvm_unusable
+from niclab.plumbing.accel import mark_kvm_unusable, mark_kvm_unusable_on
 from niclab.plumbing.image import Image
+from niclab.plumbing.libvirt_conn import local_uri
 
 DEFAULT_BOOT_TIMEOUT_S = 240.0  # TCG on a busy 2-core host; $NICLAB_BOOT_TIMEOUT overrides
 
@@ -26,9 +29,10 @@ Booted = TypeVar("Booted")
 class BootError(NiclabError):
     """A guest never came up."""
 
-    def __init__(self, message: str, summary: str = ""):
+    def __init__(self, message: str, summary: str = "", nodes: tuple[str, ...] = ()):
         super().__init__(message)
         self.summary = summary or message.splitlines()[0]
+        self.nodes = nodes  # the nodes that did not come up, when known
 
 
 def falls_back(accel: str, forced: bool) -> bool:
@@ -37,8 +41,15 @@ def falls_back(accel: str, forced: bool) -> bool:
     return accel == "kvm" and not forced
 
 
-def fallback_warning(why: str, undone: str) -> str:
-    """The run's warning for a KVM boot that failed (`why`) and what was done with its guests (`undone`)."""
+def fallback_warning(why: str, undone: str, where: str = "") -> str:
+    """The run's warning for a KVM boot that failed (`why`) and what was done with its guests (`undone`);
+    `where` names the hosts whose KVM failed when they are not just this one."""
+    if where:
+        return (
+            f"KVM did not work on {where} ({why}); {undone} there under TCG. "
+            "KVM is marked unusable for those hosts and the image; `niclab accel --lab LAB_YAML --probe` tests it "
+            "again"
+        )
     return (
         f"KVM did not work here ({why}); {undone} under TCG. "
         "KVM is marked unusable for this host and image; `niclab accel --probe` tests it again"
@@ -69,6 +80,45 @@ def boot_falling_back(
         warning = fallback_warning(exc.summary, undone)
         progress(f"warning: {warning}")
         return boot("tcg"), warning
+
+
+def boot_falling_back_hosts(
+    accels: dict[str, str],
+    boot: Callable[[dict[str, str]], Booted],
+    undo: Callable[[], None],
+    host_of: Callable[[str], str],
+    image: Image,
+    progress: Progress,
+    undone: str,
+    forced: bool = False,
+    mark: Callable[[str, Image, str], object] | None = None,
+) -> tuple[Booted, dict[str, str], str | None]:
+    """Boot with each host under its own accelerator (`accels`: host -> "kvm" or "tcg"). A boot that raises
+    BootError while some of its failed nodes ran under KVM is undone (every guest stopped), the hosts of those
+    nodes (`host_of`: node -> host URI; all KVM hosts when the error names no node) are marked
+    (`mark`: mark_kvm_unusable_host) and put on TCG, and the boot is tried once more; the other hosts keep
+    their accelerator. Returns what `boot` returned, the accelerators it ran under, and the fallback's
+    warning (None if there was none)."""
+    try:
+        return boot(accels), accels, None
+    except BootError as exc:
+        on_kvm = {host for host, accel in accels.items() if accel == "kvm"}
+        failed = {host_of(node) for node in exc.nodes} & on_kvm if exc.nodes else on_kvm
+        if forced or not failed:
+            raise
+        undo()
+        for host in sorted(failed):
+            (mark or mark_kvm_unusable_host)(host, image, exc.summary)
+        where = ", ".join(sorted(failed)) if len(accels) > 1 else ""
+        warning = fallback_warning(exc.summary, undone, where)
+        progress(f"warning: {warning}")
+        after = {host: "tcg" if host in failed else accel for host, accel in accels.items()}
+        return boot(after), after, warning
+
+
+def mark_kvm_unusable_host(uri: str, image: Image, why: str) -> object:
+    """Record that KVM does not run `image` on the libvirt host at `uri` (this machine's cache for a local URI)."""
+    return mark_kvm_unusable(image, why) if local_uri(uri) else mark_kvm_unusable_on(uri, image, why)
 
 
 def env_seconds(name: str, default: float) -> float:

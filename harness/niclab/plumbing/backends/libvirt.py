@@ -14,9 +14,12 @@
 - Domains are transient, named niclab-<run token>-<node>, and carry the
   harness's PID and start time in their metadata: leaving the context
   destroys them, and `niclab down` destroys those of a killed harness.
-- Domain type kvm where the KVM probe says guests run (niclab.plumbing.accel), else
-  qemu (TCG). The micro image boots by direct kernel boot from volumes of
-  the `niclab` pool (backends/libvirt_volumes.py).
+- Domain type kvm where the KVM probe says guests run, else qemu (TCG), per
+  host: a remote host's probe boots there through its libvirt
+  (backends/libvirt_accel.py), a local URI's is this machine's
+  (niclab.plumbing.accel). Guests that do not answer under KVM fall back to
+  TCG on their host only. The micro image boots by direct kernel boot from
+  volumes of the `niclab` pool (backends/libvirt_volumes.py).
 - The guest agent and the console go through libvirt, so a node may run on
   a remote host (`qemu+ssh://`): each lab host has its own URI.
 - Lab cards on this host are leased for the run and bound to vfio-pci by
@@ -46,7 +49,7 @@ from niclab.model.lab.inventory import LOCAL_URI, Inventory
 from niclab.model.lab.match import Placement, Unrealizable, place
 from niclab.model.lab.spread import Claim, Held, Spread, cards_claim, spread
 from niclab.model.topology import Topology
-from niclab.plumbing.accel import choose_accel
+from niclab.plumbing.accel import AccelChoice, forced_choice, now
 from niclab.plumbing.backends.base import (
     BackendOption,
     BackendOptions,
@@ -56,7 +59,14 @@ from niclab.plumbing.backends.base import (
     Rig,
     Say,
 )
-from niclab.plumbing.backends.boot import DEFAULT_BOOT_TIMEOUT_S, BootError, boot_falling_back, env_seconds, tail
+from niclab.plumbing.backends.boot import (
+    DEFAULT_BOOT_TIMEOUT_S,
+    BootError,
+    boot_falling_back_hosts,
+    env_seconds,
+    tail,
+)
+from niclab.plumbing.backends.libvirt_accel import host_accel
 from niclab.plumbing.backends.libvirt_agent import LibvirtAgent
 from niclab.plumbing.backends.libvirt_cards import card_macs, cards_facts
 from niclab.plumbing.backends.libvirt_tunnels import TunnelPorts, UdpEnd, udp_ends
@@ -296,23 +306,25 @@ class LibvirtBackend:
             for conn in conns.values():
                 stack.callback(conn.close)
             with self._setup:
-                accel = self._accel_of(image, progress)
+                choices = self._accels(conns, image, progress)
                 distinct = {i.id: i for i in images.values()}
                 boot = {
                     (uri, i): _volumes(conn, distinct[i], progress) for uri, conn in conns.items() for i in distinct
                 }
             domains = stack.enter_context(ExitStack())
+            node_uri = {spec.name: self._node_uri(spec.name, placement) for spec in topology.nodes}
 
-            def start(under: str) -> tuple[str, Booted]:
-                kind = "kvm" if under == "kvm" else "qemu"  # libvirt's domain type for TCG is qemu
-                return kind, self._boot(
-                    domains, conns, boot, topology, placement, token, kind, images, workdir, progress, ends
+            def start(accels: dict[str, str]) -> Booted:
+                kinds = {uri: "kvm" if a == "kvm" else "qemu" for uri, a in accels.items()}  # TCG's type is qemu
+                return self._boot(
+                    domains, conns, boot, topology, placement, token, kinds, images, workdir, progress, ends
                 )
 
-            (domain_type, booted), fallback = boot_falling_back(
-                accel,
+            booted, accels, fallback = boot_falling_back_hosts(
+                {uri: choice.accel for uri, choice in choices.items()},
                 start,
                 domains.close,
+                node_uri.__getitem__,
                 image,
                 progress,
                 "destroyed the domains and started them",
@@ -335,7 +347,7 @@ class LibvirtBackend:
                 drivers=drivers,
                 facts={
                     "backend": self.name,
-                    "accel": "kvm" if domain_type == "kvm" else "tcg",
+                    **accel_facts(node_uri, accels, choices),
                     "accel_fallback": fallback,
                     "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in plans.items()},
                     **({"hosts": dict(placement.hosts)} if placement is not None else {}),
@@ -344,7 +356,9 @@ class LibvirtBackend:
                     "agent_ready_s": ready,
                     **({"cards": cards_facts(topology, cards, seen)} if cards is not None else {}),
                 },
-                gone=lambda: {name: "its domain is no longer running" for name, d in running.items() if not active(d)},
+                gone=lambda: {
+                    name: why for name, d in running.items() if (why := gone_why(d, self._host_title(node_uri[name])))
+                },
             )
 
     def _boot(
@@ -355,13 +369,14 @@ class LibvirtBackend:
         topology: Topology,
         placement: Placement | Spread | None,
         token: str,
-        domain_type: str,
+        kinds: dict[str, str],  # uri -> the domain type there: kvm, or qemu (TCG)
         images: dict[str, Image],
         workdir: Path,
         progress: Progress,
         ends: dict[tuple[str, int, int], UdpEnd] | None = None,
     ) -> Booted:
-        """Start every node's domain as `domain_type` and wait for the agents; what it starts goes on `stack`."""
+        """Start every node's domain as its host's type in `kinds` and wait for the agents; what it starts goes on
+        `stack`."""
         libvirt = libvirt_module()
         metadata = {
             "harness-pid": str(os.getpid()),
@@ -370,13 +385,20 @@ class LibvirtBackend:
             "run": str(workdir),
         }
         cmdline = next(iter(images.values())).cmdline  # every kernel boots with the recipe's command line
-        plans = self._plans(topology, placement, token, domain_type, ("", ""), cmdline, metadata, ends)
+        plans = self._plans(topology, placement, token, "qemu", ("", ""), cmdline, metadata, ends)
         domains: dict[str, Any] = {}
         started = time.monotonic()
-        progress(f"starting {len(plans)} libvirt domains ({domain_type}; image {image_facts(images)['image']})")
+        types = {node: kinds[uri] for node, (uri, _) in plans.items()}
+        said = (
+            next(iter(types.values()))
+            if len(set(types.values())) == 1
+            else ", ".join(f"{node} {kind}" for node, kind in types.items())
+        )
+        progress(f"starting {len(plans)} libvirt domains ({said}; image {image_facts(images)['image']})")
         for node, (uri, plan) in plans.items():
             kernel, initrd = boot[(uri, images[node].id)]
-            plan = DomainPlan(**{**plan.__dict__, "kernel": kernel, "initrd": initrd})
+            plan = DomainPlan(**{**plan.__dict__, "kernel": kernel, "initrd": initrd, "domain_type": types[node]})
+            plans[node] = (uri, plan)
             xml = domain_xml(plan)
             (workdir / f"{node}.xml").write_text(xml)
             try:
@@ -392,7 +414,7 @@ class LibvirtBackend:
             stack.callback(console.close)
             domain.resume()
             domains[node] = domain
-        agents = self._connect(domains, started, workdir)
+        agents = self._connect(domains, started, workdir, {node: uri for node, (uri, _) in plans.items()})
         ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
         progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
         nodes = {name: AgentNode(name, agent) for name, (agent, _) in agents.items()}
@@ -415,13 +437,35 @@ class LibvirtBackend:
         assert self.lab is not None
         return [self.lab.hosts[host].libvirt for host in placement.hosts.values()]
 
-    def _accel_of(self, image: Image, progress: Progress) -> str:
-        """kvm or tcg: the caller's choice, else the probe's."""
-        chosen = self._accel or choose_accel(image, progress=progress).accel
-        return "kvm" if chosen == "kvm" else "tcg"
+    def _node_uri(self, node: str, placement: Placement | Spread | None) -> str:
+        if placement is None or self.lab is None:
+            return self.uri
+        return self.lab.hosts[placement.hosts[node]].libvirt
 
-    def _connect(self, domains: dict[str, Any], started: float, workdir: Path) -> dict[str, tuple[GuestAgent, float]]:
-        agents: dict[str, GuestAgent] = {name: LibvirtAgent(name, domain) for name, domain in domains.items()}
+    def _host_title(self, uri: str) -> str:
+        """How an error names a host: `host l1b (qemu+ssh://root@l1b/system)` in a lab, else its URI."""
+        if self.lab is not None:
+            for name, host in self.lab.hosts.items():
+                if host.libvirt == uri:
+                    return f"host {name} ({uri})"
+        return uri
+
+    def _accels(self, conns: dict[str, Any], image: Image, progress: Progress) -> dict[str, AccelChoice]:
+        """Per host URI: the caller's accelerator, else $NICLAB_ACCEL's, else that host's probe (a remote host's
+        booted there, through its libvirt; a local URI's on this machine), cached per host and image."""
+        if self._accel:
+            chosen = AccelChoice("kvm" if self._accel == "kvm" else "tcg", "chosen by the caller", now(), forced=True)
+            return {uri: chosen for uri in conns}
+        if (forced := forced_choice()) is not None:
+            return {uri: forced for uri in conns}
+        return {uri: host_accel(conn, uri, image, progress) for uri, conn in conns.items()}
+
+    def _connect(
+        self, domains: dict[str, Any], started: float, workdir: Path, uris: dict[str, str]
+    ) -> dict[str, tuple[GuestAgent, float]]:
+        agents: dict[str, GuestAgent] = {
+            name: LibvirtAgent(name, domain, self._host_title(uris[name])) for name, domain in domains.items()
+        }
         answered, failures = connect_all(
             agents, started + self.boot_timeout, {name: partial(_stopped, domain) for name, domain in domains.items()}
         )
@@ -434,8 +478,41 @@ class LibvirtBackend:
                     f"{why} (waited {time.monotonic() - started:.0f} s)\n"
                     f"--- the end of {console}:\n{tail(console)}" + _qemu_log(domains[name])
                 )
-            raise BootError("guest(s) did not come up: " + "\n".join(details))
+            raise BootError("guest(s) did not come up: " + "\n".join(details), nodes=tuple(failures))
         return results
+
+
+def accel_facts(node_uri: dict[str, str], accels: dict[str, str], choices: dict[str, AccelChoice]) -> dict[str, object]:
+    """The rig facts of the accelerators: `accel` (kvm or tcg; `mixed` when the nodes' hosts differ, with
+    `accel_nodes` saying each node's) and `accel_reason` (each host's, where there are several)."""
+    per_node = {node: accels[uri] for node, uri in node_uri.items()}
+    kinds = set(per_node.values())
+    reasons = {
+        uri: choices[uri].reason if accels[uri] == choices[uri].accel else "KVM fell back, see the warning"
+        for uri in dict.fromkeys(node_uri.values())
+    }
+    facts: dict[str, object] = {
+        "accel": kinds.pop() if len(kinds) == 1 else "mixed",
+        "accel_reason": next(iter(reasons.values()))
+        if len(set(reasons.values())) == 1
+        else "; ".join(f"{uri}: {why}" for uri, why in reasons.items()),
+    }
+    if facts["accel"] == "mixed":
+        facts["accel_nodes"] = per_node
+    return facts
+
+
+def gone_why(domain: Any, host: str) -> str | None:
+    """Why a node's domain is gone (None while it runs): it stopped, or its host stopped answering."""
+    if active(domain):
+        return None
+    try:
+        alive = bool(domain.connect().isAlive())
+    except Exception:
+        alive = False
+    if not alive:
+        return f"{host} stopped answering: its libvirt connection is closed"
+    return "its domain is no longer running"
 
 
 def _stopped(domain: Any) -> str | None:

@@ -3,6 +3,9 @@
 libvirt owns the agent's socket (on the domain's host, which may be remote),
 so niclab sends each command through the libvirt connection instead. The
 commands and their checks are GuestAgent's; only the transport differs.
+A command that fails because the domain's host stopped answering (libvirt's
+keepalives closed the connection: a remote host gone away fails its calls in
+about 15 s) says so, naming the host.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from niclab.plumbing.guest import AgentError, GuestAgent, excerpt
 
 
 class LibvirtAgent(GuestAgent):
-    def __init__(self, node: str, domain: Any):
+    def __init__(self, node: str, domain: Any, host: str = ""):
         super().__init__(node, Path("/nonexistent"))
         self._domain = domain
+        self._host = host  # how errors name the domain's host: "host l1b (qemu+ssh://root@l1b/system)"
 
     def connect(self, deadline: float, alive: Callable[[], str | None]) -> float:
         """Wait until the agent answers guest-ping through libvirt; returns when it did."""
@@ -45,6 +49,10 @@ class LibvirtAgent(GuestAgent):
         try:
             text = libvirt_qemu.qemuAgentCommand(self._domain, json.dumps(message), max(1, math.ceil(timeout)), 0)
         except libvirt.libvirtError as exc:
+            if self._host and not connection_alive(self._domain):
+                raise AgentError(
+                    f"node {self.node}: {self._host} stopped answering: {command}: {exc.get_error_message()}"
+                ) from None
             raise AgentError(f"{self.node}: {command}: {exc.get_error_message()}") from None
         try:
             reply = json.loads(text)
@@ -55,3 +63,11 @@ class LibvirtAgent(GuestAgent):
         if not isinstance(reply, dict) or "return" not in reply:
             raise AgentError(f'{self.node}: {command}: the guest agent\'s reply has no "return": {excerpt(str(text))}')
         return reply["return"]
+
+
+def connection_alive(domain: Any) -> bool:
+    """Whether the libvirt connection of `domain` is still open (keepalives close one whose host went away)."""
+    try:
+        return bool(domain.connect().isAlive())
+    except Exception:
+        return False

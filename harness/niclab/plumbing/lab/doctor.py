@@ -177,10 +177,28 @@ def diagnose_remote_host(title: str, facts: RemoteFacts) -> HostReport:
     else:
         checks.append(Check("libvirt", "ok", f"libvirt {facts.libvirt}"))
     if facts.kvm:
-        checks.append(Check("kvm", "ok", "/dev/kvm"))
+        checks.append(Check("kvm", "ok", "/dev/kvm (not probed yet: the first run probes it, or lab doctor --probe)"))
     else:
         checks.append(Check("kvm", "warn", "no /dev/kvm: guests there run under TCG, slowly", "enable VT-x/AMD-V"))
     return HostReport(checks, title)
+
+
+def kvm_verdict(report: HostReport, accel: str, reason: str, probed_at: str) -> None:
+    """Say the KVM probe's verdict for the host (cached, or just probed) in its kvm check, where it has /dev/kvm."""
+    for index, check in enumerate(report.checks):
+        if check.name != "kvm" or check.status != "ok":
+            continue
+        if accel == "kvm":
+            report.checks[index] = Check(
+                "kvm", "ok", f"/dev/kvm; the probe boots the image under KVM (probed {probed_at})"
+            )
+        else:
+            report.checks[index] = Check(
+                "kvm",
+                "warn",
+                f"/dev/kvm, but guests there run under TCG, slowly: {reason} (probed {probed_at})",
+                "`niclab lab doctor --probe` tests it again",
+            )
 
 
 def unanswered_host(title: str, why: str, fix: str = "") -> HostReport:

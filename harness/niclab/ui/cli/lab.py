@@ -17,6 +17,10 @@ from niclab.base.errors import UsageError
 from niclab.ui.console import FileCheck
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from niclab.model.lab.inventory import Host
+    from niclab.plumbing.lab.doctor import HostReport
     from niclab.plumbing.lab.statedir import StateDir
 
 
@@ -38,7 +42,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
     from niclab.model.lab.inventory import load_inventory
-    from niclab.plumbing.lab.doctor import HostReport, diagnose_host, render
+    from niclab.plumbing.lab.doctor import diagnose_host, render
     from niclab.plumbing.lab.hostnet import HostNet
     from niclab.plumbing.lab.hosts import reach, title
     from niclab.plumbing.lab.passthrough import Readers, diagnose_cards
@@ -53,6 +57,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     readers: dict[str, Readers] = {}
     unanswered: list[str] = []
     elsewhere: list[str] = []  # hosts whose URI is local to another machine (--host names this one)
+    remote: dict[str, HostReport] = {}  # the remote hosts that answered: their kvm check says the probe's verdict
     with ExitStack() as stack:
         for name, entry in lab.hosts.items():
             if name in here:
@@ -71,6 +76,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                     continue
                 hosts.append(reached.report)
                 readers[name] = reached.readers
+                remote[name] = reached.report
+        _kvm_verdicts(lab.hosts, remote, args.probe)
         checked = [card.id for card in lab.cards if card.host in readers]
         reports = diagnose_cards(lab, checked, readers)
     print(render(hosts, reports), end="")
@@ -84,6 +91,29 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for why in refused:
         print(f"a run would refuse {why}")
     return 0 if all(host.ok for host in hosts) and not refused and not unanswered else 1
+
+
+def _kvm_verdicts(hosts: Mapping[str, Host], reports: dict[str, HostReport], probe: bool) -> None:
+    """Put each remote host's KVM verdict for the lab's image in its kvm check: the cached one, or with `probe`
+    a new one, booted there through its libvirt."""
+    from niclab.plumbing.accel import cached_host_choice
+    from niclab.plumbing.backends.libvirt_accel import hosts_accel
+    from niclab.plumbing.image import ensure_image
+    from niclab.plumbing.image.store import find_image
+    from niclab.plumbing.lab.doctor import Check, kvm_verdict
+    from niclab.ui.console import ProgressLines
+
+    image = ensure_image(progress=ProgressLines()) if probe else find_image()
+    if image is None or not reports:
+        return
+    if probe:
+        probed = hosts_accel({name: hosts[name].libvirt for name in reports}, image, ProgressLines(), refresh=True)
+    for name, report in reports.items():
+        verdict = probed[name] if probe else cached_host_choice(hosts[name].libvirt, image)
+        if isinstance(verdict, str):
+            report.checks.append(Check("kvm probe", "warn", f"not probed: {verdict}"))
+        elif verdict is not None:
+            kvm_verdict(report, verdict.accel, verdict.reason, verdict.probed_at)
 
 
 def _state(args: argparse.Namespace) -> StateDir:
@@ -203,6 +233,12 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar="NAME",
         help="the inventory's host this machine is, read through /sys (default: the hosts whose libvirt URI is "
         "local); other hosts whose URI is local are then left out",
+    )
+    doctor.add_argument(
+        "--probe",
+        action="store_true",
+        help="boot the KVM probe on every remote host through its libvirt (the image's kernel, a few seconds) and "
+        "cache its verdict, instead of saying the cached one",
     )
     doctor.add_argument("--sysfs-root", default="/", help=argparse.SUPPRESS)  # tests point it at a fake tree
     doctor.set_defaults(func=cmd_doctor)

@@ -17,7 +17,8 @@ def rig_line(cell: CellData) -> str:
     host = cell.facts.host if cell.facts is not None else HostFacts()
     parts = [
         f"{_or(rig.backend, '?')} backend",
-        f"accelerator {_or(rig.accel, '?')}",
+        f"accelerator {_or(rig.accel, '?')}"
+        + (f" ({', '.join(f'{node} {accel}' for node, accel in rig.accel_nodes.items())})" if rig.accel_nodes else ""),
         rig.qemu or "",
         f"image {_or(rig.image, '?')}",
         f"guest kernel {_or(rig.kernel, '?')}" + (f" ({rig.kernel_origin})" if rig.kernel_origin else ""),
