@@ -57,7 +57,8 @@ from niclab.plumbing.backends.qemu_nics import emulated_model, qemu_nic, stand_i
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
 from niclab.plumbing.image.kernels import image_facts, node_images
-from niclab.plumbing.image.store import recipe
+from niclab.plumbing.image.store import LAB_RECIPE, find_image
+from niclab.plumbing.lab.drivers import DriverTable, GuestDriver, guest_driver_lines, placed_drivers
 from niclab.plumbing.lab.passthrough import hold_cards
 from niclab.plumbing.libvirt_conn import (
     Console,
@@ -125,7 +126,7 @@ class LibvirtBackend:
                 self.placement(topology)
             except Unrealizable as exc:
                 problems.append(str(exc))
-            problems += missing_drivers(topology)
+            problems += self._driver_problems(topology)
         else:
             problems += stand_ins(topology)
             for wire in topology.wires:
@@ -140,6 +141,19 @@ class LibvirtBackend:
                 problems.append(f"node {spec.name} has {len(spec.ports)} NICs; a pc machine has {MAX_NICS} slots")
         return "; ".join(dict.fromkeys(problems)) or None
 
+    def _driver_problems(self, topology: Topology) -> list[str]:
+        """Lab cards whose PCI ID no driver of the lab image matches: they would show no interface. Checked
+        against the lab image if it is built; a run that builds it checks again before it takes a card."""
+        try:
+            placement = self.placement(topology)
+        except Unrealizable:
+            return []  # said already
+        image = self._image or find_image(LAB_RECIPE)
+        if placement is None or self.lab is None or image is None:
+            return []
+        table = DriverTable(image)
+        return placed_drivers(self.lab, placement, {spec.name: table for spec in topology.nodes})[1]
+
     def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
         placement = self.placement(topology)
         plans = self._plans(topology, placement, "dryrun", "kvm", (DRY_KERNEL, DRY_INITRD), "console=ttyS0")
@@ -148,6 +162,8 @@ class LibvirtBackend:
             for node, (_, plan) in plans.items():
                 (workdir / f"{node}.xml").write_text(domain_xml(plan))
         lines = placement.lines(topology) if placement else []
+        if placement is not None and self.lab is not None:
+            lines += guest_driver_lines(self.lab, placement, self._image or find_image(LAB_RECIPE))
         for node, (uri, _plan) in plans.items():
             where = f"{node}: domain on {uri}"
             if workdir is not None:
@@ -164,6 +180,7 @@ class LibvirtBackend:
         boot: tuple[str, str],
         cmdline: str,
         metadata: dict[str, str] | None = None,
+        memory_floor: int = 0,  # MiB: what the image's initramfs needs unpacked (its manifest's min_memory_mib)
     ) -> dict[str, tuple[str, DomainPlan]]:
         macs = port_macs(topology)
         ports_udp = {}
@@ -191,7 +208,7 @@ class LibvirtBackend:
                 DomainPlan(
                     name=f"niclab-{token}-{spec.name}",
                     domain_type=domain_type,
-                    memory_mib=spec.memory_mib,
+                    memory_mib=max(spec.memory_mib, memory_floor),
                     vcpus=spec.cpus,
                     kernel=boot[0],
                     initrd=boot[1],
@@ -211,8 +228,17 @@ class LibvirtBackend:
             placement = self.placement(topology)
         except Unrealizable as exc:
             raise NiclabError(str(exc)) from None
-        images = node_images(topology.nodes, self._image, progress)
+        # a lab run's guests carry every Ethernet driver and its firmware; an emulated run's, the catalog's
+        base = self._image or (ensure_image(LAB_RECIPE, progress) if placement is not None else None)
+        images = node_images(topology.nodes, base, progress)
         image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
+        guest_drivers: dict[tuple[str, int, int], GuestDriver] = {}
+        if placement is not None:
+            assert self.lab is not None
+            tables = {node: DriverTable(i) for node, i in images.items()}
+            guest_drivers, problems = placed_drivers(self.lab, placement, tables)
+            if problems:
+                raise NiclabError("; ".join(problems))
         workdir.mkdir(parents=True, exist_ok=True)
         token = hashlib.sha256(f"{workdir.resolve()}:{os.getpid()}:{time.time()}".encode()).hexdigest()[:8]
         with ExitStack() as stack:
@@ -252,7 +278,8 @@ class LibvirtBackend:
             for port in topology.ports:
                 cls = nics.get(port.model) if placement is not None else nics.stand_in(port.model)
                 if cls is not None:
-                    drivers[port.key] = cls.driver
+                    found = guest_drivers.get(port.key)
+                    drivers[port.key] = cls.driver or (found.module if found and found.module else "")
             yield Rig(
                 topology=topology,
                 nodes=dict(nodes),
@@ -293,7 +320,8 @@ class LibvirtBackend:
             "run": str(workdir),
         }
         cmdline = next(iter(images.values())).cmdline  # every kernel boots with the recipe's command line
-        plans = self._plans(topology, placement, token, domain_type, ("", ""), cmdline, metadata)
+        floor = max(int(i.manifest.get("min_memory_mib", 0)) for i in images.values())
+        plans = self._plans(topology, placement, token, domain_type, ("", ""), cmdline, metadata, floor)
         domains: dict[str, Any] = {}
         started = time.monotonic()
         progress(f"starting {len(plans)} libvirt domains ({domain_type}; image {image_facts(images)['image']})")
@@ -351,20 +379,6 @@ class LibvirtBackend:
 def _stopped(domain: Any) -> str | None:
     """Why the domain's guest is gone, for the agent's wait; None while it runs."""
     return None if active(domain) else "its domain stopped"
-
-
-def missing_drivers(topology: Topology) -> list[str]:
-    """Lab card classes whose driver module the guest image lacks: their cards would show no interface."""
-    have = {m.replace("-", "_") for m in recipe("micro").modules}
-    problems = []
-    for name in sorted({port.model for port in topology.ports}):
-        cls = nics.lookup(name)
-        if cls is not None and cls.module.replace("-", "_") not in have:
-            problems.append(
-                f"the guest image has no {cls.module} module for card class {name}: add it to the modules "
-                "of images/micro/recipe.toml"
-            )
-    return problems
 
 
 def _qemu_log(domain: Any) -> str:
