@@ -31,7 +31,9 @@ FIRMWARE = {
 }
 
 
-SCENARIO = "name: s\nnodes: [a, b]\nlinks:\n  - {{between: [a, b], nic: {{a: {a}, b: {b}}}}}\nbenchmarks:\n  - ping: {{}}\n"
+SCENARIO = (
+    "name: s\nnodes: [a, b]\nlinks:\n  - {{between: [a, b], nic: {{a: {a}, b: {b}}}}}\nbenchmarks:\n  - ping: {{}}\n"
+)
 
 
 def alias(pci_id: str, module: str) -> str:
@@ -174,7 +176,7 @@ def test_driver_and_firmware_come_from_the_images_alias_table_and_manifest(lab_i
 
 def test_an_image_without_an_alias_table_says_to_rebuild(lab_image):
     (lab_image.directory / "modules.alias").unlink()
-    with pytest.raises(NiclabError, match="has no modules.alias beside its initramfs.*niclab image build --force lab"):
+    with pytest.raises(NiclabError, match=r"no modules\.alias beside its initramfs.*image build --force lab"):
         DriverTable(lab_image)
 
 
