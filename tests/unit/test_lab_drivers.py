@@ -254,7 +254,9 @@ def test_a_lab_run_checks_the_cards_drivers_against_the_lab_image(lab_image, tmp
         topology = parse(SCENARIO.format(a="pci-8086-1533", b="pci-10ec-8168"), "s.yaml").cells[0].scenario.topology()
         backend = get_backend(options=BackendOptions(lab=lab))
         assert backend.check(topology) is None
-        lines = backend.describe(topology)
+        lines = backend.describe(topology, tmp_path / "dry")
+        # the node asks 256 MiB; the lab image's initramfs needs its manifest's min_memory_mib
+        assert '<memory unit="MiB">448</memory>' in (tmp_path / "dry" / "a.xml").read_text()
         assert (
             "card rtl8111 (10ec:8168, 0000:1d:00.0 on rig1): guest driver r8169 (lab image lab-0123456789abcdef, "
             "kernel 6.1.0-fake), firmware: rtl_nic/rtl8168h-2.fw … rtl_nic/rtl8168g-3.fw (all 2 in the image)"

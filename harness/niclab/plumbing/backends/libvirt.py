@@ -156,14 +156,17 @@ class LibvirtBackend:
 
     def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
         placement = self.placement(topology)
-        plans = self._plans(topology, placement, "dryrun", "kvm", (DRY_KERNEL, DRY_INITRD), "console=ttyS0")
+        lab_image = (self._image or find_image(LAB_RECIPE)) if placement is not None else None
+        floor = int(lab_image.manifest.get("min_memory_mib", 0)) if lab_image is not None else 0
+        dry = (DRY_KERNEL, DRY_INITRD)
+        plans = self._plans(topology, placement, "dryrun", "kvm", dry, "console=ttyS0", None, floor)
         if workdir is not None:
             workdir.mkdir(parents=True, exist_ok=True)
             for node, (_, plan) in plans.items():
                 (workdir / f"{node}.xml").write_text(domain_xml(plan))
         lines = placement.lines(topology) if placement else []
         if placement is not None and self.lab is not None:
-            lines += guest_driver_lines(self.lab, placement, self._image or find_image(LAB_RECIPE))
+            lines += guest_driver_lines(self.lab, placement, lab_image)
         for node, (uri, _plan) in plans.items():
             where = f"{node}: domain on {uri}"
             if workdir is not None:
