@@ -15,7 +15,13 @@ With --bzimage, each run is paired with one booting the same image's
 compressed bzImage (as niclab did before it kept the kernel unpacked for a
 PVH boot): NICLAB_IMAGE points at a view of the image without its vmlinux.
 
-    .venv/bin/python bench/boot.py [--runs 3] [--bzimage] [SCENARIO]
+With --against IMAGE_DIR, each run is paired with one booting that built
+image instead of the micro image (NICLAB_IMAGE points at it): the lab image
+(`niclab image info lab` gives its directory) against micro, under the
+same accelerator. Give the scenario memory enough for the other image's
+initramfs (its manifest's min_memory_mib).
+
+    .venv/bin/python bench/boot.py [--runs 3] [--bzimage | --against IMAGE_DIR] [SCENARIO]
     .venv/bin/python bench/boot.py --sweep [--runs 2]
 """
 
@@ -112,13 +118,29 @@ def compare_bzimage(scenario: Path, runs: int) -> None:
     print(f"median: bzImage {a:.1f} s, PVH {b:.1f} s: {b / a:.0%} of the time (harness start to every agent)")
 
 
+def compare_image(scenario: Path, runs: int, other: Path) -> None:
+    micro, them = [], []
+    with tempfile.TemporaryDirectory(prefix="niclab-bench-boot-") as out:
+        for n in range(1, runs + 1):
+            micro.append(one_run(scenario, Path(out) / "micro")[0])
+            them.append(one_run(scenario, Path(out) / "other", other)[0])
+            print(f"run {n}: guests answering after {them[-1]:4.1f} s ({other.name}) / {micro[-1]:4.1f} s (micro)")
+    a, b = statistics.median(them), statistics.median(micro)
+    share = f"{a / b:.0%} of micro's time"
+    print(f"median: {other.name} {a:.1f} s, micro {b:.1f} s: {share} (harness start to every agent)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", nargs="?", default=str(REPO / "scenarios" / "two-node.yaml"))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sweep", action="store_true", help="a 5-value MTU sweep: one boot against five")
     parser.add_argument("--bzimage", action="store_true", help="pair each run with one booting the bzImage")
+    parser.add_argument("--against", metavar="IMAGE_DIR", help="pair each run with one booting this built image")
     args = parser.parse_args()
+    if args.against:
+        compare_image(Path(args.scenario), args.runs, Path(args.against))
+        return
     if args.sweep:
         sweep(args.runs)
         return

@@ -129,9 +129,11 @@ cat > /root/lab.yaml <<'EOF'
 
 
 def niclab_env() -> str:
-    """The environment niclab runs with in L1: this checkout's code, the virtualenv's packages, the micro image."""
+    """The environment niclab runs with in L1: this checkout's code, the virtualenv's packages, the micro image,
+    which is the lab runs' image too there (it has the e1000 driver, and L1's memory is short)."""
     return (
-        f"PYTHONPATH={MOUNT}/niclab/harness:{MOUNT}/site NICLAB_IMAGE={MOUNT}/micro NICLAB_CACHE=/root/cache HOME=/root"
+        f"PYTHONPATH={MOUNT}/niclab/harness:{MOUNT}/site NICLAB_IMAGE={MOUNT}/micro NICLAB_LAB_IMAGE={MOUNT}/micro "
+        "NICLAB_CACHE=/root/cache HOME=/root"
     )
 
 

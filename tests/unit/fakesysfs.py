@@ -78,6 +78,8 @@ class FakeSysfs:
         (path / "vendor").write_text(f"0x{vendor:04x}\n")
         (path / "device").write_text(f"0x{device:04x}\n")
         (path / "class").write_text(f"0x{cls:06x}\n")
+        ids = f"v{vendor:08X}d{device:08X}sv{vendor:08X}sd{0:08X}"
+        (path / "modalias").write_text(f"pci:{ids}bc{cls >> 16:02X}sc{cls >> 8 & 0xFF:02X}i{cls & 0xFF:02X}\n")
         (path / "driver_override").write_text(f"{override or '(null)'}\n")
         if native is None and driver != "vfio-pci":
             native = driver

@@ -82,7 +82,13 @@ def test_the_cables_must_match_not_only_the_card_counts(tmp_path, repo):
         place(cell(repo, "two-node.yaml"), load_inventory(tmp_path / "lab.yaml"))
 
 
-def test_a_lab_class_is_known_to_scenarios_only_inside_the_lab_and_runs_emulated_by_its_stand_in(lab):
+def test_a_lab_class_is_known_to_scenarios_only_inside_the_lab_and_runs_emulated_by_its_stand_in(
+    lab, tmp_path, monkeypatch
+):
+    from tests.unit.test_lab_drivers import fake_lab_image
+
+    image = fake_lab_image(tmp_path / "lab-image", {"8086:100e": "e1000"})  # the lab image: no ixgbe
+    monkeypatch.setenv("NICLAB_LAB_IMAGE", str(image))
     text = "name: s\nnodes: [a, b]\nlinks:\n  - {between: [a, b], nic: x520, mtu: 9000}\nbenchmarks:\n  - ping: {}\n"
     with pytest.raises(Exception, match="unknown NIC model 'x520'"):
         parse(text, "s.yaml")
@@ -93,8 +99,14 @@ def test_a_lab_class_is_known_to_scenarios_only_inside_the_lab_and_runs_emulated
         libvirt = get_backend(options=BackendOptions(lab=lab))
         assert libvirt.name == "libvirt"
         assert libvirt.check(topology) == (
-            "the guest image has no ixgbe module for card class x520: add it to the modules of images/micro/recipe.toml"
+            "card x520-a (8086:10fb, 0000:06:00.0 on rig1): the lab image lab-0123456789abcdef (kernel 6.1.0-fake) "
+            "has no driver for 8086:10fb; check the card's PCI ID (lspci -nn), or boot a kernel that has its driver "
+            "(a scenario's kernel: {build: ...}); card x520-b (8086:10fb, 0000:06:00.1 on rig1): the lab image "
+            "lab-0123456789abcdef (kernel 6.1.0-fake) has no driver for 8086:10fb; check the card's PCI ID "
+            "(lspci -nn), or boot a kernel that has its driver (a scenario's kernel: {build: ...})"
         )
+        (image / "modules.alias").write_text("alias pci:v00008086d000010FBsv*sd*bc*sc*i* ixgbe\n")
+        assert libvirt.check(topology) is None
         assert {c.id for c in place(topology, lab).cards.values()} == {"x520-a", "x520-b"}
         with pytest.raises(Exception, match="MTU 9800 is above the x520 driver's maximum"):
             parse(text.replace("9000", "9800"), "s.yaml")

@@ -20,7 +20,12 @@ memory, summed over the domains of every cell running there); a host
 without one takes one cell at a time (niclab.model.lab.spread).
 
 A card's `class` is a catalog class or one of `classes`; a scenario's `nic:`
-may then name it (niclab.model.nics.extra_classes). Problems are reported like a
+may then name it (niclab.model.nics.extra_classes). A card may instead give
+its PCI ID alone (`{id: x520-a, host: rig1, pci: "0000:03:00.0", pci_id:
+"8086:10fb"}`): it then has the implicit class pci-8086-10fb (1500 MTU,
+1000 Mb/s, no emulated stand-in), whose driver is the one the lab guest
+image's modules.alias gives that ID (niclab.plumbing.lab.drivers). A card
+with both says the class's PCI ID again. Problems are reported like a
 scenario's: FILE:LINE:COL: path: message; hint. niclab.model.lab.match maps a
 cell's cables onto these cards and cables.
 
@@ -279,7 +284,8 @@ class Card(BaseModel):
     id: str = Field(pattern=NAME_PATTERN)
     host: str
     pci: str
-    class_name: str = Field(alias="class")
+    class_name: str = Field("", alias="class")
+    pci_id: str | None = Field(None, description="vendor:device, for a card named without a class")
     name: str = ""
     price: float | None = Field(None, ge=0)
 
@@ -289,6 +295,11 @@ class Card(BaseModel):
         if isinstance(data, dict) and "model" in data and "class" not in data:
             raise Problems([Problem(("model",), "a card names its class with class:, not model:", at_key=True)])
         return data
+
+    @field_validator("pci_id")
+    @classmethod
+    def _pci_id(cls, value: str | None) -> str | None:
+        return None if value is None else ClassSpec._pci_id(value)
 
     @field_validator("pci")
     @classmethod
@@ -373,7 +384,31 @@ class Inventory(BaseModel):
                     )
                 )
             seen_pci.setdefault((card.host, card.pci), card.id)
+            if not card.class_name:
+                if card.pci_id is None:
+                    problems.append(
+                        Problem(
+                            ("cards", i),
+                            f"card {shown(card.id)} has neither class: nor pci_id:",
+                            'give its PCI ID as lspci -nn shows it (pci_id: "8086:10fb"), or a card class',
+                        )
+                    )
+                else:
+                    card.class_name = implicit_class(card.pci_id)
+                continue
             canonical = nics.ALIASES.get(card.class_name, card.class_name)
+            if canonical in known and card.pci_id is not None:
+                spec = self.classes.get(canonical)
+                expected = spec.pci_id if spec is not None else nics.get(canonical).pci_id
+                if expected.lower() != card.pci_id:
+                    problems.append(
+                        Problem(
+                            ("cards", i, "pci_id"),
+                            f"card {shown(card.id)} is {card.pci_id}, but {canonical} cards are {expected}",
+                            "drop pci_id: (the class gives it) or the class: (the card then gets the implicit class "
+                            f"{implicit_class(card.pci_id)})",
+                        )
+                    )
             if canonical not in known:
                 hint = did_you_mean(card.class_name, sorted(known))
                 problems.append(
@@ -429,8 +464,30 @@ class Inventory(BaseModel):
         spec = self.classes.get(self.card(card_id).class_name)
         return spec.allow_class if spec is not None else None
 
+    def implicit_classes(self) -> dict[str, str]:
+        """The classes of cards named by PCI ID alone: class name -> PCI ID (classes: of that name win)."""
+        return {
+            card.class_name: card.pci_id
+            for card in self.cards
+            if card.pci_id is not None and card.class_name == implicit_class(card.pci_id)
+            if card.class_name not in self.classes
+        }
+
     def card_classes(self) -> list[CardClass]:
-        return [
+        implicit = [
+            CardClass(
+                name,
+                "",  # the lab image's modules.alias says which (niclab.plumbing.lab.drivers)
+                "",
+                pci_id,
+                1500,
+                f"PCI {pci_id}",
+                1000,
+                "a card named by its PCI ID: its driver is the one the lab image's modules.alias gives that ID",
+            )
+            for name, pci_id in self.implicit_classes().items()
+        ]
+        return implicit + [
             CardClass(
                 name,
                 spec.driver,
@@ -458,6 +515,11 @@ class Inventory(BaseModel):
             if card.price is not None:
                 out.setdefault(card.class_name, card.price)
         return out
+
+
+def implicit_class(pci_id: str) -> str:
+    """The class of a card named by its PCI ID alone: 8086:10fb -> pci-8086-10fb."""
+    return "pci-" + pci_id.lower().replace(":", "-")
 
 
 def parse_inventory(text: str, display: str, *, allow_uri_params: bool = False) -> Inventory:

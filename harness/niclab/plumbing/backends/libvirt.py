@@ -77,7 +77,8 @@ from niclab.plumbing.backends.qemu_nics import emulated_model, qemu_nic, stand_i
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
 from niclab.plumbing.image.kernels import image_facts, node_images
-from niclab.plumbing.image.store import recipe
+from niclab.plumbing.image.store import LAB_RECIPE, find_image
+from niclab.plumbing.lab.drivers import DriverTable, GuestDriver, guest_driver_lines, placed_drivers
 from niclab.plumbing.lab.passthrough import hold_cards
 from niclab.plumbing.libvirt_conn import (
     Console,
@@ -185,7 +186,7 @@ class LibvirtBackend:
                 self.placement(topology)
             except Unrealizable as exc:
                 problems.append(str(exc))
-            problems += missing_drivers(topology)
+            problems += self._driver_problems(topology)
         else:
             problems += stand_ins(topology)
             for wire in topology.wires:
@@ -200,11 +201,27 @@ class LibvirtBackend:
                 problems.append(f"node {spec.name} has {len(spec.ports)} NICs; a pc machine has {MAX_NICS} slots")
         return "; ".join(dict.fromkeys(problems)) or None
 
+    def _driver_problems(self, topology: Topology) -> list[str]:
+        """Lab cards whose PCI ID no driver of the lab image matches: they would show no interface. Checked
+        against the lab image if it is built; a run that builds it checks again before it takes a card."""
+        try:
+            placement = self.placement(topology)
+        except Unrealizable:
+            return []  # said already
+        image = self._image or find_image(LAB_RECIPE)
+        if not isinstance(placement, Placement) or self.lab is None or image is None:
+            return []
+        table = DriverTable(image)
+        return placed_drivers(self.lab, placement, {spec.name: table for spec in topology.nodes})[1]
+
     def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
         placement = self.placement(topology)
+        lab_image = (self._image or find_image(LAB_RECIPE)) if isinstance(placement, Placement) else None
+        floor = int(lab_image.manifest.get("min_memory_mib", 0)) if lab_image is not None else 0
+        dry = (DRY_KERNEL, DRY_INITRD)
         with self._udp_ends(topology, placement) as ends:
             plans = self._plans(
-                topology, placement, "dryrun", "kvm", (DRY_KERNEL, DRY_INITRD), "console=ttyS0", ends=ends
+                topology, placement, "dryrun", "kvm", dry, "console=ttyS0", ends=ends, memory_floor=floor
             )
         if workdir is not None:
             workdir.mkdir(parents=True, exist_ok=True)
@@ -215,7 +232,8 @@ class LibvirtBackend:
             assert self.lab is not None
             lines = placement.lines(topology, self.lab)
         elif placement is not None:
-            lines = placement.lines(topology)
+            assert self.lab is not None
+            lines = placement.lines(topology) + guest_driver_lines(self.lab, placement, lab_image)
         for node, (uri, _plan) in plans.items():
             where = f"{node}: domain on {uri}"
             if workdir is not None:
@@ -233,6 +251,7 @@ class LibvirtBackend:
         cmdline: str,
         metadata: dict[str, str] | None = None,
         ends: dict[tuple[str, int, int], UdpEnd] | None = None,
+        memory_floor: int = 0,  # MiB: what the image's initramfs needs unpacked (its manifest's min_memory_mib)
     ) -> dict[str, tuple[str, DomainPlan]]:
         macs = port_macs(topology)
         ports_udp = ends or {}
@@ -269,7 +288,7 @@ class LibvirtBackend:
                 DomainPlan(
                     name=f"niclab-{token}-{spec.name}",
                     domain_type=domain_type,
-                    memory_mib=spec.memory_mib,
+                    memory_mib=max(spec.memory_mib, memory_floor),
                     vcpus=spec.cpus,
                     kernel=boot[0],
                     initrd=boot[1],
@@ -289,9 +308,19 @@ class LibvirtBackend:
             placement = self.placement(topology)
         except Unrealizable as exc:
             raise NiclabError(str(exc)) from None
+        guest_drivers: dict[tuple[str, int, int], GuestDriver] = {}
         with self._setup:
-            images = node_images(topology.nodes, self._image, progress)
+            # a lab run's guests carry every Ethernet driver and its firmware; an emulated run's, the catalog's
+            on_cards = isinstance(placement, Placement)
+            base = self._image or (ensure_image(LAB_RECIPE, progress) if on_cards else None)
+            images = node_images(topology.nodes, base, progress)
             image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
+        if isinstance(placement, Placement):
+            assert self.lab is not None
+            tables = {node: DriverTable(i) for node, i in images.items()}
+            guest_drivers, problems = placed_drivers(self.lab, placement, tables)
+            if problems:
+                raise NiclabError("; ".join(problems))
         workdir.mkdir(parents=True, exist_ok=True)
         token = hashlib.sha256(f"{workdir.resolve()}:{os.getpid()}:{time.time()}".encode()).hexdigest()[:8]
         with ExitStack() as stack:
@@ -339,7 +368,8 @@ class LibvirtBackend:
             for port in topology.ports:
                 cls = nics.get(port.model) if cards is not None else nics.stand_in(port.model)
                 if cls is not None:
-                    drivers[port.key] = cls.driver
+                    found = guest_drivers.get(port.key)
+                    drivers[port.key] = cls.driver or (found.module if found and found.module else "")
             yield Rig(
                 topology=topology,
                 nodes=dict(nodes),
@@ -385,7 +415,10 @@ class LibvirtBackend:
             "run": str(workdir),
         }
         cmdline = next(iter(images.values())).cmdline  # every kernel boots with the recipe's command line
-        plans = self._plans(topology, placement, token, "qemu", ("", ""), cmdline, metadata, ends)
+        floor = max(int(i.manifest.get("min_memory_mib", 0)) for i in images.values())
+        plans = self._plans(
+            topology, placement, token, "qemu", ("", ""), cmdline, metadata, ends=ends, memory_floor=floor
+        )
         domains: dict[str, Any] = {}
         started = time.monotonic()
         types = {node: kinds[uri] for node, (uri, _) in plans.items()}
@@ -518,20 +551,6 @@ def gone_why(domain: Any, host: str) -> str | None:
 def _stopped(domain: Any) -> str | None:
     """Why the domain's guest is gone, for the agent's wait; None while it runs."""
     return None if active(domain) else "its domain stopped"
-
-
-def missing_drivers(topology: Topology) -> list[str]:
-    """Lab card classes whose driver module the guest image lacks: their cards would show no interface."""
-    have = {m.replace("-", "_") for m in recipe("micro").modules}
-    problems = []
-    for name in sorted({port.model for port in topology.ports}):
-        cls = nics.lookup(name)
-        if cls is not None and cls.module.replace("-", "_") not in have:
-            problems.append(
-                f"the guest image has no {cls.module} module for card class {name}: add it to the modules "
-                "of images/micro/recipe.toml"
-            )
-    return problems
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from __future__ import annotations
 import posixpath
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
@@ -118,6 +118,7 @@ class ModuleSet:
     builtin: list[str]  # modules asked for that the kernel has built in
     missing: list[str]  # modules asked for that it has neither way
     params: dict[str, list[str]]  # module (loaded or built in) -> the parameters it takes
+    firmware: dict[str, list[str]] = field(default_factory=dict)  # module -> the firmware files it names
 
 
 def builtin_params(modinfo: bytes) -> dict[str, list[str]]:
@@ -141,6 +142,7 @@ def module_set(kernel: KernelFiles, wanted: list[str]) -> ModuleSet:
     chosen: dict[str, tuple[str, bytes]] = {}  # name -> (path as installed, content unpacked)
     deps: dict[str, tuple[str, ...]] = {}
     aliases: list[str] = []
+    firmware: dict[str, list[str]] = {}
     params = {n: p for n, p in builtin_params(kernel.extra.get("modules.builtin.modinfo", b"")).items() if n in builtin}
     todo = [n for n in names if n in kernel.modules]
     while todo:
@@ -162,6 +164,8 @@ def module_set(kernel: KernelFiles, wanted: list[str]) -> ModuleSet:
             todo.append(dep)
         aliases += [f"alias {alias} {name}" for alias in info.aliases]
         params[name] = list(info.params)
+        if info.firmware:
+            firmware[name] = list(info.firmware)
 
     def closure(name: str) -> list[str]:  # modules.dep lists every module needed first, nearest last
         out: list[str] = []
@@ -183,4 +187,11 @@ def module_set(kernel: KernelFiles, wanted: list[str]) -> ModuleSet:
     tree = Tree()  # with the directories above each file: the kernel's unpacker makes none itself
     for entry in entries:
         tree.add(entry)
-    return ModuleSet(tree.sorted_entries(), sorted(chosen), builtin, missing, dict(sorted(params.items())))
+    return ModuleSet(
+        tree.sorted_entries(),
+        sorted(chosen),
+        builtin,
+        missing,
+        dict(sorted(params.items())),
+        dict(sorted(firmware.items())),
+    )

@@ -30,11 +30,12 @@ from niclab.base.filelock import locked
 from niclab.base.node import Progress
 from niclab.model.kernel_choice import KernelChoice
 from niclab.model.topology import NodeSpec
+from niclab.plumbing.image.drivers import modules_under
 from niclab.plumbing.image.kernelfiles import KernelFiles, from_build_tree, from_root, module_set
 from niclab.plumbing.image.mirror import debian_mirror
 from niclab.plumbing.image.pvh import pvh_kernel
 from niclab.plumbing.image.rootfs import kernel_command, run_mmdebstrap
-from niclab.plumbing.image.store import DEFAULT_RECIPE, Image, ensure_image, load_image, recipe, write_initrd
+from niclab.plumbing.image.store import FIRMWARE_ARCHIVE, Image, ensure_image, load_image, recipe, write_initrd
 from niclab.plumbing.image.tartree import TarTree
 
 
@@ -194,7 +195,9 @@ def _build(base: Image, choice: KernelChoice, target: Path, stamp: str, progress
 
 def _write(base: Image, files: KernelFiles, choice: KernelChoice, work: Path) -> dict:
     """Write the kernel, its config and the initramfs into `work`; the manifest's kernel part."""
-    modules = module_set(files, list(recipe(DEFAULT_RECIPE).modules))
+    wanted = recipe(base.name)  # the lab image's kernels carry every module of its directories too
+    names = list(wanted.modules) + [n for found in modules_under(files, wanted.module_dirs).values() for n in found]
+    modules = module_set(files, names)
     if modules.missing and choice.suite:
         raise NiclabError(
             f"Debian {choice.suite}'s kernel {files.version} has no module(s) {', '.join(modules.missing)}"
@@ -205,7 +208,15 @@ def _write(base: Image, files: KernelFiles, choice: KernelChoice, work: Path) ->
         (work / "vmlinux").write_bytes(unpacked)
     if files.config is not None:
         (work / "config").write_text(files.config)
-    write_initrd(work, base.userspace, modules.entries)
+    firmware = base.directory / FIRMWARE_ARCHIVE  # the base image's firmware, for this kernel's modules as well
+    write_initrd(work, base.userspace, modules.entries, firmware if firmware.is_file() else None)
+    facts = {}
+    if "module_firmware" in base.manifest:
+        have = {name for files in base.manifest["module_firmware"].values() for name, ok in files.items() if ok}
+        facts = {
+            "module_count": len(modules.loaded),
+            "module_firmware": {m: {f: f in have for f in names} for m, names in modules.firmware.items()},
+        }
     return {
         **{k: v for k, v in base.manifest.items() if k not in ("built_at", "build_seconds")},
         # a Debian suite's kernel is named with its version: the suite's next kernel is another image
@@ -221,4 +232,5 @@ def _write(base: Image, files: KernelFiles, choice: KernelChoice, work: Path) ->
         "module_params": modules.params,
         "missing_modules": modules.missing,
         "initrd_bytes": (work / "initrd.img").stat().st_size,
+        **facts,
     }

@@ -26,6 +26,7 @@ class ModInfo:
     depends: tuple[str, ...]
     aliases: tuple[str, ...]
     params: tuple[str, ...]  # parameter names (parm=name:description)
+    firmware: tuple[str, ...] = ()  # files it may ask the kernel to load, relative to /lib/firmware
 
 
 def decompress(data: bytes, suffix: str) -> bytes:
@@ -76,4 +77,5 @@ def read_modinfo(data: bytes) -> ModInfo:
         depends=depends,
         aliases=tuple(fields.get("alias", [])),
         params=params,
+        firmware=tuple(dict.fromkeys(fields.get("firmware", []))),
     )

@@ -11,6 +11,10 @@ from niclab.base.errors import NiclabError
 
 #: The build code is an input too: any change to it builds the image anew.
 BUILDER_SOURCES = Path(__file__).parent
+#: Builder files that only some recipes use: an input of those recipes' images alone, so that the micro image
+#: is not built again when code it never runs changes.
+FEATURE_SOURCES = {"drivers.py": lambda recipe: bool(recipe.module_dirs or recipe.firmware != "none")}
+FIRMWARE_CHOICES = ("none", "modules")
 
 
 @dataclass(frozen=True)
@@ -44,22 +48,44 @@ class Recipe:
     cmdline: str
     builds: tuple[SourceBuild, ...] = ()
     disk: Disk | None = None
+    # every module under these directories of the kernel's modules (kernel/drivers/net/ethernet), with `modules`
+    module_dirs: tuple[str, ...] = ()
+    # "modules": the firmware files the image's modules name (modinfo firmware:), from the root's /usr/lib/firmware
+    firmware: str = "none"
+    parent: Recipe | None = None  # the recipe this one `extends`: its files beside it are inputs too
+
+    def _overlay(self, name: str) -> Path:
+        own = self.directory / name
+        return self.parent._overlay(name) if self.parent is not None and not own.is_dir() else own
 
     @property
     def rootfs_overlay(self) -> Path:
-        """Files copied over the guest root: the initramfs's (micro), or the disk's."""
-        return self.directory / "rootfs"
+        """Files copied over the guest root: the initramfs's (micro), or the disk's; the parent's if it has none."""
+        return self._overlay("rootfs")
 
     @property
     def initrd_overlay(self) -> Path:
         """Files copied into the initramfs last (its /init, /etc): rootfs/ for the micro kind, initrd/ beside a disk."""
-        return self.directory / "initrd" if self.disk else self.rootfs_overlay
+        return self._overlay("initrd") if self.disk else self.rootfs_overlay
+
+    def builder_sources(self) -> list[Path]:
+        """The builder's code this recipe's build runs: every module but the features it does not use."""
+        return [
+            path
+            for path in BUILDER_SOURCES.glob("*.py")
+            if path.name not in FEATURE_SOURCES or FEATURE_SOURCES[path.name](self)
+        ]
 
     def input_hash(self) -> str:
-        """A hash of every input: the recipe, the files beside it, the builder's code."""
+        """A hash of every input: the recipe (and the one it extends), the files beside them, the builder's code."""
         digest = hashlib.sha256()
-        for label, base in (("recipe", self.directory), ("builder", BUILDER_SOURCES)):
-            paths = base.rglob("*") if label == "recipe" else base.glob("*.py")
+        parents = []
+        ancestor = self.parent
+        while ancestor is not None:
+            parents.append((f"extends:{ancestor.name}", ancestor.directory))
+            ancestor = ancestor.parent
+        for label, base in (*reversed(parents), ("recipe", self.directory), ("builder", BUILDER_SOURCES)):
+            paths = self.builder_sources() if label == "builder" else base.rglob("*")
             for path in sorted(p for p in paths if p.is_file()):
                 rel = path.relative_to(base).as_posix()
                 mode = "x" if path.stat().st_mode & 0o111 else "-"
@@ -74,7 +100,32 @@ def _disk(table: dict) -> Disk:
     )
 
 
-def load_recipe(directory: Path) -> Recipe:
+def _extended(parent: Recipe, data: dict) -> dict:
+    """The recipe's table over its parent's: its lists after the parent's, its other keys in their place."""
+    merged: dict = {
+        "suite": parent.suite,
+        "components": list(parent.components),
+        "packages": list(parent.packages),
+        "binaries": list(parent.binaries),
+        "files": list(parent.files),
+        "modules": list(parent.modules),
+        "module_dirs": list(parent.module_dirs),
+        "cmdline": parent.cmdline,
+        "firmware": parent.firmware,
+    }
+    for key, value in data.items():
+        if key == "build":
+            continue
+        old = merged.get(key)
+        merged[key] = old + [v for v in value if v not in old] if isinstance(old, list) else value
+    return merged
+
+
+def _builds(data: dict) -> tuple[SourceBuild, ...]:
+    return tuple(SourceBuild(b["source"], tuple(b.get("needs", ())), b["script"]) for b in data.get("build", ()))
+
+
+def load_recipe(directory: Path, _seen: tuple[str, ...] = ()) -> Recipe:
     path = directory / "recipe.toml"
     try:
         data = tomllib.loads(path.read_text())
@@ -82,7 +133,20 @@ def load_recipe(directory: Path) -> Recipe:
         raise NiclabError(f"{path}: no such recipe") from None
     except tomllib.TOMLDecodeError as exc:
         raise NiclabError(f"{path}: {exc}") from None
+    parent = None
+    if "extends" in data:
+        name = str(data.pop("extends"))
+        if name in (*_seen, directory.name) or "/" in name or name.startswith("."):
+            raise NiclabError(f"{path}: extends = {name!r}: name another recipe beside this one (images/<name>/)")
+        parent = load_recipe(directory.parent / name, (*_seen, directory.name))
+        builds = parent.builds + _builds(data)
+        data = _extended(parent, data)
+    else:
+        builds = _builds(data)
     try:
+        firmware = str(data.get("firmware", "none"))
+        if firmware not in FIRMWARE_CHOICES:
+            raise NiclabError(f"{path}: firmware = {firmware!r}: it is one of {', '.join(FIRMWARE_CHOICES)}")
         return Recipe(
             name=directory.name,
             directory=directory,
@@ -93,10 +157,11 @@ def load_recipe(directory: Path) -> Recipe:
             files=tuple(data.get("files", ())),
             modules=tuple(data["modules"]),
             cmdline=data["cmdline"],
-            builds=tuple(
-                SourceBuild(b["source"], tuple(b.get("needs", ())), b["script"]) for b in data.get("build", ())
-            ),
-            disk=_disk(data["disk"]) if "disk" in data else None,
+            builds=builds,
+            disk=_disk(data["disk"]) if "disk" in data else (parent.disk if parent else None),
+            module_dirs=tuple(d.strip("/") for d in data.get("module_dirs", ())),
+            firmware=firmware,
+            parent=parent,
         )
     except KeyError as exc:
         raise NiclabError(f"{path}: missing key {exc.args[0]!r}") from None

@@ -5,7 +5,10 @@ vmlinux (the same kernel uncompressed, booted at its PVH entry: image.pvh) when
 the kernel has one, and disk.qcow2 for a recipe with a [disk] table.
 initrd.img is two gzipped cpio archives, one after the other, as the kernel
 takes them: userspace.cpio.gz (the programs, kept beside it) and
-modules.cpio.gz (the kernel's modules). An image for another kernel
+modules.cpio.gz (the kernel's modules), and for a recipe that takes its
+modules' firmware (the lab image) a third, firmware.cpio.gz. Beside them
+modules.alias and modules.builtin.modinfo, as in the initramfs, for finding a
+card's driver without unpacking it (plumbing/lab/drivers.py). An image for another kernel
 (image.kernels) is <recipe>-<hash>+<kernel>/, the same userspace with that
 kernel's modules.
 A build happens in a temporary directory next to it and is renamed into place,
@@ -30,7 +33,8 @@ from niclab.base.paths import cache_dir, images_dir
 from niclab.plumbing.image.assemble import assemble
 from niclab.plumbing.image.cpio import CpioWriter, Entry
 from niclab.plumbing.image.disk import make_disk
-from niclab.plumbing.image.kernelfiles import from_root, module_set
+from niclab.plumbing.image.drivers import FirmwareSet, every_module_under, firmware_set, unpacked_bytes
+from niclab.plumbing.image.kernelfiles import ModuleSet, from_root, module_set
 from niclab.plumbing.image.manifest import installed_packages
 from niclab.plumbing.image.pvh import pvh_kernel
 from niclab.plumbing.image.recipe import Recipe, load_recipe
@@ -38,6 +42,9 @@ from niclab.plumbing.image.rootfs import fetch_root
 from niclab.plumbing.image.tartree import TarTree
 
 DEFAULT_RECIPE = "micro"
+LAB_RECIPE = "lab"  # what lab runs boot: every Ethernet driver of the kernel and their firmware
+ALIAS_FILES = ("modules.alias", "modules.builtin.modinfo")
+FIRMWARE_ARCHIVE = "firmware.cpio.gz"
 
 
 @dataclass(frozen=True)
@@ -101,11 +108,15 @@ def load_image(directory: Path) -> Image | None:
     )
 
 
-def write_initrd(directory: Path, userspace: Path, modules: list[Entry]) -> None:
-    """modules.cpio.gz from the entries, and initrd.img: the userspace archive, then the modules one."""
+def write_initrd(directory: Path, userspace: Path, modules: list[Entry], firmware: Path | None = None) -> None:
+    """modules.cpio.gz from the entries, and initrd.img: the userspace archive, then the modules one, then the
+    firmware one if the image has one; modules.alias and modules.builtin.modinfo copied beside them."""
     write_cpio(directory / "modules.cpio.gz", modules)
+    for entry in modules:
+        if entry.name.rsplit("/", 1)[-1] in ALIAS_FILES:
+            (directory / entry.name.rsplit("/", 1)[-1]).write_bytes(entry.data)
     with open(directory / "initrd.img", "wb") as out:
-        for part in (userspace, directory / "modules.cpio.gz"):
+        for part in (userspace, directory / "modules.cpio.gz", *([firmware] if firmware else [])):
             with open(part, "rb") as data:
                 shutil.copyfileobj(data, out)
 
@@ -122,13 +133,19 @@ def recipe(name: str = DEFAULT_RECIPE) -> Recipe:
     return load_recipe(images_dir() / name)
 
 
+#: The variable that points at a built image to use instead of the recipe's (tests, a prebuilt image).
+OVERRIDES = {DEFAULT_RECIPE: "NICLAB_IMAGE", LAB_RECIPE: "NICLAB_LAB_IMAGE"}
+
+
 def find_image(name: str = DEFAULT_RECIPE) -> Image | None:
-    """The built image for the current recipe, or the one $NICLAB_IMAGE points at (for the micro image)."""
-    if name == DEFAULT_RECIPE and (override := os.environ.get("NICLAB_IMAGE")):
+    """The built image for the current recipe, or the one $NICLAB_IMAGE ($NICLAB_LAB_IMAGE for the lab image)
+    points at."""
+    if name in OVERRIDES and (override := os.environ.get(OVERRIDES[name])):
         image = load_image(Path(override))
         if image is None:
             raise NiclabError(
-                f"NICLAB_IMAGE={override} is not a built niclab image (it needs vmlinuz, initrd.img and manifest.json)"
+                f"{OVERRIDES[name]}={override} is not a built niclab image (it needs vmlinuz, initrd.img and "
+                "manifest.json)"
             )
         return image
     wanted = recipe(name)
@@ -159,9 +176,16 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                 make_disk(wanted.disk, root_tar, work / "disk.qcow2", progress)
             progress("assembling the initramfs")
             with TarTree(root_tar) as root:
-                write_cpio(work / "userspace.cpio.gz", assemble(root, wanted))
+                userspace = assemble(root, wanted)
+                write_cpio(work / "userspace.cpio.gz", userspace)
                 kernel_files = from_root(root)
-                modules = module_set(kernel_files, list(wanted.modules))
+                names = list(wanted.modules)
+                if wanted.module_dirs:
+                    names += every_module_under(kernel_files, wanted.module_dirs, f"{wanted.directory}/recipe.toml")
+                modules = module_set(kernel_files, names)
+                firmware = firmware_set(root, modules.firmware) if wanted.firmware == "modules" else None
+                if firmware is not None:
+                    write_cpio(work / FIRMWARE_ARCHIVE, firmware.entries)
                 if modules.missing:
                     raise NiclabError(
                         f"image build: kernel {kernel_files.version} has no module(s) {', '.join(modules.missing)} "
@@ -169,6 +193,8 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                     )
                 kernel = kernel_files.read_kernel()
                 packages = installed_packages(root.read("/var/lib/dpkg/status").decode())
+                unpacked_size = unpacked_bytes(userspace) + unpacked_bytes(modules.entries)
+                unpacked_size += unpacked_bytes(firmware.entries) if firmware else 0
                 built = {
                     b.source: next((d for d in root.listdir("/usr/src") if d.startswith(f"{b.source}-")), "?")
                     for b in wanted.builds
@@ -176,7 +202,9 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
             (work / "vmlinuz").write_bytes(kernel)
             if (unpacked := pvh_kernel(kernel)) is not None:
                 (work / "vmlinux").write_bytes(unpacked)
-            write_initrd(work, work / "userspace.cpio.gz", modules.entries)
+            write_initrd(
+                work, work / "userspace.cpio.gz", modules.entries, work / FIRMWARE_ARCHIVE if firmware else None
+            )
             if kernel_files.config is not None:
                 (work / "config").write_text(kernel_files.config)
             manifest: dict = {
@@ -197,6 +225,9 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
                 "packages": packages,
                 "built_from_source": built,  # source package -> the unpacked directory (its version)
             }
+            if wanted.module_dirs or firmware is not None:
+                packed = manifest["initrd_bytes"]
+                manifest.update(lab_facts(wanted.module_dirs, modules, firmware, unpacked_size, packed))
             if wanted.disk is not None:
                 manifest["disk"] = {
                     "size_mib": wanted.disk.size_mib,
@@ -218,6 +249,31 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
             f"(initramfs {manifest['initrd_bytes'] / 2**20:.1f} MiB{disk}, kernel {manifest['kernel_version']})"
         )
         return image
+
+
+# Beside the initramfs, unpacked and still packed: the kernel, the programs and the benchmarks' buffers. The lab
+# image (110 MiB unpacked, 32 MiB packed) failed to unpack in 224 MiB and booted in 256 MiB under TCG.
+BOOT_MEMORY_MIB = 128
+
+
+def lab_facts(
+    module_dirs: tuple[str, ...], modules: ModuleSet, firmware: FirmwareSet | None, unpacked: int, initrd: int
+) -> dict:
+    """The manifest's part for an image with a directory's modules and their firmware: what it carries, what
+    each module's firmware is and whether the image has it, and the memory a guest needs to unpack it."""
+    return {
+        "module_dirs": list(module_dirs),
+        "module_count": len(modules.loaded),
+        "module_firmware": {
+            m: (firmware.present[m] if firmware else dict.fromkeys(names, False))
+            for m, names in modules.firmware.items()
+        },
+        "firmware_files": firmware.files if firmware else 0,
+        "firmware_bytes": firmware.bytes if firmware else 0,
+        "unpacked_bytes": unpacked,
+        # the initramfs unpacked into RAM, its packed copy until then, and what a guest needs beside them
+        "min_memory_mib": 64 * -(-((unpacked + initrd) // 2**20 + BOOT_MEMORY_MIB) // 64),
+    }
 
 
 def ensure_image(name: str = DEFAULT_RECIPE, progress: Progress = print) -> Image:

@@ -29,11 +29,13 @@ from typing import Literal, Protocol
 
 from niclab.model.lab import pciclass
 from niclab.model.lab.pciclass import AllowedClass
+from niclab.plumbing.lab.drivers import DriverTable
 from niclab.plumbing.lab.hostnet import NetReader
 from niclab.plumbing.lab.sysfs import VFIO_PCI, PciReader
 
 Status = Literal["ok", "warn", "fail"]
 HOST_USE = "host use"
+GUEST_DRIVER = "guest driver"
 _GRUB = "to GRUB_CMDLINE_LINUX in /etc/default/grub, run update-grub and reboot"
 _MEMLOCK_ENOUGH = 1 << 30  # a guest's whole RAM gets pinned; below 1 GiB even a small guest fails
 
@@ -260,11 +262,39 @@ def _memlock(limit: int) -> Check:
     )
 
 
-def diagnose(sysfs: PciReader, hostnet: NetReader, cards: Sequence[CardLike]) -> list[CardReport]:
-    return [CardReport(card, _card_checks(sysfs, hostnet, card)) for card in cards]
+def diagnose(
+    sysfs: PciReader, hostnet: NetReader, cards: Sequence[CardLike], drivers: DriverTable | None = None
+) -> list[CardReport]:
+    """The card checks; with the lab image's `drivers`, also the driver and firmware each card gets in a guest."""
+    return [CardReport(card, _card_checks(sysfs, hostnet, card, drivers)) for card in cards]
 
 
-def _card_checks(sysfs: PciReader, hostnet: NetReader, card: CardLike) -> list[Check]:
+def guest_driver_check(drivers: DriverTable, pci_id: str, modalias: str | None, code: int | None) -> Check:
+    """The module the lab guest loads for the card (by its modalias if the host gives it, else its ID and
+    class) and the firmware that module names; a fail when the image has no driver for it."""
+    found = drivers.resolve(modalias or pci_id, None if modalias else code)
+    image = f"lab image {drivers.image.id}, kernel {drivers.kernel}"
+    if found.module is None:
+        return Check(
+            GUEST_DRIVER,
+            "fail",
+            f"no driver for {pci_id} in the {image}: its modules.alias matches no module",
+            "check the card's PCI ID (lspci -nn); a driver out of the kernel's tree needs a kernel build that has "
+            "it (a scenario's kernel: {build: ...})",
+        )
+    others = f"; also matches {', '.join(found.modules[1:])}" if len(found.modules) > 1 else ""
+    builtin = ", built in" if found.builtin else ""
+    status: Status = "warn" if found.missing_firmware else "ok"
+    fix = f"the image lacks {', '.join(found.missing_firmware)}: add the Debian package that has it to images/lab"
+    return Check(
+        GUEST_DRIVER,
+        status,
+        f"{found.module} ({image}{builtin}), firmware: {found.describe_firmware()}{others}",
+        fix if found.missing_firmware else "",
+    )
+
+
+def _card_checks(sysfs: PciReader, hostnet: NetReader, card: CardLike, drivers: DriverTable | None) -> list[Check]:
     pci = card.pci
     if not sysfs.exists(pci):
         where = card.host or "this host"
@@ -280,6 +310,8 @@ def _card_checks(sysfs: PciReader, hostnet: NetReader, card: CardLike) -> list[C
         checks.append(Check("pci id", "fail", f"{pci} is {found}, but {what} {expected}", "check the inventory's pci"))
     else:
         checks.append(Check("pci id", "ok", found))
+    if drivers is not None:
+        checks.append(guest_driver_check(drivers, found, sysfs.modalias(pci), code))
     checks.append(_group(sysfs, hostnet, pci))
     if (host := hostnet.unread_host()) is not None:
         checks.append(_not_checked("default route", host))

@@ -222,6 +222,10 @@ class LibvirtPci:
         vendor, product = (device.vendor, device.product) if device is not None else (None, None)
         return f"{vendor or 0:04x}:{product or 0:04x}"
 
+    def modalias(self, pci: str) -> str | None:
+        """libvirt's node devices give the IDs, not the modalias: the doctor matches by vendor:device."""
+        return None
+
     def pci_class(self, pci: str) -> int:
         device = self._device(pci)
         return (device.pci_class or 0) if device is not None else 0

@@ -30,6 +30,7 @@ from niclab.model import nics
 from niclab.model.lab.inventory import Inventory
 from niclab.model.lab.match import Placement
 from niclab.plumbing.lab.doctor import CardRef, CardReport, diagnose
+from niclab.plumbing.lab.drivers import DriverTable
 from niclab.plumbing.lab.hostnet import HostNet, NetReader
 from niclab.plumbing.lab.hosts import ssh_readers
 from niclab.plumbing.lab.lease import leases
@@ -52,7 +53,7 @@ def card_refs(lab: Inventory, card_ids: list[str]) -> list[CardRef]:
     for card_id in card_ids:
         card = lab.card(card_id)
         found = nics.lookup(card.class_name)
-        expected = found.pci_id if found else None
+        expected = card.pci_id or (found.pci_id if found else None)
         refs.append(CardRef(card.id, card.pci, card.class_name, expected, lab.allowed_class(card_id), card.host))
     return refs
 
@@ -60,9 +61,12 @@ def card_refs(lab: Inventory, card_ids: list[str]) -> list[CardRef]:
 Readers = tuple[PciReader, NetReader]
 
 
-def diagnose_cards(lab: Inventory, card_ids: list[str], readers: Mapping[str, Readers]) -> list[CardReport]:
-    """The doctor's card checks on each card, read through its host's readers (`readers[host]`)."""
-    return [report for c in card_ids for report in diagnose(*readers[lab.card(c).host], card_refs(lab, [c]))]
+def diagnose_cards(
+    lab: Inventory, card_ids: list[str], readers: Mapping[str, Readers], drivers: DriverTable | None = None
+) -> list[CardReport]:
+    """The doctor's card checks on each card, read through its host's readers (`readers[host]`); with the lab
+    image's `drivers`, the driver each card gets in the guest too."""
+    return [report for c in card_ids for report in diagnose(*readers[lab.card(c).host], card_refs(lab, [c]), drivers)]
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from niclab.base.errors import NiclabError
+from niclab.model.lab.modalias import is_pci_modalias
 from niclab.model.lab.pciclass import PCI_ADDRESS
 
 VFIO_PCI = "vfio-pci"
@@ -29,6 +30,7 @@ class PciReader(Protocol):
     def driver(self, pci: str) -> str | None: ...
     def driver_override(self, pci: str) -> str | None: ...
     def pci_id(self, pci: str) -> str: ...
+    def modalias(self, pci: str) -> str | None: ...
     def pci_class(self, pci: str) -> int: ...
     def is_bridge(self, pci: str) -> bool: ...
     def iommu_group(self, pci: str) -> int | None: ...
@@ -74,6 +76,12 @@ class Sysfs:
         """vendor:device as lspci -n prints it, e.g. "8086:100e"."""
         vendor, device = (int(_read(self.device(pci) / name) or "0", 16) for name in ("vendor", "device"))
         return f"{vendor:04x}:{device:04x}"
+
+    def modalias(self, pci: str) -> str | None:
+        """What modprobe matches the device by ("pci:v00008086d000010FBsv...bc02sc00i00"); None if unreadable
+        or not of that form."""
+        text = _read(self.device(pci) / "modalias")
+        return text if text is not None and is_pci_modalias(text) else None
 
     def pci_class(self, pci: str) -> int:
         """e.g. 0x020000 for an Ethernet controller; class >> 8 == 0x0604 is a PCI bridge."""

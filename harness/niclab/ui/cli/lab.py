@@ -1,7 +1,8 @@
 """`niclab lab …`: check an inventory, diagnose a lab host, give cards back after a crash.
 
 niclab lab check LAB_YAML...        the inventory's schema and references (like `niclab validate`)
-niclab lab doctor --lab LAB_YAML    every host's set-up and, per card on its host: class, IOMMU group, driver, host use
+niclab lab doctor --lab LAB_YAML    every host's set-up and, per card on its host: class, IOMMU group, driver, host
+                                    use, the driver and firmware the lab guest gives it
 niclab lab restore                  every card a run left on vfio-pci back to its driver (from the journal)
 niclab lab leases [--lab LAB_YAML]  which run holds which card (on every lab host, with --lab)
 """
@@ -42,7 +43,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
     from niclab.model.lab.inventory import load_inventory
+    from niclab.plumbing.image.store import LAB_RECIPE, find_image
     from niclab.plumbing.lab.doctor import diagnose_host, render
+    from niclab.plumbing.lab.drivers import DriverTable
     from niclab.plumbing.lab.hostnet import HostNet
     from niclab.plumbing.lab.hosts import reach, title
     from niclab.plumbing.lab.passthrough import Readers, diagnose_cards
@@ -79,8 +82,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 remote[name] = reached.report
         _kvm_verdicts(lab.hosts, remote, args.probe)
         checked = [card.id for card in lab.cards if card.host in readers]
-        reports = diagnose_cards(lab, checked, readers)
+        image = find_image(LAB_RECIPE)  # not built here: a build takes minutes, a run builds it
+        reports = diagnose_cards(lab, checked, readers, DriverTable(image) if image is not None else None)
     print(render(hosts, reports), end="")
+    if image is None and checked:
+        print(f"guest drivers not checked: the lab image is not built (niclab image build {LAB_RECIPE})")
     if elsewhere:
         unchecked = ", ".join(card.id for card in lab.cards if card.host in elsewhere)
         where = ", ".join(elsewhere)
@@ -218,7 +224,8 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "doctor",
         help="can this host pass the lab's cards through?",
         description="Per card, on its host: its PCI class, its IOMMU group (viable, and holding no display, disk "
-        "or default route's device), driver, whether the host uses it (an address, a route); and this host's IOMMU, "
+        "or default route's device), driver, whether the host uses it (an address, a route), the driver and firmware "
+        "the lab image's guest gives it (from its modules.alias); and this host's IOMMU, "
         "interrupt remapping, vfio-pci, memlock and libvirt. Every other host of the lab is checked from here "
         "over ssh (its sysfs, its routes, KVM and libvirt), at the host its libvirt URI names; a host whose ssh "
         "does not answer but whose libvirt does has its cards read through libvirt's node devices, where host "

@@ -1,0 +1,91 @@
+"""A lab image's drivers: every module under some directories of a kernel, and the firmware they name.
+
+A recipe's `module_dirs` (kernel/drivers/net/ethernet) puts every module
+below them into the image, beside its `modules`; `firmware = "modules"` copies
+from the guest root's /usr/lib/firmware the files those modules name in their
+modinfo (`firmware:`), and the files such a name resolves to through symlinks,
+and no other: Debian's firmware packages hold far more than the drivers load.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import stat
+from dataclasses import dataclass
+
+from niclab.base.errors import NiclabError
+from niclab.plumbing.image.assemble import Tree
+from niclab.plumbing.image.cpio import Entry
+from niclab.plumbing.image.kernelfiles import KernelFiles
+from niclab.plumbing.image.tartree import TarTree
+
+FIRMWARE_DIRS = ("/usr/lib/firmware", "/lib/firmware")
+FIRMWARE_SUFFIXES = ("", ".xz", ".zst")  # the kernel's loader takes a compressed file under the name plus suffix
+
+
+def modules_under(kernel: KernelFiles, directories: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each of `directories` (relative to the kernel's modules directory) -> the names of the modules below it."""
+    return {
+        directory: sorted(name for name, path in kernel.modules.items() if path.startswith(directory.strip("/") + "/"))
+        for directory in directories
+    }
+
+
+def every_module_under(kernel: KernelFiles, directories: tuple[str, ...], origin: str) -> list[str]:
+    """modules_under, all in one list; a directory with no module is an error of the recipe (`origin`)."""
+    names: list[str] = []
+    for directory, found in modules_under(kernel, directories).items():
+        if not found:
+            raise NiclabError(
+                f"image build: kernel {kernel.version} has no module under {directory} (module_dirs of {origin})"
+            )
+        names += [name for name in found if name not in names]
+    return names
+
+
+@dataclass(frozen=True)
+class FirmwareSet:
+    entries: list[Entry]  # usr/lib/firmware/...: files, and symlinks where a name resolves elsewhere
+    present: dict[str, dict[str, bool]]  # module -> each file it names -> whether the image has it
+    files: int  # regular files copied
+    bytes: int  # their size
+
+
+def _safe(name: str) -> bool:
+    return bool(name) and not name.startswith("/") and ".." not in name.split("/") and "\0" not in name
+
+
+def firmware_set(root: TarTree, named: dict[str, list[str]]) -> FirmwareSet:
+    """The firmware files the modules name (module -> names), as found in the guest root."""
+    tree = Tree()
+    present: dict[str, dict[str, bool]] = {}
+    for module in sorted(named):
+        present[module] = {}
+        for name in named[module]:
+            found = next(
+                (
+                    f"{directory}/{name}{suffix}"
+                    for directory in FIRMWARE_DIRS
+                    for suffix in FIRMWARE_SUFFIXES
+                    if _safe(name) and root.exists(f"{directory}/{name}{suffix}")
+                ),
+                None,
+            )
+            present[module][name] = found is not None
+            if found is None:
+                continue
+            resolved = root.resolve(found).lstrip("/")
+            if not tree.has(resolved):
+                tree.add(Entry(resolved, stat.S_IFREG | 0o644, root.read(found)))
+            wanted = "usr/lib/firmware/" + name + found[found.rindex(name) + len(name) :]
+            if wanted != resolved and not tree.has(wanted):
+                tree.add(
+                    Entry(wanted, stat.S_IFLNK | 0o777, posixpath.relpath(resolved, posixpath.dirname(wanted)).encode())
+                )
+    files = [e for e in tree.entries.values() if stat.S_ISREG(e.mode)]
+    return FirmwareSet(tree.sorted_entries(), present, len(files), sum(len(e.data) for e in files))
+
+
+def unpacked_bytes(entries: list[Entry]) -> int:
+    """What an archive's files take once the kernel has unpacked it into its RAM file system."""
+    return sum(len(e.data) for e in entries if stat.S_ISREG(e.mode))
