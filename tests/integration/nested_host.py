@@ -1,66 +1,110 @@
-"""A lab host without lab hardware: an L1 QEMU guest with an emulated IOMMU and two e1000 cards.
+"""A lab of two machines without lab hardware: two L1 QEMU guests, each with an emulated IOMMU and one e1000 card.
 
-L1 runs under TCG: q35 with an Intel IOMMU that remaps interrupts, `-cpu max`
+Each L1 runs under TCG: q35 with an Intel IOMMU that remaps interrupts, `-cpu max`
 (which exposes SVM, so KVM works inside L1: kvm_amd loads at boot), and the
-Debian image, which carries QEMU, libvirt and Python. Its two e1000 cards are
-cabled to each other by a pair of UDP sockets on 127.0.0.1, so traffic between
-them crosses this host's loopback only. The checkout, the virtualenv's
-packages and the micro image are shared read-only over 9p: niclab runs in L1
-from the same code. Commands reach L1 through its guest agent (niclab's own
-AgentNode), so L1 needs no network of its own.
+Debian image, which carries sshd, libvirt and QEMU. It is a lab host as a real
+one is: niclab runs on THIS machine as the controller and reaches each L1 only
+through `qemu+ssh://root@l1a/system` (libvirt) and `ssh l1a` (the doctor, the
+leases), as it would reach two PCs in a lab.
 
-QEMU 7.2's TCG emulation of SVM now and then kills L1's kernel in the thread
-of an L2 vCPU (an oops whose `Comm:` is `CPU n/KVM`, such as "stack guard page
-was hit"), or an L2 guest. `NestedLabHost` boots L1 again when either dies
-that way, and says so; any other death of L1 is the test's failure.
+The wiring crosses this host's loopback only, and nothing changes in its
+network:
+- the two e1000 cards are joined by a pair of UDP sockets on 127.0.0.1 (the
+  studies' crossover cable between two PCs);
+- a second pair joins the L1s' "tunnel" NICs (198.18.250.1 and .2 inside
+  them): the hosts' own network, over which niclab's cross-host UDP tunnels of
+  emulated nodes run;
+- each L1's sshd is reached through a QEMU user-mode `hostfwd` on
+  127.0.0.1:PORT (`restrict=on`: the L1 reaches nothing else).
+
+The controller's `ssh` is the user's, with an ssh config that names the L1s
+(`Host l1a` ... `Port`, `IdentityFile`): a wrapper first on PATH adds `-F` to
+it, for libvirt's ssh transport and niclab's own connection alike, since
+OpenSSH reads ~/.ssh/config from the password database's home, not $HOME.
+
+QEMU 7.2's TCG emulation of SVM now and then kills an L1's kernel in the thread
+of an L2 vCPU (an oops whose `Comm:` is `CPU n/KVM`), or an L2 guest.
+`NestedLab.crashed()` says whether a failure was that; the tests then boot
+that L1 again (`reboot`) and run the command once more, and say so.
 """
 
 from __future__ import annotations
 
+import os
 import re
-import site
+import socket
+import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from niclab.base.node import CommandResult
-from niclab.base.paths import SOURCE_ROOT
-from niclab.base.procs import Supervisor
+from niclab.base.procs import Child, Supervisor
 from niclab.plumbing.accel import qemu_binary
 from niclab.plumbing.backends.qemu import tail, udp_cable
 from niclab.plumbing.guest import AgentError, AgentNode, GuestAgent
 from niclab.plumbing.image import Image
 
-CARD_SLOTS = (0x04, 0x05)  # the cards' PCI slots in L1: 0000:00:04.0 and 0000:00:05.0
-CARDS = tuple(f"0000:00:{slot:02x}.0" for slot in CARD_SLOTS)
-SHARES = {"niclab": SOURCE_ROOT}  # plus "site" and "micro", found at run time
-MOUNT = "/mnt"
-
-LAB_YAML = f"""\
-name: nested
-hosts:
-  l1: {{libvirt: "qemu:///system"}}
-cards:
-  - {{id: card-a, host: l1, pci: "{CARDS[0]}", class: e1000, name: QEMU e1000 in the nested host}}
-  - {{id: card-b, host: l1, pci: "{CARDS[1]}", class: e1000, name: QEMU e1000 in the nested host}}
-cables:
-  - [card-a, card-b]
-"""
+CARD_SLOT = 0x04  # each L1's card: 0000:00:04.0
+CARD = f"0000:00:{CARD_SLOT:02x}.0"
+TUNNEL_SLOT = 0x05
+HOSTS = ("l1a", "l1b")
+TUNNEL_NET = "198.18.250"  # the L1s' own network, inside them: l1a is .1, l1b .2
 
 
-def site_packages() -> Path:
-    """The virtualenv's packages (pydantic, numpy, libvirt-python ...): L1's Python 3.11 imports them."""
-    return Path(next(p for p in site.getsitepackages() if p.endswith("site-packages")))
+def tunnel_address(index: int) -> str:
+    return f"{TUNNEL_NET}.{index + 1}"
 
 
-def l1_argv(debian: Image, fds: tuple[int, int], shares: dict[str, Path]) -> list[str]:
+def lab_yaml(key_dir: Path | None = None) -> str:
+    """The two-host inventory the controller uses: one e1000 card on each L1, the crossover cable between them."""
+    hosts = "\n".join(
+        f'  {name}: {{libvirt: "qemu+ssh://root@{name}/system", address: {tunnel_address(i)}, '
+        f"capacity: {{cpus: 2, memory_mib: 1536}}}}"
+        for i, name in enumerate(HOSTS)
+    )
+    cards = "\n".join(
+        f'  - {{id: card-{name[-1]}, host: {name}, pci: "{CARD}", class: e1000, name: QEMU e1000 in {name}}}'
+        for name in HOSTS
+    )
+    return f"name: nested-pair\nhosts:\n{hosts}\ncards:\n{cards}\ncables:\n  - [card-a, card-b]\n"
+
+
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class L1:
+    """One lab host: its name, index, the sockets of its card and tunnel NIC (kept for reboots), its ssh port."""
+
+    name: str
+    index: int
+    card: socket.socket
+    tunnel: socket.socket
+    ssh_port: int
+    boots: list[Path] = field(default_factory=list)
+    node: AgentNode | None = None
+    agent: GuestAgent | None = None
+    child: Child | None = None
+    stack: ExitStack = field(default_factory=ExitStack)
+
+    @property
+    def console(self) -> Path:
+        return self.boots[-1] / "serial.log"
+
+
+def l1_argv(debian: Image, host: L1) -> list[str]:
     assert debian.disk is not None
-    argv = [
+    mac = f"{host.index + 1:02x}"
+    return [
         qemu_binary(),
         "-name",
-        "lab-host,process=niclab-lab-host",
+        f"{host.name},process=niclab-lab-{host.name}",
         "-machine",
         "q35,kernel-irqchip=split,accel=tcg",
         "-device",
@@ -85,164 +129,211 @@ def l1_argv(debian: Image, fds: tuple[int, int], shares: dict[str, Path]) -> lis
         "-drive",
         f"file={debian.disk},if=virtio,format=qcow2,snapshot=on",
         "-chardev",
-        "file,id=serial0,path=l1.serial.log",
+        "file,id=serial0,path=serial.log",
         "-serial",
         "chardev:serial0",
         "-chardev",
-        "socket,id=qga0,path=l1.qga,server=on,wait=off",
+        "socket,id=qga0,path=qga.sock,server=on,wait=off",
         "-device",
         "virtio-serial-pci,id=vser0",
         "-device",
         "virtserialport,bus=vser0.0,chardev=qga0,name=org.qemu.guest_agent.0",
+        # the card under test, and the hosts' own network for tunnels: both cables on 127.0.0.1
+        "-netdev",
+        f"dgram,id=card,local.type=fd,local.str={host.card.fileno()}",
+        "-device",
+        f"e1000,netdev=card,mac=52:54:00:4e:4c:{mac},bus=pcie.0,addr={CARD_SLOT:#x}",
+        "-netdev",
+        f"dgram,id=tunnel,local.type=fd,local.str={host.tunnel.fileno()}",
+        "-device",
+        f"virtio-net-pci,netdev=tunnel,mac=02:4e:4c:fe:00:{mac},bus=pcie.0,addr={TUNNEL_SLOT:#x}",
+        # management: sshd through a forward on this host's 127.0.0.1, nothing else reachable
+        "-netdev",
+        f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{host.ssh_port}-:22",
+        "-device",
+        "virtio-net-pci,netdev=mgmt,mac=52:54:00:4e:4d:" + mac,
     ]
-    for i, (slot, fd) in enumerate(zip(CARD_SLOTS, fds, strict=True)):
-        argv += [
-            "-netdev",
-            f"dgram,id=card{i},local.type=fd,local.str={fd}",
-            "-device",
-            f"e1000,netdev=card{i},mac=52:54:00:4e:4c:{i + 1:02x},bus=pcie.0,addr={slot:#x}",
-        ]
-    for tag, path in shares.items():
-        argv += ["-virtfs", f"local,path={path},mount_tag={tag},security_model=none,readonly=on"]
-    return argv
 
 
-def prepare_script(shares: dict[str, Path]) -> str:
-    """Run in L1 as root: mount the shares, load vfio-pci and KVM, start libvirt, write the lab."""
-    mounts = "\n".join(
-        f"mkdir -p {MOUNT}/{tag} && mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 {tag} {MOUNT}/{tag}"
-        for tag in shares
-    )
+def prepare_script(host: L1, public_key: str) -> str:
+    """Run in L1 as root: vfio-pci and KVM, libvirt, sshd with the controller's key, the tunnel address."""
+    mac = f"02:4e:4c:fe:00:{host.index + 1:02x}"
     return f"""set -eu
-modprobe -a 9p 9pnet_virtio
-{mounts}
 modprobe vfio-pci
 modprobe ccp || true
 # udev has loaded it at boot already, with nested paging: npt=0 would need a reload, and makes L2 so slow
 # under TCG's SVM that its guests had not answered after 10 minutes.
 modprobe kvm_amd || true
-systemctl start virtlogd.service libvirtd.service
-mkdir -p /root/cache /root/runs
-cat > /root/lab.yaml <<'EOF'
-{LAB_YAML}EOF
+systemctl start virtlogd.service libvirtd.service ssh.service
+install -d -m 0700 /root/.ssh
+printf '%s\\n' '{public_key}' > /root/.ssh/authorized_keys
+chmod 0600 /root/.ssh/authorized_keys
+tunnel=$(for d in /sys/class/net/*; do [ "$(cat $d/address)" = "{mac}" ] && basename $d; done)
+ip link set "$tunnel" up
+ip addr add {tunnel_address(host.index)}/24 dev "$tunnel"
 """
-
-
-def niclab_env() -> str:
-    """The environment niclab runs with in L1: this checkout's code, the virtualenv's packages, the micro image,
-    which is the lab runs' image too there (it has the e1000 driver, and L1's memory is short)."""
-    return (
-        f"PYTHONPATH={MOUNT}/niclab/harness:{MOUNT}/site NICLAB_IMAGE={MOUNT}/micro NICLAB_LAB_IMAGE={MOUNT}/micro "
-        "NICLAB_CACHE=/root/cache HOME=/root"
-    )
-
-
-@contextmanager
-def nested_lab_host(workdir: Path, debian: Image, micro: Image, boot_timeout: float = 600) -> Iterator[AgentNode]:
-    """Boot L1, prepare it as a lab host, and hand out a node to run commands in it; stop it on exit."""
-    shares = {**SHARES, "site": site_packages(), "micro": micro.directory}
-    workdir.mkdir(parents=True, exist_ok=True)
-    with ExitStack() as stack:
-        supervisor = stack.enter_context(Supervisor(workdir))
-        ends = udp_cable()
-        try:
-            child = supervisor.start(
-                "qemu-lab-host",
-                l1_argv(debian, (ends[0].fileno(), ends[1].fileno()), shares),
-                cwd=workdir,
-                log=workdir / "l1.qemu.log",
-                pass_fds=[ends[0].fileno(), ends[1].fileno()],
-            )
-        finally:
-            for end in ends:
-                end.close()
-        agent = GuestAgent("l1", workdir / "l1.qga")
-        stack.callback(agent.close)
-        agent.connect(time.monotonic() + boot_timeout, child.exit_reason)
-        node = AgentNode("l1", agent)
-        node.run(prepare_script(shares), timeout=300)
-        yield node
 
 
 # An oops in a QEMU vCPU thread of L1 that runs an L2 guest under KVM: the emulated SVM's, not niclab's.
 EMULATED_SVM_CRASH = re.compile(r"Comm: CPU \d+/KVM")
-# An L2 guest's kernel died (its console), or KVM in L1 gave up on it (libvirt's log of its QEMU).
+# An L2 guest's kernel died, or KVM in L1 gave up on it (libvirt's log of its QEMU).
 GUEST_DIED = re.compile(r"Kernel panic|BUG: |Oops|general protection fault|KVM internal error|KVM: entry failed")
 
 
 class LabHostGone(Exception):
-    """L1 died under a command, in a way that is not the emulated SVM's known crash, or too often."""
+    """An L1 died, in a way that is not the emulated SVM's known crash."""
 
 
-class NestedLabHost:
-    """The nested lab host for a test module, booted again when the emulated SVM kills L1 or an L2 guest.
+class NestedLab:
+    """Two L1 lab hosts for a test module, and the controller's ssh set-up to reach them.
 
-    Two deaths are the emulated SVM's, not niclab's: L1's kernel oopses in the thread of an L2 vCPU
-    (EMULATED_SVM_CRASH), or a command fails and the L2 consoles matching `consoles` (or libvirt's logs
-    of their QEMUs) show a guest's kernel dead or KVM giving up on it (GUEST_DIED). Either way the command
-    runs again from the start on a fresh L1 (its disk is a snapshot: nothing of the dead one is left), at
-    most `reboots` times for the module, and each reboot is printed with the evidence. Any other death of
-    L1 raises LabHostGone with its console.
+    `env` is the environment niclab runs with on this machine (PATH with the ssh wrapper first).
     """
 
-    def __init__(self, workdir: Path, debian: Image, micro: Image, reboots: int = 2) -> None:
-        self.workdir, self.debian, self.micro, self.reboots = workdir, debian, micro, reboots
-        self.boots: list[Path] = []  # each boot's directory (its console, QEMU log, agent socket)
+    def __init__(self, workdir: Path, debian: Image, boot_timeout: float = 600) -> None:
+        self.workdir, self.debian, self.boot_timeout = workdir, debian, boot_timeout
         self._stack = ExitStack()
-        self.node: AgentNode | None = None
+        self.hosts: dict[str, L1] = {}
+        self.supervisor: Supervisor | None = None
 
-    def __enter__(self) -> NestedLabHost:
-        self._boot()
+    # -- set-up -------------------------------------------------------------
+
+    def __enter__(self) -> NestedLab:
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
+        for host in self.hosts.values():
+            host.stack.close()
         self._stack.close()
+
+    def _start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.supervisor = self._stack.enter_context(Supervisor(self.workdir))
+        self._ssh_setup()
+        cards, tunnels = udp_cable(), udp_cable()
+        for end in (*cards, *tunnels):
+            self._stack.callback(end.close)
+        for i, name in enumerate(HOSTS):
+            self.hosts[name] = L1(name, i, cards[i], tunnels[i], free_tcp_port())
+        self._write_ssh_config()
+        for host in self.hosts.values():
+            self._launch(host)
+        for host in self.hosts.values():
+            self._ready(host)
+
+    def _ssh_setup(self) -> None:
+        key = self.workdir / "id_ed25519"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        bin_dir = self.workdir / "bin"
+        bin_dir.mkdir()
+        wrapper = bin_dir / "ssh"
+        wrapper.write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {self.workdir / "ssh_config"} "$@"\n')
+        wrapper.chmod(0o755)
+
+    def _write_ssh_config(self) -> None:
+        blocks = [
+            f"Host {host.name}\n  HostName 127.0.0.1\n  Port {host.ssh_port}\n  User root\n"
+            f"  IdentityFile {self.workdir / 'id_ed25519'}\n  IdentitiesOnly yes\n"
+            "  UserKnownHostsFile /dev/null\n  StrictHostKeyChecking no\n  LogLevel ERROR\n"
+            for host in self.hosts.values()
+        ]
+        (self.workdir / "ssh_config").write_text("\n".join(blocks))
+        (self.workdir / "lab.yaml").write_text(lab_yaml())
 
     @property
-    def console(self) -> Path:
-        return self.boots[-1] / "l1.serial.log"
+    def env(self) -> dict[str, str]:
+        return {"PATH": f"{self.workdir / 'bin'}:{os.environ['PATH']}"}
 
-    def _boot(self) -> None:
-        self._stack.close()
-        self._stack = ExitStack()
-        self.boots.append(self.workdir / f"boot{len(self.boots)}")
-        self.node = self._stack.enter_context(nested_lab_host(self.boots[-1], self.debian, self.micro))
+    @property
+    def lab(self) -> Path:
+        return self.workdir / "lab.yaml"
 
-    def _again(self, death: str) -> None:
-        """Boot a fresh L1 after the emulated SVM's `death`, if the module has a reboot left."""
-        if len(self.boots) > self.reboots:
-            raise LabHostGone(f"{death}\n(the emulated SVM's crash, {len(self.boots)} boots in a row)")
-        print(f"\n[nested] {death}\n[nested] the emulated SVM's crash: L1 boots again", file=sys.stderr)
-        self._boot()
+    def _launch(self, host: L1) -> None:
+        assert self.supervisor is not None
+        host.stack.close()
+        host.stack = ExitStack()
+        boot = self.workdir / f"{host.name}-boot{len(host.boots)}"
+        boot.mkdir()
+        host.boots.append(boot)
+        child = self.supervisor.start(
+            f"qemu-{host.name}-{len(host.boots)}",
+            l1_argv(self.debian, host),
+            cwd=boot,
+            log=boot / "qemu.log",
+            pass_fds=[host.card.fileno(), host.tunnel.fileno()],
+        )
+        host.stack.callback(_end, child)
+        agent = GuestAgent(host.name, boot / "qga.sock")
+        host.stack.callback(agent.close)
+        host.node, host.agent, host.child = AgentNode(host.name, agent), agent, child
 
-    def run(
-        self,
-        command: str,
-        timeout: float = 60.0,
-        check: bool = True,
-        consoles: str | None = None,
-    ) -> CommandResult:
-        while True:
-            assert self.node is not None, "enter the host first"
-            try:
-                result = self.node.run(command, timeout=timeout, check=check)
-            except AgentError as exc:
-                console = tail(self.console, 40)
-                gone = f"{exc}: the nested lab host is gone; the end of its console ({self.console}):\n{console}"
-                if not EMULATED_SVM_CRASH.search(console):
-                    raise LabHostGone(gone) from None
-                self._again(gone)
+    def _ready(self, host: L1) -> None:
+        assert host.node is not None and host.agent is not None and host.child is not None
+        host.agent.connect(time.monotonic() + self.boot_timeout, host.child.exit_reason)
+        public = (self.workdir / "id_ed25519.pub").read_text().strip()
+        host.node.run(prepare_script(host, public), timeout=300)
+        deadline = time.monotonic() + 120
+        while self.ssh(host.name, "true", check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise LabHostGone(f"{host.name}: sshd does not answer on 127.0.0.1:{host.ssh_port}")
+            time.sleep(1)
+
+    # -- use ------------------------------------------------------------------
+
+    def ssh(self, name: str, command: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        """A command on an L1 through the controller's ssh, as niclab reaches it."""
+        result = subprocess.run(
+            [str(self.workdir / "bin" / "ssh"), "-o", "BatchMode=yes", name, command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"ssh {name} {command!r}: {result.returncode}\n{result.stdout}{result.stderr}")
+        return result
+
+    def run(self, name: str, command: str, timeout: float = 60.0, check: bool = True) -> CommandResult:
+        """A command on an L1 through its guest agent (works without its network)."""
+        host = self.hosts[name]
+        assert host.node is not None
+        try:
+            return host.node.run(command, timeout=timeout, check=check)
+        except AgentError as exc:
+            raise LabHostGone(f"{exc}: {name} is gone; the end of its console ({host.console}):\n"
+                              f"{tail(host.console, 40)}") from None  # fmt: skip
+
+    def crashed(self) -> list[str]:
+        """The L1s whose kernel shows the emulated SVM's crash, or whose L2 guests died, on their console now."""
+        found = []
+        for name, host in self.hosts.items():
+            console = tail(host.console, 60)
+            if EMULATED_SVM_CRASH.search(console) or (host.child and host.child.exit_reason()):
+                found.append(name)
                 continue
-            logs = self.guest_logs(consoles) if consoles and result.returncode else ""
-            if not GUEST_DIED.search(logs):
-                return result
-            self._again(f"an L2 guest died under `{command}`:\n{logs}")
+            logs = self.run(name, "tail -n 30 /var/log/libvirt/qemu/*.log 2>/dev/null", check=False).stdout
+            if GUEST_DIED.search(logs):
+                found.append(name)
+        return found
 
-    def guest_logs(self, pattern: str) -> str:
-        """The end of each L2 console matching `pattern` in L1, and of libvirt's logs of their QEMUs."""
-        assert self.node is not None, "enter the host first"
-        return self.node.run(f"tail -n 30 {pattern} /var/log/libvirt/qemu/*.log 2>/dev/null", check=False).stdout
+    def reboot(self, name: str, why: str) -> None:
+        """Boot a fresh L1 (its disk is a snapshot: nothing of the dead one is left), and say why."""
+        print(f"\n[nested] {why}\n[nested] the emulated SVM's crash: {name} boots again", file=sys.stderr)
+        host = self.hosts[name]
+        self._launch(host)
+        self._ready(host)
 
-    def get(self, path: str) -> bytes:
-        assert self.node is not None, "enter the host first"
-        return self.node.get(path)
+    def kill(self, name: str) -> None:
+        """Pull the plug on an L1 (its QEMU ends at once), as a lab host that goes away."""
+        self.hosts[name].stack.close()
+
+
+def _end(child: Child) -> None:
+    """Stop one L1's QEMU at once (the supervisor ends the rest when the module ends)."""
+    if child.popen.poll() is None:
+        child.popen.kill()
+        child.popen.wait()

@@ -181,7 +181,7 @@ def test_an_image_without_an_alias_table_says_to_rebuild(lab_image):
 
 
 def real_cards_host(root: Path) -> FakeSysfs:
-    """A healthy host with the 15 cards of tests/data/lab/real-cards.yaml, each alone in its IOMMU group, on its
+    """A healthy host with the 16 cards (15 models) of tests/data/lab/real-cards.yaml, each alone in its IOMMU group, on its
     host driver."""
     fake = FakeSysfs(root)
     fake.add_iommu("dmar0", intel_ecap=0xF020DF)
@@ -217,7 +217,7 @@ def test_the_doctor_prints_each_real_cards_guest_driver_and_firmware(lab_image, 
     out = capsys.readouterr().out
     lines = [" ".join(line.split()) for line in out.splitlines()]
     drivers = [line for line in lines if line.startswith("ok guest driver ")]
-    assert len(drivers) == 15
+    assert len(drivers) == 16
     for module in REAL_CARDS.values():
         assert any(line.startswith(f"ok guest driver {module} (lab image lab-0123456789abcdef, ") for line in drivers)
     assert "ok guest driver ixgbe (lab image lab-0123456789abcdef, kernel 6.1.0-fake), firmware: none" in lines

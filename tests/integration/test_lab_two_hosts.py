@@ -1,0 +1,197 @@
+"""A real lab's set-up, end to end in `make test`: two lab hosts, one card each, a crossover cable between them.
+
+The hosts are two nested L1 guests (tests/integration/nested_host.py), each
+with an emulated IOMMU, sshd and libvirtd and one e1000 card; the two cards are
+cabled to each other. niclab runs HERE, as a lab's controller does, with an
+inventory of `qemu+ssh://root@l1a/system` and `qemu+ssh://root@l1b/system`:
+
+- `niclab lab doctor` checks both hosts remotely (IOMMU, vfio-pci, libvirt,
+  each card's group, driver, host use, the driver it gets in the guest);
+- `niclab run scenarios/two-node.yaml --lab` places node a on one host and
+  node b on the other, passes each card through (leased on its own host),
+  measures over the cable between the hosts, and gives both cards back;
+- `--emulated --parallel` spreads four emulated cells over the two hosts at once;
+- a host that goes away mid-run (its L1 killed) fails only its cells, naming
+  it, and leaves nothing held on the other.
+
+Where an L1's kernel dies of the emulated SVM's known crash (nested_host.py),
+it boots again and the command runs again, once; any other death fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from niclab.plumbing.image.store import build_image
+from tests.integration.conftest import HERE
+from tests.integration.nested_host import CARD, HOSTS, NestedLab
+
+SCENARIOS = HERE.parent.parent / "scenarios"
+
+
+@pytest.fixture(scope="module")
+def nested(tmp_path_factory):
+    debian = build_image("debian", progress=lambda m: print(f"[image] {m}", file=sys.stderr))
+    with NestedLab(tmp_path_factory.mktemp("nested"), debian) as lab:
+        yield lab
+
+
+def niclab_here(lab: NestedLab, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """niclab on this machine, the controller, with the lab's ssh set-up; once more after an emulated SVM crash."""
+    for attempt in range(2):
+        result = subprocess.run(
+            [sys.executable, "-m", "niclab", *args],
+            env={**os.environ, **lab.env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode == 0 or attempt == 1:
+            return result
+        crashed = lab.crashed()
+        if not crashed:
+            return result
+        for name in crashed:
+            lab.reboot(name, f"`niclab {' '.join(args)}` failed and {name} shows the emulated SVM's crash")
+    raise AssertionError("unreachable")
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def only_run(out: Path) -> Path:
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    return run_dir
+
+
+def nothing_held(lab: NestedLab, name: str) -> None:
+    """No niclab domain on the host, its card back on e1000 without an override, no lease held there."""
+    assert lab.ssh(name, "virsh -c qemu:///system list --name").stdout.strip() == "", name
+    driver = lab.ssh(name, f"basename $(readlink /sys/bus/pci/devices/{CARD}/driver)").stdout.strip()
+    override = lab.ssh(name, f"cat /sys/bus/pci/devices/{CARD}/driver_override").stdout.strip()
+    assert (driver, override) == ("e1000", "(null)"), name
+    held = lab.ssh(
+        name,
+        'for f in /var/lib/niclab/leases/*.lock; do [ -e "$f" ] || continue; flock -n "$f" true || echo "$f"; done',
+        check=False,
+    ).stdout.strip()
+    assert held == "", f"{name} still holds a lease: {held}"
+
+
+def test_the_doctor_checks_both_hosts_from_the_controller(nested):
+    result = niclab_here(nested, ["lab", "doctor", "--lab", str(nested.lab)], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for name in HOSTS:
+        assert f"host {name}" in out, out
+        assert f"card card-{name[-1]} ({CARD}, e1000) on {name}" in out, out
+    assert "FAIL" not in out, out
+    assert "not checked" not in out, out  # routes and host use are read over ssh, not skipped
+    assert out.count("guest driver") == 2 and "e1000" in out, out
+
+
+def test_two_node_runs_across_the_two_hosts_over_the_cable_between_their_cards(nested, tmp_path):
+    started = time.monotonic()
+    result = niclab_here(
+        nested,
+        ["run", str(SCENARIOS / "two-node.yaml"), "--lab", str(nested.lab), "--out", str(tmp_path)],
+        timeout=1800,
+    )
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-6000:]
+    found = records(only_run(tmp_path))
+    (cell,) = [r for r in found if r["type"] == "cell"]
+    rig = cell["rig"]
+    assert rig["backend"] == "libvirt"
+    assert rig["hosts"] == {"a": "l1a", "b": "l1b"} or rig["hosts"] == {"a": "l1b", "b": "l1a"}, rig
+    cards = rig["cards"]
+    assert {cards["a/link0"]["host"], cards["b/link0"]["host"]} == set(HOSTS)
+    for port in ("a/link0", "b/link0"):
+        assert cards[port]["pci"] == CARD
+        assert cards[port]["guest_pci_id"] == "8086:100e" and cards[port]["guest_driver"] == "e1000", cards
+    measured = {r["name"]: r["value"] for r in found if r["type"] == "measurement"}
+    throughput = measured["netperf.TCP_STREAM.throughput_mbps"]
+    assert throughput > 0
+    print(
+        f"\ntwo hosts: {took:.0f} s; accel {rig['accel']}; a/link0 {cards['a/link0']['guest_driver']} "
+        f"{cards['a/link0']['guest_pci_id']} on {cards['a/link0']['host']}, b/link0 "
+        f"{cards['b/link0']['guest_driver']} {cards['b/link0']['guest_pci_id']} on {cards['b/link0']['host']}; "
+        f"TCP_STREAM over the cross-host cable {throughput} Mbit/s",
+        file=sys.stderr,
+    )
+    for name in HOSTS:
+        nothing_held(nested, name)
+
+
+def spans(found: list[dict]) -> dict[str, tuple[float, float]]:
+    """Each cell's time on its rig: from its `cell` record to its `cell_end` (epoch seconds)."""
+    from datetime import datetime
+
+    def at(text: str) -> float:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+    begin = {r["cell"]: at(r["time"]) for r in found if r["type"] == "cell"}
+    end = {r["cell"]: at(r["time"]) for r in found if r["type"] == "cell_end"}
+    return {cell: (begin[cell], end[cell]) for cell in begin}
+
+
+def test_parallel_spreads_four_emulated_cells_over_both_hosts_and_a_lost_host_fails_only_its_cell(nested, tmp_path):
+    """Four emulated cells with --parallel: the first two run at once, one on each host; while the last two
+    boot, l1b goes away (its L1 killed): its cell fails naming it, the other cells measure, l1a holds nothing."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "niclab", "run", str(HERE / "four-cells.yaml"), "--lab", str(nested.lab),
+         "--emulated", "--parallel", "--out", str(tmp_path)],
+        env={**os.environ, **nested.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    try:
+        assert proc.stderr is not None
+        booting = 0
+        for line in proc.stderr:
+            seen.append(line)
+            if "starting 2 libvirt domains" in line:
+                booting += 1
+                if booting == 4:  # the last two cells are booting, one on each host
+                    break
+        assert booting == 4, "".join(seen)
+        nested.kill("l1b")
+        _, rest = proc.communicate(timeout=900)
+        seen.append(rest)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    progress = "".join(seen)
+    assert proc.returncode != 0, progress
+    run_dir = only_run(tmp_path)
+    found = records(run_dir)
+    order = json.loads((run_dir / "run.json").read_text())["cell_order"]
+    assert order == ["nic=e1000", "nic=virtio", "nic=rtl8139", "nic=e1000e"]
+    # the shape of a sequential run: each cell's records together, in the scenario's order
+    cells_in_file = [r["cell"] for r in found if "cell" in r]
+    assert [c for i, c in enumerate(cells_in_file) if i == 0 or cells_in_file[i - 1] != c] == order, cells_in_file
+    failed = {r["cell"] for r in found if r["type"] == "error"}
+    assert len(failed) == 1 and failed <= set(order[2:]), (failed, progress)
+    assert all("l1b" in r["message"] for r in found if r["type"] == "error"), progress
+    for cell in set(order) - failed:
+        kinds = [r["type"] for r in found if r.get("cell") == cell]
+        assert kinds[0] == "cell" and kinds[-1] == "cell_end" and "measurement" in kinds, (cell, kinds)
+    hosts = {r["cell"]: set(r["rig"]["hosts"].values()) for r in found if r["type"] == "cell"}
+    assert hosts[order[0]] | hosts[order[1]] == set(HOSTS), hosts  # the first two: one on each host
+    times = spans(found)
+    first, second = times[order[0]], times[order[1]]
+    assert first[0] < second[1] and second[0] < first[1], f"the first two cells did not run at once: {times}"
+    survivor = (set(order[2:]) - failed).pop()
+    assert hosts[survivor] == {"l1a"}, hosts
+    nothing_held(nested, "l1a")
