@@ -438,8 +438,8 @@ class LibvirtBackend:
                 domain = conns[uri].createXML(xml, libvirt.VIR_DOMAIN_START_PAUSED)
             except libvirt.libvirtError as exc:
                 raise NiclabError(
-                    f"{node}: libvirt would not start the domain ({exc.get_error_message()}); "
-                    f"its XML is {workdir / (node + '.xml')}"
+                    f"{node}: libvirt on {self._host_title(uri)} would not start the domain "
+                    f"({exc.get_error_message()}); its XML is {workdir / (node + '.xml')}"
                 ) from None
             stack.callback(destroy, domain)
             console = Console(uri, plan.name, workdir / f"{node}.serial.log")
