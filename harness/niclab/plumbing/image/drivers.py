@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 
 from niclab.base.errors import NiclabError
-from niclab.plumbing.image.assemble import Tree
+from niclab.plumbing.image.assemble import MERGED_USR, Tree
 from niclab.plumbing.image.cpio import Entry
 from niclab.plumbing.image.kernelfiles import KernelFiles, ModuleSet
 from niclab.plumbing.image.tartree import TarTree
@@ -51,6 +51,13 @@ class FirmwareSet:
     bytes: int  # their size
 
 
+def _merged(path: str) -> str:
+    """Where a root's path lands in the merged-/usr initramfs: a root only extracted from packages (a layer's,
+    layer.py) has /lib/firmware as a directory of its own, not a link to /usr/lib/firmware."""
+    top, _, rest = path.lstrip("/").partition("/")
+    return posixpath.join(MERGED_USR[top], rest) if top in MERGED_USR and rest else path.lstrip("/")
+
+
 def _safe(name: str) -> bool:
     return bool(name) and not name.startswith("/") and ".." not in name.split("/") and "\0" not in name
 
@@ -74,7 +81,7 @@ def firmware_set(root: TarTree, named: dict[str, list[str]]) -> FirmwareSet:
             present[module][name] = found is not None
             if found is None:
                 continue
-            resolved = root.resolve(found).lstrip("/")
+            resolved = _merged(root.resolve(found))
             if not tree.has(resolved):
                 tree.add(Entry(resolved, stat.S_IFREG | 0o644, root.read(found)))
             wanted = "usr/lib/firmware/" + name + found[found.rindex(name) + len(name) :]
