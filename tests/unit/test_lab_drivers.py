@@ -181,8 +181,8 @@ def test_an_image_without_an_alias_table_says_to_rebuild(lab_image):
 
 
 def real_cards_host(root: Path) -> FakeSysfs:
-    """A healthy host with the 16 cards (15 models) of tests/data/lab/real-cards.yaml, each alone in its IOMMU group, on its
-    host driver."""
+    """A healthy host with the 16 cards (15 models) of tests/data/lab/real-cards.yaml, each alone in its IOMMU
+    group, on its host driver."""
     fake = FakeSysfs(root)
     fake.add_iommu("dmar0", intel_ecap=0xF020DF)
     fake.add_driver("vfio-pci")
