@@ -10,7 +10,9 @@ modules' firmware (the lab image) a third, firmware.cpio.gz. Beside them
 modules.alias and modules.builtin.modinfo, as in the initramfs, for finding a
 card's driver without unpacking it (plumbing/lab/drivers.py). An image for another kernel
 (image.kernels) is <recipe>-<hash>+<kernel>/, the same userspace with that
-kernel's modules.
+kernel's modules. An image whose recipe `extends` another and adds nothing to
+its initramfs archive (the lab image) is a layer on the other's built image
+(image.layer): the same kernel and userspace archive, its own modules and firmware.
 A build happens in a temporary directory next to it and is renamed into place,
 so a half-built image is never found; a lock keeps two builds from racing.
 """
