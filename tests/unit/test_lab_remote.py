@@ -18,6 +18,7 @@ from niclab.plumbing.lab.snapshot import HostSnapshot, SnapshotError, read_snaps
 from niclab.ui.cli import main as cli
 from tests.unit import fakessh
 from tests.unit.fakesysfs import FakeSysfs
+from tests.unit.test_lab_drivers import fake_lab_image
 
 NIC = "0000:03:00.0"
 RIG2 = "qemu+ssh://root@rig2/system"
@@ -166,6 +167,8 @@ def test_the_doctor_checks_every_remote_host_and_names_the_one_that_does_not_ans
     fakessh.program(fakessh.host_root(tmp_path, "rig2"), "virsh", "echo 9.0.0\n")
     rig(tmp_path, "rig3")
     monkeypatch.setenv("FAKE_SSH_DEAD", "rig3")
+    # the guest drivers are checked against a lab image, this test's, never whatever the user's cache holds
+    monkeypatch.setenv("NICLAB_LAB_IMAGE", str(fake_lab_image(tmp_path / "lab-image", {"8086:100e": "e1000"})))
     status = cli.main(["lab", "doctor", "--lab", lab_yaml(tmp_path, "rig2", "rig3")])
     out = capsys.readouterr().out
     lines = [" ".join(line.split()) for line in out.splitlines()]

@@ -13,7 +13,10 @@ from niclab.base.errors import NiclabError
 BUILDER_SOURCES = Path(__file__).parent
 #: Builder files that only some recipes use: an input of those recipes' images alone, so that the micro image
 #: is not built again when code it never runs changes.
-FEATURE_SOURCES = {"drivers.py": lambda recipe: bool(recipe.module_dirs or recipe.firmware != "none")}
+FEATURE_SOURCES = {
+    "drivers.py": lambda recipe: bool(recipe.module_dirs or recipe.firmware != "none"),
+    "layer.py": lambda recipe: recipe.parent is not None,
+}
 FIRMWARE_CHOICES = ("none", "modules")
 
 
@@ -53,6 +56,7 @@ class Recipe:
     # "modules": the firmware files the image's modules name (modinfo firmware:), from the root's /usr/lib/firmware
     firmware: str = "none"
     parent: Recipe | None = None  # the recipe this one `extends`: its files beside it are inputs too
+    own_packages: tuple[str, ...] = ()  # the packages its own recipe.toml lists (what a layer on the parent fetches)
 
     def _overlay(self, name: str) -> Path:
         own = self.directory / name
@@ -134,6 +138,7 @@ def load_recipe(directory: Path, _seen: tuple[str, ...] = ()) -> Recipe:
     except tomllib.TOMLDecodeError as exc:
         raise NiclabError(f"{path}: {exc}") from None
     parent = None
+    own_packages = tuple(data.get("packages", ()))
     if "extends" in data:
         name = str(data.pop("extends"))
         if name in (*_seen, directory.name) or "/" in name or name.startswith("."):
@@ -162,6 +167,7 @@ def load_recipe(directory: Path, _seen: tuple[str, ...] = ()) -> Recipe:
             module_dirs=tuple(d.strip("/") for d in data.get("module_dirs", ())),
             firmware=firmware,
             parent=parent,
+            own_packages=own_packages,
         )
     except KeyError as exc:
         raise NiclabError(f"{path}: missing key {exc.args[0]!r}") from None

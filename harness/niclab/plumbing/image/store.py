@@ -10,7 +10,9 @@ modules' firmware (the lab image) a third, firmware.cpio.gz. Beside them
 modules.alias and modules.builtin.modinfo, as in the initramfs, for finding a
 card's driver without unpacking it (plumbing/lab/drivers.py). An image for another kernel
 (image.kernels) is <recipe>-<hash>+<kernel>/, the same userspace with that
-kernel's modules.
+kernel's modules. An image whose recipe `extends` another and adds nothing to
+its initramfs archive (the lab image) is a layer on the other's built image
+(image.layer): the same kernel and userspace archive, its own modules and firmware.
 A build happens in a temporary directory next to it and is renamed into place,
 so a half-built image is never found; a lock keeps two builds from racing.
 """
@@ -33,8 +35,9 @@ from niclab.base.paths import cache_dir, images_dir
 from niclab.plumbing.image.assemble import assemble
 from niclab.plumbing.image.cpio import CpioWriter, Entry
 from niclab.plumbing.image.disk import make_disk
-from niclab.plumbing.image.drivers import FirmwareSet, every_module_under, firmware_set, unpacked_bytes
-from niclab.plumbing.image.kernelfiles import ModuleSet, from_root, module_set
+from niclab.plumbing.image.drivers import every_module_under, firmware_set, lab_facts, unpacked_bytes
+from niclab.plumbing.image.kernelfiles import from_root, module_set
+from niclab.plumbing.image.layer import archive_bytes, fetch_layer, layer_obstacle, layered_manifest
 from niclab.plumbing.image.manifest import installed_packages
 from niclab.plumbing.image.pvh import pvh_kernel
 from niclab.plumbing.image.recipe import Recipe, load_recipe
@@ -155,86 +158,27 @@ def find_image(name: str = DEFAULT_RECIPE) -> Image | None:
 def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: bool = False) -> Image:
     wanted = recipe(name)
     target = _store() / f"{name}-{wanted.input_hash()}"
+    if not force and (existing := load_image(target)) is not None:
+        return existing
     if _store().is_dir() and not os.access(_store(), os.W_OK):
-        if not force and (existing := load_image(target)) is not None:
-            return existing
         raise NiclabError(
             f"{_store()} has no image for the current {name} recipe ({target.name}), and this user cannot build one "
             f"there: the recipe (images/{name}/) or the image builder changed since the cache was filled. Build it "
             "as the cache's owner; for the lab container, `make docker` rebuilds its image"
         )
+    # an image that extends another is a layer on the other's image (layer.py), built first, outside the lock
+    parent = ensure_image(wanted.parent.name, progress) if wanted.parent and not layer_obstacle(wanted) else None
     with locked(_store() / ".lock"):
         if not force and (existing := load_image(target)) is not None:
             return existing
         started = time.monotonic()
-        progress(f"building image {target.name} (recipe {wanted.directory})")
+        on = f", a layer on image {parent.id}" if parent else ""
+        progress(f"building image {target.name} (recipe {wanted.directory}{on})")
         work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=_store()))
         try:
-            root_tar = work / "root.tar"
-            fetch_root(wanted, root_tar, work / "mmdebstrap.log", progress)
-            if wanted.disk is not None:
-                make_disk(wanted.disk, root_tar, work / "disk.qcow2", progress)
-            progress("assembling the initramfs")
-            with TarTree(root_tar) as root:
-                userspace = assemble(root, wanted)
-                write_cpio(work / "userspace.cpio.gz", userspace)
-                kernel_files = from_root(root)
-                names = list(wanted.modules)
-                if wanted.module_dirs:
-                    names += every_module_under(kernel_files, wanted.module_dirs, f"{wanted.directory}/recipe.toml")
-                modules = module_set(kernel_files, names)
-                firmware = firmware_set(root, modules.firmware) if wanted.firmware == "modules" else None
-                if firmware is not None:
-                    write_cpio(work / FIRMWARE_ARCHIVE, firmware.entries)
-                if modules.missing:
-                    raise NiclabError(
-                        f"image build: kernel {kernel_files.version} has no module(s) {', '.join(modules.missing)} "
-                        f"(listed in {wanted.directory}/recipe.toml)"
-                    )
-                kernel = kernel_files.read_kernel()
-                packages = installed_packages(root.read("/var/lib/dpkg/status").decode())
-                unpacked_size = unpacked_bytes(userspace) + unpacked_bytes(modules.entries)
-                unpacked_size += unpacked_bytes(firmware.entries) if firmware else 0
-                built = {
-                    b.source: next((d for d in root.listdir("/usr/src") if d.startswith(f"{b.source}-")), "?")
-                    for b in wanted.builds
-                }
-            (work / "vmlinuz").write_bytes(kernel)
-            if (unpacked := pvh_kernel(kernel)) is not None:
-                (work / "vmlinux").write_bytes(unpacked)
-            write_initrd(
-                work, work / "userspace.cpio.gz", modules.entries, work / FIRMWARE_ARCHIVE if firmware else None
-            )
-            if kernel_files.config is not None:
-                (work / "config").write_text(kernel_files.config)
-            manifest: dict = {
-                "recipe": name,
-                "input_hash": wanted.input_hash(),
-                "suite": wanted.suite,
-                "cmdline": wanted.cmdline,
-                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "build_seconds": round(time.monotonic() - started, 1),
-                "kernel_version": kernel_files.version,
-                "kernel_origin": f"Debian {wanted.suite} ({packages.get(f'linux-image-{kernel_files.version}', '?')})",
-                "pvh_kernel": unpacked is not None,
-                "modules": modules.loaded,
-                "builtin_modules": modules.builtin,
-                "module_params": modules.params,
-                "binaries": list(wanted.binaries),
-                "initrd_bytes": (work / "initrd.img").stat().st_size,
-                "packages": packages,
-                "built_from_source": built,  # source package -> the unpacked directory (its version)
-            }
-            if wanted.module_dirs or firmware is not None:
-                packed = manifest["initrd_bytes"]
-                manifest.update(lab_facts(wanted.module_dirs, modules, firmware, unpacked_size, packed))
-            if wanted.disk is not None:
-                manifest["disk"] = {
-                    "size_mib": wanted.disk.size_mib,
-                    "qcow2_bytes": (work / "disk.qcow2").stat().st_size,
-                }
+            manifest = _build_layer(wanted, parent, work, progress) if parent else _build_whole(wanted, work, progress)
+            manifest["build_seconds"] = round(time.monotonic() - started, 1)
             (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-            root_tar.unlink()
             if target.exists():
                 shutil.rmtree(target)
             work.rename(target)
@@ -251,29 +195,94 @@ def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: b
         return image
 
 
-# Beside the initramfs, unpacked and still packed: the kernel, the programs and the benchmarks' buffers. The lab
-# image (110 MiB unpacked, 32 MiB packed) failed to unpack in 224 MiB and booted in 256 MiB under TCG.
-BOOT_MEMORY_MIB = 128
-
-
-def lab_facts(
-    module_dirs: tuple[str, ...], modules: ModuleSet, firmware: FirmwareSet | None, unpacked: int, initrd: int
-) -> dict:
-    """The manifest's part for an image with a directory's modules and their firmware: what it carries, what
-    each module's firmware is and whether the image has it, and the memory a guest needs to unpack it."""
-    return {
-        "module_dirs": list(module_dirs),
-        "module_count": len(modules.loaded),
-        "module_firmware": {
-            m: (firmware.present[m] if firmware else dict.fromkeys(names, False))
-            for m, names in modules.firmware.items()
-        },
-        "firmware_files": firmware.files if firmware else 0,
-        "firmware_bytes": firmware.bytes if firmware else 0,
-        "unpacked_bytes": unpacked,
-        # the initramfs unpacked into RAM, its packed copy until then, and what a guest needs beside them
-        "min_memory_mib": 64 * -(-((unpacked + initrd) // 2**20 + BOOT_MEMORY_MIB) // 64),
+def _build_layer(wanted: Recipe, parent: Image, work: Path, progress: Progress) -> dict:
+    """The parent image's kernel and userspace archive, with the layer's modules and firmware; the manifest."""
+    layer = fetch_layer(wanted, parent.directory, parent.manifest, work, progress)
+    progress("assembling the layer's modules and firmware")
+    for name in ("vmlinuz", "vmlinux", "config"):
+        if (parent.directory / name).is_file():
+            shutil.copyfile(parent.directory / name, work / name)
+    shutil.copyfile(parent.userspace, work / "userspace.cpio.gz")
+    if layer.firmware is not None:
+        write_cpio(work / FIRMWARE_ARCHIVE, layer.firmware.entries)
+    write_initrd(
+        work, work / "userspace.cpio.gz", layer.modules.entries, work / FIRMWARE_ARCHIVE if layer.firmware else None
+    )
+    facts = {
+        "input_hash": wanted.input_hash(),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_seconds": 0.0,
+        "initrd_bytes": (work / "initrd.img").stat().st_size,
+        "unpacked_bytes": archive_bytes(parent.userspace),
     }
+    return layered_manifest(parent.manifest, parent.id, wanted, layer, facts)
+
+
+def _build_whole(wanted: Recipe, work: Path, progress: Progress) -> dict:
+    """A Debian root with the recipe's packages, and the image made from it in `work`; the manifest."""
+    root_tar = work / "root.tar"
+    fetch_root(wanted, root_tar, work / "mmdebstrap.log", progress)
+    if wanted.disk is not None:
+        make_disk(wanted.disk, root_tar, work / "disk.qcow2", progress)
+    progress("assembling the initramfs")
+    with TarTree(root_tar) as root:
+        userspace = assemble(root, wanted)
+        write_cpio(work / "userspace.cpio.gz", userspace)
+        kernel_files = from_root(root)
+        names = list(wanted.modules)
+        if wanted.module_dirs:
+            names += every_module_under(kernel_files, wanted.module_dirs, f"{wanted.directory}/recipe.toml")
+        modules = module_set(kernel_files, names)
+        firmware = firmware_set(root, modules.firmware) if wanted.firmware == "modules" else None
+        if firmware is not None:
+            write_cpio(work / FIRMWARE_ARCHIVE, firmware.entries)
+        if modules.missing:
+            raise NiclabError(
+                f"image build: kernel {kernel_files.version} has no module(s) {', '.join(modules.missing)} "
+                f"(listed in {wanted.directory}/recipe.toml)"
+            )
+        kernel = kernel_files.read_kernel()
+        packages = installed_packages(root.read("/var/lib/dpkg/status").decode())
+        unpacked_size = unpacked_bytes(userspace) + unpacked_bytes(modules.entries)
+        unpacked_size += unpacked_bytes(firmware.entries) if firmware else 0
+        built = {
+            b.source: next((d for d in root.listdir("/usr/src") if d.startswith(f"{b.source}-")), "?")
+            for b in wanted.builds
+        }
+    (work / "vmlinuz").write_bytes(kernel)
+    if (unpacked := pvh_kernel(kernel)) is not None:
+        (work / "vmlinux").write_bytes(unpacked)
+    write_initrd(work, work / "userspace.cpio.gz", modules.entries, work / FIRMWARE_ARCHIVE if firmware else None)
+    if kernel_files.config is not None:
+        (work / "config").write_text(kernel_files.config)
+    manifest: dict = {
+        "recipe": wanted.name,
+        "input_hash": wanted.input_hash(),
+        "suite": wanted.suite,
+        "cmdline": wanted.cmdline,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_seconds": 0.0,
+        "kernel_version": kernel_files.version,
+        "kernel_origin": f"Debian {wanted.suite} ({packages.get(f'linux-image-{kernel_files.version}', '?')})",
+        "pvh_kernel": unpacked is not None,
+        "modules": modules.loaded,
+        "builtin_modules": modules.builtin,
+        "module_params": modules.params,
+        "binaries": list(wanted.binaries),
+        "initrd_bytes": (work / "initrd.img").stat().st_size,
+        "packages": packages,
+        "built_from_source": built,  # source package -> the unpacked directory (its version)
+    }
+    if wanted.module_dirs or firmware is not None:
+        packed = manifest["initrd_bytes"]
+        manifest.update(lab_facts(wanted.module_dirs, modules, firmware, unpacked_size, packed))
+    if wanted.disk is not None:
+        manifest["disk"] = {
+            "size_mib": wanted.disk.size_mib,
+            "qcow2_bytes": (work / "disk.qcow2").stat().st_size,
+        }
+    root_tar.unlink()
+    return manifest
 
 
 def ensure_image(name: str = DEFAULT_RECIPE, progress: Progress = print) -> Image:
