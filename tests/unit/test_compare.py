@@ -184,6 +184,16 @@ def test_a_comparison_across_lab_hosts_says_so_in_its_verdict_line():
     assert no_lab.across == ""  # runs without a lab name no host: as ever
 
 
+def test_a_cell_whose_nodes_swapped_hosts_ran_across_hosts_though_on_the_same_two():
+    swapped = [run_with({"netperf.TCP_STREAM.throughput_mbps": [600, 610, 590]}) for _ in range(2)]
+    for run, (a, b) in zip(swapped, (("rig1", "rig2"), ("rig2", "rig1")), strict=True):
+        for cell in run.cells:
+            cell.facts = records.cell()
+            cell.facts.rig.hosts = {"a": a, "b": b}
+    (change,) = compare(*swapped)
+    assert change.across == "across hosts (a: rig1, b: rig2 vs a: rig2, b: rig1)"
+
+
 def test_a_paired_comparison_of_cells_on_two_hosts_is_refused_and_an_unpaired_one_labelled():
     with pytest.raises(NiclabError, match=r"^cells A and B alternated but ran across hosts \(rig1 vs rig2\): a paired"):
         compare_cells(on_hosts(ab_run(DRIFTING_A, DRIFTING_B), {"A": "rig1", "B": "rig2"}), "A", "B")

@@ -752,3 +752,30 @@ def test_as_root_behind_a_read_only_sys_libvirt_binds_the_cards(tmp_path, monkey
     assert any("takes no writes" in line and "libvirt's managed hostdev" in line for line in said), said
     with StateDir(tmp_path / "state") as state:
         assert not Journal(state).entries()
+
+
+@pytest.mark.parametrize(
+    ("links", "routes"),
+    [
+        ("5", "[]"),
+        ('[{"addr_info": []}]', "[]"),
+        ('[{"ifname": "eth0", "addr_info": [{"local": 5}, "x", {"prefixlen": 24}]}]', "[]"),
+        (
+            '[{"ifname": "eth0", "master": 7, "link": ["x"]}]',
+            '[{"dst": "default", "dev": 3, "nexthops": [{"dev": []}, 1]}]',
+        ),
+        ('{"ifname": "eth0"}', "[]"),
+    ],
+)
+def test_odd_ip_output_from_another_host_is_one_line_or_nothing_never_a_crash(links, routes):
+    """Another host's `ip -j` output is untrusted: a shape the checks do not expect reads as no link, address
+    or route, or fails with one line; never a TypeError or KeyError."""
+
+    def runner(argv: list[str]) -> str:
+        return routes if "route" in argv else links
+
+    net = HostNet(runner)
+    try:
+        assert net.uses("eth0") == [] and net.default_route_interfaces() == []
+    except NiclabError as exc:
+        assert "not a list" in str(exc)

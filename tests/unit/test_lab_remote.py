@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -78,6 +79,19 @@ def test_commands_go_through_the_ssh_on_path_with_one_master_and_quoted_argument
     assert close[close.index("-O") + 1] == "exit" and close[-1] == "rig2"  # the master ended on leaving
 
 
+def test_two_shells_to_one_host_never_share_a_master(tmp_path, log):
+    """Ending one shell's master (`-O exit`) must not end another's sessions: a lease held on the host."""
+    rig(tmp_path)
+    with (
+        HostShell("rig2", "qemu+ssh://root@rig2/system") as one,
+        HostShell("rig2", "qemu+ssh://root@rig2/system") as two,
+    ):
+        paths = [next(o for o in shell.argv("true") if o.startswith("ControlPath=")) for shell in (one, two)]
+        assert paths[0] != paths[1]
+        controls = [Path(path.partition("=")[2]).parent for path in paths]
+    assert not any(directory.exists() for directory in controls)  # each removed with its shell
+
+
 def test_a_local_uri_runs_here_without_ssh(log):
     with HostShell("rig1", "qemu:///system") as shell:
         assert shell.runner(["echo", "here"]) == "here\n"
@@ -116,6 +130,7 @@ HEADER = "niclab-snapshot 1\n"
         f"pci\t{NIC}\t0x020000\t0x8086\n",  # a field missing
         "driver\t0000:09:00.0\te1000\n",  # a device never listed
         "mystery\tfact\n",
+        f"pci\t{NIC}\t0x020000\t0x8086\t0x100e\nmodalias\t{NIC}\tpci:v00008086\n",  # a modalias cut short
     ],
 )
 def test_a_hostile_snapshot_is_one_line_naming_the_host(body):

@@ -131,3 +131,11 @@ def test_real_cards_other_cells_hold_are_avoided(lab):
     assert {card.id for card in second.cards.values()} == {"a2", "b2"} and second.hosts == {"a": "rig2", "b": "rig2"}
     with pytest.raises(Unrealizable, match=r"^the cards it needs are held by running cells \(a1, a2, b1, b2\)$"):
         place(cell, lab, avoid=frozenset({"a1", "b1", "a2", "b2"}))
+
+
+def test_a_cell_that_fits_on_one_host_waits_for_one_rather_than_spread_beside_running_cells(lab):
+    """rig1 has 3 vCPUs free and rig2 3: the 2+2 cell could spread, but alone it runs on one host, so it waits."""
+    cell = topology(cpus=2)
+    busy = Held.of([Claim(hosts=(("rig1", Load(1, 0)), ("rig2", Load(1, 0))))])
+    assert spread(cell, lab, busy) is None
+    assert spread(cell, lab, Held.of([Claim(hosts=(("rig1", Load(1, 0)),))])).hosts == {"a": "rig2", "b": "rig2"}

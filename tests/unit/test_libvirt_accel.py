@@ -265,6 +265,24 @@ def test_a_failure_on_a_tcg_host_is_the_error_and_kvm_hosts_are_not_marked():
     assert len(boots.asked) == 1 and boots.undone == 0
 
 
+def test_a_host_that_went_away_during_the_boot_is_not_marked_and_not_booted_again():
+    """Its guests hung because the host is gone (its connection closed), not because its KVM failed."""
+    boots = HostBoots({"a": "qemu+ssh://l1a/system", "b": REMOTE}, failing={REMOTE})
+    with pytest.raises(BootError):
+        boot_falling_back_hosts(
+            {"qemu+ssh://l1a/system": "kvm", REMOTE: "kvm"},
+            boots,
+            boots.undo,
+            boots.hosts.__getitem__,
+            FakeImage(),  # type: ignore[arg-type]
+            lambda _: None,
+            "undone",
+            mark=lambda *a: pytest.fail("marked"),
+            answers=lambda host: host != REMOTE,
+        )
+    assert len(boots.asked) == 1 and boots.undone == 0
+
+
 def test_a_cached_kvm_host_marked_by_a_run_is_tcg_for_the_next(monkeypatch):
     from niclab.plumbing.backends.boot import mark_kvm_unusable_host
 

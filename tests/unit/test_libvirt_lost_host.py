@@ -10,6 +10,7 @@ import pytest
 from niclab.plumbing.backends import libvirt as backend
 from niclab.plumbing.backends.libvirt_agent import LibvirtAgent
 from niclab.plumbing.guest import AgentError
+from niclab.plumbing.libvirt_conn import batch_uri
 
 HOST = "host l1b (qemu+ssh://root@l1b/system)"
 
@@ -70,3 +71,17 @@ def test_a_node_whose_host_stopped_answering_is_gone_with_the_host_named():
     assert backend.gone_why(Domain(alive=False), HOST) == f"{HOST} stopped answering: its libvirt connection is closed"
     assert backend.gone_why(Domain(alive=True), HOST) == "its domain is no longer running"
     assert backend.gone_why(Domain(alive=True, running=True), HOST) is None
+
+
+@pytest.mark.parametrize(
+    ("uri", "opened"),
+    [
+        ("qemu:///system", "qemu:///system"),
+        ("qemu+ssh://root@l1a/system", "qemu+ssh://root@l1a/system?no_tty=1"),
+        ("qemu+ssh://root@rig2/system?keyfile=/k/id", "qemu+ssh://root@rig2/system?keyfile=/k/id&no_tty=1"),
+        ("qemu+ssh://rig2/system?No_Tty=0", "qemu+ssh://rig2/system?No_Tty=0"),  # the inventory's own choice
+        ("qemu+tls://rig3/system", "qemu+tls://rig3/system"),
+    ],
+)
+def test_libvirt_opens_an_ssh_uri_without_a_terminal_so_a_prompt_fails_at_once(uri, opened):
+    assert batch_uri(uri) == opened

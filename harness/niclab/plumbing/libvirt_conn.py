@@ -6,6 +6,7 @@ with its error handler silenced (its errors reach niclab as exceptions).
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,10 +71,22 @@ KEEPALIVE_INTERVAL_S = 5  # with KEEPALIVE_COUNT: a remote host gone quiet fails
 KEEPALIVE_COUNT = 3
 
 
+def batch_uri(uri: str) -> str:
+    """The URI libvirt opens: a qemu+ssh one with `no_tty=1` (its ssh runs with BatchMode, so a password or
+    host-key prompt fails at once, as niclab's own ssh does, instead of waiting on a terminal)."""
+    scheme, _, rest = uri.partition("://")
+    if scheme != "qemu+ssh":
+        return uri
+    query = rest.partition("?")[2]
+    if any(pair.partition("=")[0].lower() == "no_tty" for pair in re.split(r"[&;]", query) if pair):
+        return uri
+    return f"{uri}{'&' if query else '?' if not uri.endswith('?') else ''}no_tty=1"
+
+
 def open_uri(uri: str) -> Any:
     libvirt = libvirt_module()
     try:
-        conn = libvirt.open(uri)
+        conn = libvirt.open(batch_uri(uri))
     except libvirt.libvirtError as exc:
         raise NiclabError(
             f"cannot reach libvirt at {uri}: {exc.get_error_message()}; start libvirtd "
@@ -99,8 +112,12 @@ class Console(threading.Thread):
         super().__init__(daemon=True, name=f"console-{domain_name}")
         # A connection of its own: a stream blocked in recv must not hold up the run's libvirt calls.
         self.conn = open_uri(uri)
-        self.stream = self.conn.newStream(0)
-        self.conn.lookupByName(domain_name).openConsole(None, self.stream, 0)
+        try:
+            self.stream = self.conn.newStream(0)
+            self.conn.lookupByName(domain_name).openConsole(None, self.stream, 0)
+        except BaseException:
+            self.conn.close()
+            raise
         self.log = log
 
     def run(self) -> None:

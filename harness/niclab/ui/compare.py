@@ -115,13 +115,17 @@ def alternated(a: CellData, b: CellData) -> bool:
 
 
 def hosts_of(cell: CellData) -> str:
-    """The lab host(s) the cell ran on, e.g. rig1 or rig1+rig2; empty without a lab."""
+    """The lab host(s) the cell ran on, e.g. rig1, or a: rig1, b: rig2 when its nodes ran on several; empty
+    without a lab."""
     hosts = cell.facts.rig.hosts if cell.facts is not None else {}
-    return "+".join(sorted(set(hosts.values())))
+    if len(set(hosts.values())) <= 1:
+        return next(iter(hosts.values()), "")
+    return ", ".join(f"{node}: {host}" for node, host in sorted(hosts.items()))
 
 
 def across_hosts(base: CellData, new: CellData) -> str:
-    """'across hosts (rig1 vs rig2)' when the two cells ran on different lab hosts, else empty."""
+    """'across hosts (rig1 vs rig2)' when the two cells' nodes ran on different lab hosts (a node on another
+    host, not only another set of hosts: a on rig1 and b on rig2 is not b on rig1 and a on rig2), else empty."""
     a, b = hosts_of(base), hosts_of(new)
     return f"across hosts ({a or 'no lab host'} vs {b or 'no lab host'})" if (a or b) and a != b else ""
 

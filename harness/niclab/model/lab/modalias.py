@@ -25,7 +25,7 @@ from fnmatch import fnmatchcase
 PCI_FIELDS = ("v", "d", "sv", "sd", "bc", "sc", "i")
 _PCI_ALIAS = re.compile(r"pci:v(.*?)d(.*?)sv(.*?)sd(.*?)bc(.*?)sc(.*?)i(.*)")
 _HEX8, _HEX2 = "[0-9A-F]{8}", "[0-9A-F]{2}"
-_PCI_MODALIAS = re.compile(f"pci:v{_HEX8}d{_HEX8}sv{_HEX8}sd{_HEX8}bc{_HEX2}sc{_HEX2}i{_HEX2}")
+PCI_MODALIAS = re.compile(f"pci:v{_HEX8}d{_HEX8}sv{_HEX8}sd{_HEX8}bc{_HEX2}sc{_HEX2}i{_HEX2}")
 _PCI_ID = re.compile(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4})")
 
 
@@ -77,7 +77,7 @@ class PciDevice:
 
 def is_pci_modalias(text: str) -> bool:
     """A device's PCI modalias: pci:v, d, sv, sd of 8 hex digits, bc, sc, i of 2, and nothing else."""
-    return _PCI_MODALIAS.fullmatch(text) is not None
+    return PCI_MODALIAS.fullmatch(text) is not None
 
 
 def parse_aliases(text: str) -> list[Alias]:

@@ -91,16 +91,20 @@ def _need(spec: NodeSpec) -> Load:
 
 def spread(topology: Topology, inventory: Inventory, held: Held | None = None) -> Spread | None:
     """The cell's hosts given what is held; None if it must wait for a running cell. Raises Unrealizable if it
-    would not fit on the lab even alone (or only over a cable between hosts without `address:`)."""
+    would not fit on the lab even alone (or only over a cable between hosts without `address:`).
+
+    A cell that fits on one host when it runs alone always runs on one host: while others hold room, it
+    waits rather than spread over hosts, so `--parallel` measures the path a sequential run measures."""
     _check_cables(topology)
+    alone = _fit(topology, inventory, Held())
+    if alone is None:
+        raise Unrealizable(_why_not(topology, inventory))
     found = _fit(topology, inventory, held or Held())
-    if found is not None:
-        return found
-    if held is not None and (held.cards or held.load):
-        alone = _fit(topology, inventory, Held())
-        if alone is not None:
-            return None
-    raise Unrealizable(_why_not(topology, inventory))
+    if found is None:
+        return None
+    if len(set(alone.hosts.values())) == 1 and len(set(found.hosts.values())) > 1:
+        return None  # alone it runs on one host: wait for one, rather than measure over a tunnel instead
+    return found
 
 
 def _check_cables(topology: Topology) -> None:

@@ -92,19 +92,21 @@ def boot_falling_back_hosts(
     undone: str,
     forced: bool = False,
     mark: Callable[[str, Image, str], object] | None = None,
+    answers: Callable[[str], bool] = lambda host: True,
 ) -> tuple[Booted, dict[str, str], str | None]:
     """Boot with each host under its own accelerator (`accels`: host -> "kvm" or "tcg"). A boot that raises
     BootError while some of its failed nodes ran under KVM is undone (every guest stopped), the hosts of those
     nodes (`host_of`: node -> host URI; all KVM hosts when the error names no node) are marked
     (`mark`: mark_kvm_unusable_host) and put on TCG, and the boot is tried once more; the other hosts keep
-    their accelerator. Returns what `boot` returned, the accelerators it ran under, and the fallback's
-    warning (None if there was none)."""
+    their accelerator. A host that no longer `answers` (its libvirt connection closed: it went away) is no
+    reason to doubt its KVM: it is neither marked nor booted again, and the error stands. Returns what `boot`
+    returned, the accelerators it ran under, and the fallback's warning (None if there was none)."""
     try:
         return boot(accels), accels, None
     except BootError as exc:
         on_kvm = {host for host, accel in accels.items() if accel == "kvm"}
         failed = {host_of(node) for node in exc.nodes} & on_kvm if exc.nodes else on_kvm
-        if forced or not failed:
+        if forced or not failed or not all(answers(host) for host in failed):
             raise
         undo()
         for host in sorted(failed):

@@ -358,6 +358,7 @@ class LibvirtBackend:
                 progress,
                 "destroyed the domains and started them",
                 forced=bool(self._accel),
+                answers=lambda uri: _answers(conns[uri]),
             )
             plans, running, nodes, ready = booted
             macs, seen = port_macs(topology), dict[str, dict]()
@@ -442,10 +443,16 @@ class LibvirtBackend:
                     f"({exc.get_error_message()}); its XML is {workdir / (node + '.xml')}"
                 ) from None
             stack.callback(destroy, domain)
-            console = Console(uri, plan.name, workdir / f"{node}.serial.log")
-            console.start()
-            stack.callback(console.close)
-            domain.resume()
+            try:
+                console = Console(uri, plan.name, workdir / f"{node}.serial.log")
+                console.start()
+                stack.callback(console.close)
+                domain.resume()
+            except libvirt.libvirtError as exc:
+                raise NiclabError(
+                    f"{node}: libvirt on {self._host_title(uri)} started the domain but would not run it "
+                    f"({exc.get_error_message()})"
+                ) from None
             domains[node] = domain
         agents = self._connect(domains, started, workdir, {node: uri for node, (uri, _) in plans.items()})
         ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
@@ -533,6 +540,14 @@ def accel_facts(node_uri: dict[str, str], accels: dict[str, str], choices: dict[
     if facts["accel"] == "mixed":
         facts["accel_nodes"] = per_node
     return facts
+
+
+def _answers(conn: Any) -> bool:
+    """Whether a host's libvirt connection is still open (its keepalives close it when the host goes away)."""
+    try:
+        return bool(conn.isAlive())
+    except Exception:  # libvirtError on a closed connection
+        return False
 
 
 def gone_why(domain: Any, host: str) -> str | None:

@@ -117,7 +117,10 @@ def probe_on(
             return False, f"cannot read the probe's console: {exc}"
         console.start()
         stack.callback(console.close)
-        domain.resume()
+        try:
+            domain.resume()
+        except libvirt.libvirtError as exc:
+            return False, f"libvirt would not run the probe's domain: {exc.get_error_message()}"
         started = last_output = time.monotonic()
         printed = 0
         while (now_s := time.monotonic()) - last_output < timeout and now_s - started < limit:

@@ -13,7 +13,7 @@ import json
 import subprocess
 from collections.abc import Callable
 from functools import cached_property
-from typing import Protocol
+from typing import Any, Protocol
 
 from niclab.base.errors import NiclabError
 
@@ -39,7 +39,38 @@ def _json(text: str, argv: list[str]) -> list[dict]:
         data = json.loads(text or "[]")
     except ValueError:
         raise NiclabError(f"{' '.join(argv)} printed no JSON; is iproute2 older than 4.14?") from None
+    if not isinstance(data, list):
+        raise NiclabError(f"{' '.join(argv)} printed JSON that is not a list of links or routes")
     return [item for item in data if isinstance(item, dict)]
+
+
+def _link(item: dict) -> dict | None:
+    """A link of `ip -j addr` as the checks read it (another host's output is untrusted): its name, the
+    names it is built on, its addresses; None without a name."""
+    if not isinstance(item.get("ifname"), str):
+        return None
+    infos = item.get("addr_info")
+    addresses = [
+        {"local": info["local"], "prefixlen": info.get("prefixlen")}
+        for info in (infos if isinstance(infos, list) else [])
+        if isinstance(info, dict) and isinstance(info.get("local"), str)
+    ]
+    return {
+        "ifname": item["ifname"],
+        "addr_info": addresses,
+        **{key: item[key] for key in ("master", "link") if isinstance(item.get(key), str)},
+    }
+
+
+def _route(item: dict) -> dict:
+    """A route of `ip -j route` as the checks read it: its text fields, and the devices of its next hops."""
+    route: dict[str, Any] = {key: value for key, value in item.items() if isinstance(value, str) and key != "nexthops"}
+    hops = item.get("nexthops")
+    if isinstance(hops, list):
+        route["nexthops"] = [
+            {"dev": hop["dev"]} for hop in hops if isinstance(hop, dict) and isinstance(hop.get("dev"), str)
+        ]
+    return route
 
 
 class NetReader(Protocol):
@@ -89,7 +120,7 @@ class HostNet:
 
     @cached_property
     def _links(self) -> list[dict]:
-        return self._ip("addr")
+        return [link for item in self._ip("addr") if (link := _link(item)) is not None]
 
     def addresses(self) -> dict[str, list[str]]:
         """ifname → its addresses as "address/prefix" (IPv6 link-local ones left out: every link has one)."""
@@ -104,7 +135,8 @@ class HostNet:
 
     @cached_property
     def _routes(self) -> list[dict]:
-        return self._ip("route", "show", "table", "all") + self._ip("-6", "route", "show", "table", "all")
+        found = self._ip("route", "show", "table", "all") + self._ip("-6", "route", "show", "table", "all")
+        return [_route(item) for item in found]
 
     def routes(self) -> list[dict]:
         """The routes that send traffic somewhere: not the kernel's local, broadcast or link-local ones."""

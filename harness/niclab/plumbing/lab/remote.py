@@ -48,7 +48,7 @@ COMMAND_TIMEOUT_S = 60.0
 OUTPUT_LIMIT = 4 << 20  # a command's standard output; a host's sysfs snapshot is a few hundred KiB
 _STDERR_LIMIT = 64 << 10  # kept of its standard error (the rest is dropped)
 ROOT_ENV = "NICLAB_REMOTE_ROOT"  # tests: the directory a remote host's / is read under, {host} its name
-_SOCKET_ROOM = 104 - 1 - 40 - 17  # sun_path, "/", %C (40 hex digits), the suffix ssh adds while it binds
+_SOCKET_ROOM = 104 - 1 - 40 - 17 - 10  # sun_path, "/", %C (40 hex digits), ssh's suffix while it binds, a shell's dir
 
 
 @dataclass(frozen=True)
@@ -160,10 +160,14 @@ class HostShell:
         return self
 
     def _control_dir(self) -> Path:
+        """This shell's own directory for its master's socket, removed by close(): a master is never shared
+        with another shell (of this run's threads, or of another niclab), whose `-O exit` would end this
+        shell's sessions, a lease held on the host among them."""
         if self._controls is None:
-            self._controls = control_dir()
-            if self._controls is None:  # a private temp directory of this shell's, removed by close()
-                self._controls = self._temp = Path(tempfile.mkdtemp(prefix="niclab-ssh-"))
+            shared = control_dir()
+            self._controls = self._temp = Path(
+                tempfile.mkdtemp(prefix="s", dir=shared) if shared else tempfile.mkdtemp(prefix="niclab-ssh-")
+            )
         return self._controls
 
     def __exit__(

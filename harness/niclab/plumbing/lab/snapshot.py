@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from niclab.base.errors import NiclabError
+from niclab.model.lab.modalias import PCI_MODALIAS
 from niclab.model.lab.pciclass import PCI_ADDRESS
 from niclab.plumbing.lab.remote import HostShell
 from niclab.plumbing.lab.sysfs import ECAP_IR, PCI_BRIDGE_CLASS, VFIO_PCI
@@ -42,7 +43,7 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,63}")  # an interface, disk
 _HEX = re.compile(r"0x[0-9a-fA-F]{1,16}")
 _NUMBER = re.compile(r"[0-9]{1,10}")
 _PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,127}")
-_MODALIAS = re.compile(r"pci:[A-Za-z0-9*]{1,128}")
+_MODALIAS = PCI_MODALIAS  # exactly what the kernel writes: an odd one would fail the guest-driver lookup
 _RELEASE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+~-]{0,127}")
 _VERSION = re.compile(r"[0-9][0-9.]{0,31}")
 _TEXT_LIMIT = 4096  # the kernel command line, at most
