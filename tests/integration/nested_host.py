@@ -176,8 +176,12 @@ ip addr add {tunnel_address(host.index)}/24 dev "$tunnel"
 
 # An oops in a QEMU vCPU thread of L1 that runs an L2 guest under KVM: the emulated SVM's, not niclab's.
 EMULATED_SVM_CRASH = re.compile(r"Comm: CPU \d+/KVM")
-# An L2 guest's kernel died, or KVM in L1 gave up on it (libvirt's log of its QEMU).
-GUEST_DIED = re.compile(r"Kernel panic|BUG: |Oops|general protection fault|KVM internal error|KVM: entry failed")
+# An L2 guest's kernel died, or KVM in L1 gave up on it (libvirt's log of its QEMU). niclab never shuts a
+# guest down (it destroys its domains: reason=destroyed), so a domain that ended with reason=shutdown is a
+# guest that rebooted itself (a panic with panic=-1, or a triple fault), and on_reboot=destroy ended it.
+GUEST_DIED = re.compile(
+    r"Kernel panic|BUG: |Oops|general protection fault|KVM internal error|KVM: entry failed|reason=shutdown"
+)
 
 
 class LabHostGone(Exception):
