@@ -21,8 +21,9 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -142,6 +143,55 @@ def _try_take(state: StateDir, key: str, record: Holder) -> tuple[int | None, Ho
     return fd, None
 
 
+T = TypeVar("T")
+
+
+def own_record(run: str) -> Holder:
+    """The holder record of this process for run `run`."""
+    return Holder(
+        run=run,
+        user=current_user(),
+        pid=os.getpid(),
+        start=process_start_time(os.getpid()),
+        since=time.time(),
+        at=pid_namespace(),
+    )
+
+
+def card_name(key: str, card: str | None) -> str:
+    """How messages name the card leased by `key`: its inventory id and key, or the key alone."""
+    return f"card {card} ({check_key(key)})" if card else f"card {check_key(key)}"
+
+
+def take_waiting(
+    try_take: Callable[[], tuple[T | None, Holder | None]],
+    name: str,
+    who: Callable[[Holder | None], str],
+    wait: bool,
+    timeout: float | None,
+    progress: Progress | None,
+    interval: float,
+    told: object = _NOBODY,
+) -> T:
+    """What `try_take` gives once it takes the lease (it returns what holds it, or the other holder's record).
+    Held by another: raise, or with `wait` poll every `interval` s up to `timeout` (None: forever), saying each
+    new holder once (`told`: the holder taken as said already). A lease here or on another host alike."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        taken, other = try_take()
+        if taken is not None:
+            return taken
+        named = who(other)
+        if not wait:
+            raise NiclabError(f"{name} is leased to {named}; wait for it with --wait, or end that run")
+        if deadline is not None and time.monotonic() >= deadline:
+            raise NiclabError(f"{name} is still leased to {named} after {timeout:g} s of waiting; end that run")
+        if progress is not None and other != told:
+            progress(f"waiting for {name}, held by {named}")
+            told = other
+        time.sleep(interval)
+
+
 @contextmanager
 def lease(
     state: StateDir,
@@ -159,30 +209,16 @@ def lease(
 
     `card` is the inventory id used in messages; `timeout` (seconds, None: forever) bounds the wait.
     """
-    name = f"card {card} ({check_key(key)})" if card else f"card {check_key(key)}"
-    record = Holder(
-        run=run,
-        user=current_user(),
-        pid=os.getpid(),
-        start=process_start_time(os.getpid()),
-        since=time.time(),
-        at=pid_namespace(),
+    record = own_record(run)
+    fd = take_waiting(
+        lambda: _try_take(state, key, record),
+        card_name(key, card),
+        lambda other: other.describe() if other is not None else "a process that has not recorded itself yet",
+        wait,
+        timeout,
+        progress,
+        interval,
     )
-    deadline = None if timeout is None else time.monotonic() + timeout
-    told: object = _NOBODY  # the holder last named in a progress message
-    while True:
-        fd, other = _try_take(state, key, record)
-        if fd is not None:
-            break
-        who = other.describe() if other is not None else "a process that has not recorded itself yet"
-        if not wait:
-            raise NiclabError(f"{name} is leased to {who}; wait for it with --wait, or end that run")
-        if deadline is not None and time.monotonic() >= deadline:
-            raise NiclabError(f"{name} is still leased to {who} after {timeout:g} s of waiting; end that run")
-        if progress is not None and other != told:
-            progress(f"waiting for {name}, held by {who}")
-            told = other
-        time.sleep(interval)
     try:
         yield record
     finally:

@@ -33,8 +33,7 @@ from pydantic import ValidationError
 
 from niclab.base.errors import NiclabError
 from niclab.base.node import Progress
-from niclab.base.procs import pid_namespace, process_start_time
-from niclab.plumbing.lab.lease import LEASE_KEY, Holder, check_key, current_user
+from niclab.plumbing.lab.lease import LEASE_KEY, Holder, card_name, own_record, take_waiting
 from niclab.plumbing.lab.remote import CONNECT_TIMEOUT_S, HostShell, stop
 from niclab.plumbing.lab.statedir import shown
 
@@ -205,30 +204,17 @@ def remote_lease(
     interval: float = 2.0,
 ) -> Iterator[Holder]:
     """Hold the card named by `key` (HOST.PCI) on the host `shell` reaches, for the block (as lease.lease)."""
-    name = f"card {card} ({check_key(key)})" if card else f"card {check_key(key)}"
-    record = Holder(
-        run=run,
-        user=current_user(),
-        pid=os.getpid(),
-        start=process_start_time(os.getpid()),
-        since=time.time(),
-        at=pid_namespace(),
+    record = own_record(run)
+    proc = take_waiting(
+        lambda: _try_take(shell, key, record),
+        card_name(key, card),
+        lambda other: f"{_describe(other)}, on {shell.name}",
+        wait,
+        timeout,
+        progress,
+        interval,
+        told=None,  # a holder that left no record is not said while waiting
     )
-    deadline = None if timeout is None else time.monotonic() + timeout
-    told: object = None
-    while True:
-        proc, other = _try_take(shell, key, record)
-        if proc is not None:
-            break
-        who = f"{_describe(other)}, on {shell.name}"
-        if not wait:
-            raise NiclabError(f"{name} is leased to {who}; wait for it with --wait, or end that run")
-        if deadline is not None and time.monotonic() >= deadline:
-            raise NiclabError(f"{name} is still leased to {who} after {timeout:g} s of waiting; end that run")
-        if progress is not None and other != told:
-            progress(f"waiting for {name}, held by {who}")
-            told = other
-        time.sleep(interval)
     try:
         yield record
     finally:
