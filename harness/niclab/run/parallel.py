@@ -117,15 +117,7 @@ class ParallelRun:
         outcomes = [outcome for unit in self.units for outcome in unit.outcomes]
         order = {cell.id: n for n, cell in enumerate(cells)}
         outcomes.sort(key=lambda outcome: order[outcome.cell.id])
-        failed = [o for o in outcomes if not o.ok]
-        main._finish(
-            "failed" if failed else "ok",
-            "; ".join(
-                [e for o in failed for e in o.errors]
-                + [f"expectation missed: {v.describe()}" for o in failed for v in o.missed]
-            ),
-        )
-        return RunOutcome(outcomes, main.info.status)
+        return main.conclude(outcomes)
 
     def _aborted(self, exc: Exception) -> NiclabError:
         message = describe_exception(exc)

@@ -225,16 +225,20 @@ class Runner:
             self.info.error = {"message": message, "traceback": traceback.format_exc()}
             self._finish("failed", f"the run stopped early: {message}")
             raise RunAborted(f"the run stopped early: {message}; see {self.run_dir.path / 'run.json'}") from None
-        outcomes = [work.outcome for work in works]
+        return self.conclude([work.outcome for work in works])
+
+    def conclude(self, outcomes: list[CellOutcome]) -> RunOutcome:
+        """End the run ok, or failed with every cell's errors and missed expectations (run.json says which)."""
         failed = [o for o in outcomes if not o.ok]
+        status = "failed" if failed else "ok"
         self._finish(
-            "failed" if failed else "ok",
+            status,
             "; ".join(
                 [e for o in failed for e in o.errors]
                 + [f"expectation missed: {v.describe()}" for o in failed for v in o.missed]
             ),
         )
-        return RunOutcome(outcomes, self.info.status)
+        return RunOutcome(outcomes, status)
 
     def _finish(self, status: str, message: str) -> None:
         self.info.status, self.info.finished_at, self.info.message = status, utc_now(), message[:2000]
