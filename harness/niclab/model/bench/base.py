@@ -92,6 +92,30 @@ class Measurement:
         return ".".join(p for p in (self.benchmark, self.test, self.metric) if p)
 
 
+TestState = Literal["pass", "fail", "skip", "xfail", "crash"]
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """One test program (or one of its subtests) a benchmark ran: the kernel's selftests report results, not numbers.
+
+    The runner writes each as a `test` record (niclab.run.records.TestRecord).
+    """
+
+    benchmark: str  # the tool: kselftest
+    target: str  # the selftests' target: drivers/net
+    test: str  # the program: ping.py
+    subtest: str | None  # its subtest (`parent/child` deeper down); None for the program as a whole
+    result: TestState
+    reason: str = ""  # why it skipped, failed or crashed
+    seconds: float | None = None  # how long the program ran
+    node: str = ""  # where it ran
+    remote: str | None = None  # the other end
+    dmesg: tuple[str, ...] = ()  # the kernel's log lines during the program
+    console: tuple[str, ...] = ()  # a crash's console excerpt
+    tests_from: str = ""  # where the tests came from (the bundle's source)
+
+
 @dataclass
 class BenchContext:
     ends: Endpoints
