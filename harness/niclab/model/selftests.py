@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from niclab.model.kernel_choice import KernelChoice
+
 #: The Debian suites whose kernel source has the drivers/net selftests, and the one without.
 SUITES_WITH_TESTS = ("trixie", "bookworm-backports", "sid")
 SUITES_WITHOUT = {"bookworm": "Debian 12's kernel 6.1 predates the drivers/net selftests (Linux 6.9 and later)"}
@@ -41,3 +43,24 @@ class SelftestBundle:
     def of(self, targets: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         """The bundle's tests of these targets, in its order."""
         return tuple((target, test) for target, test in self.tests if target in targets)
+
+
+def kernel_problem(choice: KernelChoice | None, targets: tuple[str, ...]) -> str | None:
+    """Why a node booting `choice` (None: the image's own, bookworm) cannot run the targets' selftests, or None."""
+    if choice is not None and choice.suite in SUITES_WITH_TESTS:
+        return None
+    if choice is not None and choice.build:
+        tree = Path(choice.build) / "tools/testing/selftests"
+        missing = [t for t in targets if not (tree / t / "Makefile").is_file()]
+        if not missing:
+            return None
+        return (
+            f"kernel build {choice.build} has no {', '.join(missing)} selftests (tools/testing/selftests); "
+            "use a newer tree, or a Debian suite that has them: " + ", ".join(SUITES_WITH_TESTS)
+        )
+    suite = choice.suite if choice is not None else "bookworm"
+    why = SUITES_WITHOUT.get(suite, f"Debian {suite}'s kernel has none")
+    return (
+        f"kernel {suite} cannot run the {', '.join(targets)} selftests: {why}; "
+        f"use kernel: {SUITES_WITH_TESTS[0]} (or {', '.join(SUITES_WITH_TESTS[1:])}), or {{build: DIR}} of a newer tree"
+    )

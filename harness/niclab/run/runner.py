@@ -59,6 +59,7 @@ from niclab.run.records import (
     RunInfoRecord,
     RunRecord,
     SummaryRecord,
+    TestRecord,
 )
 from niclab.run.results import RunDir, utc_now
 from niclab.run.rigs import BootKeeper, shared_boots, turns
@@ -455,6 +456,7 @@ class Runner:
                 **load,
             )
         )
+        self._record_tests(session, run, run_id, n, base)
         for m in run.measurements:
             doubted: dict[str, Any] = {"warning": m.warning} if m.warning else {}
             self.run_dir.append(
@@ -475,6 +477,37 @@ class Runner:
                     **peer,
                     **doubted,
                     extra=NetpipeExtra.model_validate(m.extra),
+                )
+            )
+
+    def _record_tests(self, session: Session, run: BenchRun, run_id: str, n: int, base: Base) -> None:
+        """A `test` record per selftest program and subtest the run reported."""
+        nodes = session.facts.get("nodes", {})
+        for outcome in run.tests:
+            given: dict[str, Any] = {
+                "subtest": outcome.subtest,
+                **({"reason": outcome.reason} if outcome.reason else {}),
+                **({"seconds": outcome.seconds} if outcome.seconds is not None else {}),
+                **({"dmesg": list(outcome.dmesg)} if outcome.dmesg else {}),
+                **({"console": list(outcome.console)} if outcome.console else {}),
+                **({"tests_from": outcome.tests_from} if outcome.tests_from else {}),
+            }
+            self.run_dir.append(
+                TestRecord(
+                    type="test",
+                    **base,
+                    run=run_id,
+                    repeat=n,
+                    benchmark=outcome.benchmark,
+                    target=outcome.target,
+                    test=outcome.test,
+                    result=outcome.result,
+                    node=outcome.node,
+                    remote=outcome.remote,
+                    link=run.ends.link,
+                    nic=session.nic_summary(outcome.node, run.ends.link),
+                    kernel=nodes.get(outcome.node, {}).get("kernel"),
+                    **given,
                 )
             )
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from niclab.base.errors import NiclabError
 from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Node
 from niclab.model.bench.declare import GuestNeeds, Shows
+from niclab.model.selftests import SelftestBundle
 
 
 class BenchOptions(BaseModel):
@@ -55,6 +56,8 @@ class Endpoints:
     server_address: str
     link: int
     peer: Literal["self"] | None = None
+    client_ifname: str = ""  # the link's interface in each guest (link0, bond0): the selftests' NETIF
+    server_ifname: str = ""
 
     @property
     def loopback(self) -> bool:
@@ -116,11 +119,26 @@ class TestOutcome:
     tests_from: str = ""  # where the tests came from (the bundle's source)
 
 
+def _nothing_gone() -> dict[str, str]:
+    return {}
+
+
+def _no_console(node: str) -> str:
+    return ""
+
+
 @dataclass
 class BenchContext:
     ends: Endpoints
     save_raw: Callable[[str, str], Path]  # (file name, text) -> where it was written
     progress: Callable[[str], None]
+    # What a benchmark that runs the kernel's own tests needs besides (the runner's session gives them):
+    selftests: Callable[[str], SelftestBundle] | None = None  # node -> the selftests of the kernel it boots
+    restart: Callable[[], Endpoints] | None = None  # boot the rig anew after a crash; the new ends
+    gone: Callable[[], dict[str, str]] = _nothing_gone  # node -> why its guest is gone, for the dead ones
+    console: Callable[[str], str] = _no_console  # node -> the end of its serial console since its boot
+    journal: Path | None = None  # where to note each test before it starts (a crash leaves the list behind)
+    accel: str = ""  # kvm or tcg: a slow machine loosens the tests' timing
 
 
 class Benchmark(Protocol):
@@ -144,7 +162,9 @@ class Benchmark(Protocol):
 
     def estimate_seconds(self, options: BenchOptions) -> float: ...
 
-    def run(self, ctx: BenchContext, options: BenchOptions) -> list[Measurement]: ...
+    def run(self, ctx: BenchContext, options: BenchOptions) -> Sequence[Measurement | TestOutcome]:
+        """Its numbers; a benchmark that runs tests (the kernel's selftests) reports their outcomes too."""
+        ...
 
 
 class BenchmarkError(GuestCommandError):
