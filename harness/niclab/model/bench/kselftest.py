@@ -33,7 +33,8 @@ from typing import ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from niclab.base.node import GuestCommandError, Node, NodeGone
+from niclab.base.errors import NiclabError
+from niclab.base.node import Node, NodeGone
 from niclab.base.problems import Problem, did_you_mean, shown
 from niclab.model.bench import ktap
 from niclab.model.bench.base import (
@@ -274,7 +275,7 @@ def _run_one(
     try:
         script = _script(target, test, seconds, marker, ctx.accel == "tcg")
         result = client.run(script, timeout=seconds + 60, check=False)
-    except (GuestCommandError, NodeGone) as exc:
+    except NiclabError as exc:  # the agent lost, a timeout: a crash if a guest died meanwhile
         dead = ctx.gone()
         if not dead:
             raise
