@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from niclab.base.node import CommandResult, NodeGone
+from niclab.base.node import CommandResult, GuestCommandError, NodeGone
 from niclab.model.bench.base import BenchContext, BenchmarkError, Endpoints, Measurement
 from niclab.model.bench.base import TestOutcome as Outcome
+from niclab.model.bench import kselftest
 from niclab.model.bench.kselftest import PLUGIN, KselftestOptions
 from niclab.model.kernel_choice import KernelChoice
 from niclab.model.scenario import ScenarioError, parse
@@ -256,3 +257,22 @@ def test_kernel_problem_of_a_build_tree_looks_for_the_targets(tmp_path):
 def test_unknown_target_is_refused_with_the_known_ones():
     with pytest.raises(ValueError, match="unknown target 'drivers/nte'; did you mean 'drivers/net'"):
         KselftestOptions(targets=["drivers/nte"])
+
+
+def test_a_lost_agent_without_a_dead_guest_is_no_crash_but_the_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(kselftest, "GONE_WAIT_S", 0.1)
+    client = Guest("a")
+    client.run = _failing(client.run)  # type: ignore[method-assign]
+    rig = Rig(tmp_path, client, Guest("b"), bundle(tmp_path, TESTS))
+    with pytest.raises(GuestCommandError, match="timed out"):
+        PLUGIN.run(rig.ctx(), KselftestOptions(targets=["drivers/net"], tests=["ping.py"]))
+    assert rig.boots == 0
+
+
+def _failing(run):
+    def failing(command, timeout=60.0, check=True):
+        if "./ping.py" in command:
+            raise GuestCommandError("a: `ping.py` timed out after 105 s")
+        return run(command, timeout, check)
+
+    return failing

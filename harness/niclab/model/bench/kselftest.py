@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -58,6 +59,7 @@ EXIT_STATES: dict[int, TestState] = {0: "pass", 4: "skip", 2: "xfail"}  # kselft
 CRASH = re.compile(r"\] (?:RIP: |Call Trace:|Kernel panic|BUG: |Oops|general protection fault)")
 CONSOLE_LINES = 80  # of a crash's console excerpt
 DMESG_LINES = 400  # kept per test program
+GONE_WAIT_S = 15.0  # how long a lost agent may precede its guest's death
 MAX_RESTARTS = 3  # boots after crashes in one run; more and the run gives up
 STATES: tuple[TestState, ...] = ("pass", "fail", "skip", "xfail", "crash")
 COUNTS = {"pass": "passed", "fail": "failed", "skip": "skipped", "xfail": "xfailed", "crash": "crashed"}
@@ -276,7 +278,7 @@ def _run_one(
         script = _script(target, test, seconds, marker, ctx.accel == "tcg")
         result = client.run(script, timeout=seconds + 60, check=False)
     except NiclabError as exc:  # the agent lost, a timeout: a crash if a guest died meanwhile
-        dead = ctx.gone()
+        dead = _wait_gone(ctx)
         if not dead:
             raise
         console = {node: _excerpt(ctx.console(node)) for node in dead}
@@ -315,6 +317,14 @@ def _run_one(
     for top in parsed:
         outcomes += [outcome(name, sub.result, sub.reason) for name, sub in top.walk()]
     return outcomes, state == "crash"
+
+
+def _wait_gone(ctx: BenchContext) -> dict[str, str]:
+    """The guests that died: a panicked guest's agent goes quiet a moment before its QEMU has exited."""
+    deadline = time.monotonic() + GONE_WAIT_S
+    while not (dead := ctx.gone()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return dead
 
 
 def _why(parsed: list[ktap.KtapResult], output: str) -> str:
