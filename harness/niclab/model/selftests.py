@@ -111,6 +111,6 @@ def kernel_problem(choice: KernelChoice | None, targets: tuple[str, ...]) -> str
     what = f"{suite} ({SUITES_WITHOUT[suite]})" if suite in SUITES_WITHOUT else suite
     own = "" if choice is not None else ", the image's own kernel,"
     return (
-        f"kernel {what}{own} has no {' or '.join(targets)} selftests: they are newer than its Linux; "
+        f"kernel {what}{own} has no {' or '.join(targets)} selftests: they are newer than that Linux; "
         f"use {_with_tests()}, or {{build: DIR}} of a newer tree"
     )

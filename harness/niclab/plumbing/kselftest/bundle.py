@@ -74,7 +74,7 @@ def _from_suite(suite: str, targets: tuple[str, ...], progress: Progress, refres
         return known
     archive = Archive(suite)
     progress(f"reading Debian {suite}'s package index for its kernel's selftests")
-    source = choose_source(archive.packages(re.compile(r"linux-image-amd64|linux-source-\d+\.\d+")))
+    source = choose_source(archive.packages(re.compile(r"linux-image-amd64|linux-source-\d+\.\d+"), progress))
     package = source.package
     key = f"{package.name}_{package.version}+{_slug(targets)}"
 

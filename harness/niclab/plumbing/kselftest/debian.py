@@ -185,19 +185,43 @@ class Archive:
                 self._hashes = release_hashes(verified(raw, self.keyring, f"Debian {self.suite}'s InRelease"))
         return self._hashes
 
-    def packages(self, wanted: re.Pattern[str]) -> list[Package]:
-        """The packages of the suite's amd64 and all indexes whose names match, each index's hash checked."""
+    def packages(self, wanted: re.Pattern[str], progress: Progress) -> list[Package]:
+        """The packages of the suite's amd64 and all indexes whose names match. An index is read only when its
+        SHA256 is InRelease's; one that is not (a mirror caught mid-update) is left out, and said so."""
         found: list[Package] = []
+        read = []
         for index in INDEXES:
             if index not in self.hashes():
-                continue  # a suite without arch-all indexes lists them in binary-amd64
+                continue  # an older suite lists its arch-all packages in binary-amd64 alone
             sha256, size = self.hashes()[index]
             with tempfile.TemporaryDirectory(prefix="niclab-index-") as tmp:
                 path = Path(tmp) / "Packages.xz"
-                download(self.url(f"dists/{self.suite}/{index}"), path, size=size, sha256=sha256)
+                try:
+                    self._fetch_index(index, sha256, size, path)
+                except NiclabError as exc:
+                    progress(f"left out Debian {self.suite}'s {index}: {exc}")
+                    continue
                 with lzma.open(path, "rt", encoding="utf-8", errors="replace") as text:
                     found += parse_packages(_bounded(text, MAX_INDEX), wanted)
+                read.append(index)
+        if not read:
+            raise NiclabError(
+                f"no package index of Debian {self.suite} on {self.mirror} matches its signed InRelease; "
+                "fix: try again once the mirror has finished updating"
+            )
         return found
+
+    def _fetch_index(self, index: str, sha256: str, size: int, out: Path) -> None:
+        """The index by its hash first (Acquire-By-Hash: a mirror's update never mixes two), else by its name."""
+        by_hash = f"{index.rsplit('/', 1)[0]}/by-hash/SHA256/{sha256}"
+        tried: list[str] = []
+        for path in (by_hash, index):
+            try:
+                download(self.url(f"dists/{self.suite}/{path}"), out, size=size, sha256=sha256)
+                return
+            except NiclabError as exc:
+                tried.append(str(exc))
+        raise NiclabError(tried[-1])
 
     def fetch(self, package: Package, out: Path, progress: Progress) -> None:
         download(self.url(package.filename), out, size=package.size, sha256=package.sha256, progress=progress)
@@ -261,6 +285,6 @@ def download(
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
         raise NiclabError(f"cannot fetch {url}: {exc}") from None
     if size is not None and read != size:
-        raise NiclabError(f"{url}: {read} bytes, the index says {size}: an incomplete download, try again")
+        raise NiclabError(f"{url}: {read} bytes, not the {size} the index gives (cut short, or a mirror mid-update)")
     if sha256 and digest.hexdigest() != sha256:
         raise NiclabError(f"{url}: SHA256 {digest.hexdigest()} is not the index's {sha256}: not Debian's file")
