@@ -61,6 +61,7 @@ CONSOLE_LINES = 80  # of a crash's console excerpt
 DMESG_LINES = 400  # kept per test program
 GONE_WAIT_S = 15.0  # how long a lost agent may precede its guest's death
 MAX_RESTARTS = 3  # boots after crashes in one run; more and the run gives up
+NO_LIMIT_S = 900  # a program whose target sets no time limit (`timeout=0`) still gets one here
 STATES: tuple[TestState, ...] = ("pass", "fail", "skip", "xfail", "crash")
 COUNTS = {"pass": "passed", "fail": "failed", "skip": "skipped", "xfail": "xfailed", "crash": "crashed"}
 
@@ -165,20 +166,18 @@ class Kselftest:
 
 def _chosen(bundle: SelftestBundle, options: KselftestOptions) -> list[tuple[str, str]]:
     """The bundle's tests of the options' targets, only those `tests` names (each must be there)."""
-    available = bundle.of(tuple(options.targets))
-    if not options.tests:
-        if not available:
-            raise BenchmarkError(f"the selftests from {bundle.source} have no tests in {', '.join(options.targets)}")
-        return list(available)
-    names = {test for _, test in available}
-    missing = [t for t in options.tests if t not in names]
-    if missing:
-        hint = did_you_mean(missing[0], sorted(names))
+    targets = tuple(options.targets)
+    if options.tests and (missing := bundle.missing_tests(targets, options.tests)):
+        _, hint = missing[0]
+        have = sorted({test for _, test in bundle.of(targets)})
         raise BenchmarkError(
-            f"the selftests from {bundle.source} have no {', '.join(missing)} in {', '.join(options.targets)}"
-            + (f"; {hint}" if hint else f"; they have {', '.join(sorted(names))}")
+            f"the selftests from {bundle.source} have no {', '.join(n for n, _ in missing)} in {', '.join(targets)}"
+            + (f"; {hint}" if hint else f"; they have {', '.join(have)}")
         )
-    return [(target, test) for target, test in available if test in options.tests]
+    chosen = list(bundle.select(targets, options.tests or ()))
+    if not chosen:
+        raise BenchmarkError(f"the selftests from {bundle.source} have no tests in {', '.join(targets)}")
+    return chosen
 
 
 def _journal(path: Path | None, line: str) -> None:
@@ -256,7 +255,7 @@ def _run_one(
 ) -> tuple[list[TestOutcome], bool]:
     """One test program and its subtests; whether it crashed the guest."""
     client = ends.client
-    seconds = options.timeout or bundle.timeout(target)
+    seconds = options.timeout or bundle.timeout(target) or NO_LIMIT_S  # a target's 0: no limit of its own
     marker = f"niclab: kselftest {number} start {target}:{test}"
 
     def outcome(subtest: str | None, state: TestState, reason: str, **more: object) -> TestOutcome:
