@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
 
-from niclab.run.records import CellRecord, RunRecord, SummaryRecord, TestRecord
+from niclab.run.records import CellRecord, Record, RunInfoRecord, RunRecord, SummaryRecord, TestRecord
+from niclab.run.results import RunDir
 
 BASE: dict[str, Any] = {"scenario": "s", "cell": "default", "params": {}}
 
@@ -88,3 +90,18 @@ def selftest(test: str, result: str, **given: Any) -> TestRecord:
         "tests_from": "Debian trixie linux-source-6.12 6.12.57-1",
     }
     return TestRecord.model_validate(fields | given)
+
+
+def in_cell(cell: str, params: dict[str, Any], *given: Record) -> list[Record]:
+    """The records, moved to matrix cell `cell` with these parameters."""
+    return [r.model_copy(update={"cell": cell, "params": params}) for r in given]
+
+
+def write_run(path: Path, given: list[Record], cells: list[str], scenario: str = "selftests") -> Path:
+    """A run directory at `path` holding these records, written as the runner writes them."""
+    path.mkdir()
+    run_dir = RunDir(path)
+    run_dir.write_info(RunInfoRecord(scenario=scenario, cells=cells, status="ok"))
+    for record in given:
+        run_dir.append(record)
+    return path

@@ -4,29 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from niclab.run.records import RunInfoRecord
-from niclab.run.results import RunDir
 from niclab.ui.report import report_runs
 from niclab.ui.report.build import build
 from niclab.ui.report.data import load_run
 from niclab.ui.report.selftests import selftest_map
 from tests import records
+from tests.records import in_cell as at
+from tests.records import write_run
 
 VIRTIO = {"model": "virtio-net-pci", "driver": "virtio_net", "pci_id": "1af4:1041"}
-
-
-def write_run(path: Path, recs: list, cells: list[str], scenario: str = "selftests") -> Path:
-    """A run directory holding these records, written as the runner writes them."""
-    path.mkdir()
-    run_dir = RunDir(path)
-    run_dir.write_info(RunInfoRecord(scenario=scenario, cells=cells, status="ok"))
-    for record in recs:
-        run_dir.append(record)
-    return path
-
-
-def at(cell: str, params: dict, *recs):
-    return [r.model_copy(update={"cell": cell, "params": params}) for r in recs]
 
 
 def selftests_run(tmp_path: Path) -> Path:

@@ -244,24 +244,28 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from niclab.ui import compare
+    from niclab.ui.report.data import load_run
+    from niclab.ui.testchanges import compare_tests
 
     base = Path(args.base)
     new = Path(args.new) if args.new else base
     if args.cells:
-        from niclab.ui.report.data import load_run
-
         if args.new:  # two runs: nothing pairs their repeats
             a, b = load_run(base).cell(args.cells[0]), load_run(new).cell(args.cells[1])
             changes = compare.compare_pair(a, b, args.threshold, args.alpha, args.all, paired=False)
         else:
-            base_cell, new_cell = args.cells
-            changes = compare.compare_cells(load_run(base), base_cell, new_cell, args.threshold, args.alpha, args.all)
+            run = load_run(base)
+            a, b = run.cell(args.cells[0]), run.cell(args.cells[1])
+            changes = compare.compare_cells(run, a.id, b.id, args.threshold, args.alpha, args.all)
+        tests = compare_tests([(a, b)])
     elif not args.new:
         raise UsageError("compare needs two runs, or one run and --cells BASE_CELL NEW_CELL")
     else:
-        changes = compare.compare_dirs(base, new, args.threshold, args.alpha, every_metric=args.all)
+        base_run, new_run = load_run(base), load_run(new)
+        changes = compare.compare(base_run, new_run, args.threshold, args.alpha, every_metric=args.all)
+        tests = compare.selftest_changes(base_run, new_run)
     render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]
-    text = render(changes, base, new, args.threshold, args.alpha)
+    text = render(changes, base, new, args.threshold, args.alpha, tests)
     if args.out:
         from niclab.base.atomic import write_text
 
@@ -270,10 +274,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(text)
     worse = [c for c in changes if c.verdict == "worse"]
-    if not changes:
+    if not changes and tests is None:
         print("niclab: the runs share no cell and metric to compare", file=sys.stderr)
         return EXIT_FAILED
-    return EXIT_FAILED if worse else EXIT_OK
+    return EXIT_FAILED if worse or (tests is not None and tests.broke) else EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -492,8 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="what changed between two runs, and whether it is real",
         description="Per metric and cell: the change in %% and a verdict from Welch's "
-        "t-test on the samples (a paired t-test for two cells of one run whose repeats alternated). "
-        "Exit 1 if a metric got worse.",
+        "t-test on the samples (a paired t-test for two cells of one run whose repeats alternated); "
+        "and the kernel selftests whose result changed. Exit 1 if a metric got worse or a selftest that passed "
+        "fails or crashes now.",
     )
     compare.add_argument("base", metavar="BASE_RUN")
     compare.add_argument("new", metavar="NEW_RUN", nargs="?", help="omitted: compare two cells of BASE_RUN (--cells)")
