@@ -10,6 +10,7 @@ installs them per kernel (a "bundle"); the kselftest benchmark runs them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,3 +42,10 @@ class SelftestBundle:
     def of(self, targets: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         """The bundle's tests of these targets, in its order."""
         return tuple((target, test) for target, test in self.tests if target in targets)
+
+
+def raw_name(target: str, test: str) -> str:
+    """The name a test program's raw output is saved under (save_raw adds -N.txt): kselftest-drivers-net-ping.py.
+
+    nipa.json links each test to it (niclab.ui.nipa), as NIPA's executors link their per-test log."""
+    return "kselftest-" + re.sub(r"[^0-9A-Za-z._-]+", "-", f"{target}/{test}").strip("-.")
