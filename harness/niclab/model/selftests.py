@@ -10,6 +10,7 @@ installs them per kernel (a "bundle"); the kselftest benchmark runs them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,3 +115,10 @@ def kernel_problem(choice: KernelChoice | None, targets: tuple[str, ...]) -> str
         f"kernel {what}{own} has no {' or '.join(targets)} selftests: they are newer than that Linux; "
         f"use {_with_tests()}, or {{build: DIR}} of a newer tree"
     )
+
+
+def raw_name(target: str, test: str) -> str:
+    """The name a test program's raw output is saved under (save_raw adds -N.txt): kselftest-drivers-net-ping.py.
+
+    nipa.json links each test to it (niclab.ui.nipa), as NIPA's executors link their per-test log."""
+    return "kselftest-" + re.sub(r"[^0-9A-Za-z._-]+", "-", f"{target}/{test}").strip("-.")

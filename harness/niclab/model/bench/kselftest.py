@@ -49,7 +49,7 @@ from niclab.model.bench.base import (
     TestState,
 )
 from niclab.model.bench.declare import GuestNeeds, Row, Shows
-from niclab.model.selftests import TARGETS, SelftestBundle, kernel_problem
+from niclab.model.selftests import TARGETS, SelftestBundle, kernel_problem, raw_name
 
 GUEST_DIR = "/opt/niclab-kselftest"  # where the bundle is unpacked in the client's guest
 ADDON = "kselftest"  # the add-on archive (images/kselftest) with python3, PyYAML, socat and OpenSSH
@@ -272,7 +272,7 @@ def _run_one(
             **more,  # type: ignore[arg-type]
         )
 
-    raw = f"kselftest-{target.replace('/', '-')}-{test}"
+    raw = raw_name(target, test)
     try:
         script = _script(target, test, seconds, marker, ctx.accel == "tcg")
         result = client.run(script, timeout=seconds + 60, check=False)

@@ -81,6 +81,7 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
     except KeyboardInterrupt:
         print(f"niclab: interrupted; the guests were stopped; partial results in {run_dir.results}", file=sys.stderr)
         write_run_report(run_dir.path, progress)
+        write_run_nipa(run_dir.path, progress)
         return EXIT_FAILED
     for cell in outcome.cells:
         print(cell_table(scenario_file.name, cell))
@@ -89,6 +90,8 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
         print(f"warning: {warning}")
     print(f"results: {run_dir.results}")
     print(f"report:  {write_run_report(run_dir.path, progress)}")
+    if (nipa := write_run_nipa(run_dir.path, progress)) is not None:
+        print(f"nipa:    {nipa}")
     return EXIT_OK if outcome.ok else EXIT_FAILED
 
 
@@ -100,6 +103,17 @@ def write_run_report(run_dir: Path, progress: Progress) -> Path | str:
     except Exception as exc:  # a report problem must not hide the results already written
         progress(f"the report could not be written: {exc!r}")
         return "(not written; see the message above)"
+
+
+def write_run_nipa(run_dir: Path, progress: Progress) -> Path | None:
+    """The run's selftest results as NIPA reads them (nipa.json), when it ran any; None otherwise."""
+    from niclab.ui.nipa import write_nipa
+
+    try:
+        return write_nipa(run_dir)
+    except Exception as exc:  # an export problem must not hide the results already written
+        progress(f"nipa.json could not be written: {exc!r}")
+        return None
 
 
 def _recipe_name(name: str) -> str:
@@ -244,24 +258,28 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from niclab.ui import compare
+    from niclab.ui.report.data import load_run
+    from niclab.ui.testchanges import compare_tests
 
     base = Path(args.base)
     new = Path(args.new) if args.new else base
     if args.cells:
-        from niclab.ui.report.data import load_run
-
         if args.new:  # two runs: nothing pairs their repeats
             a, b = load_run(base).cell(args.cells[0]), load_run(new).cell(args.cells[1])
             changes = compare.compare_pair(a, b, args.threshold, args.alpha, args.all, paired=False)
         else:
-            base_cell, new_cell = args.cells
-            changes = compare.compare_cells(load_run(base), base_cell, new_cell, args.threshold, args.alpha, args.all)
+            run = load_run(base)
+            a, b = run.cell(args.cells[0]), run.cell(args.cells[1])
+            changes = compare.compare_cells(run, a.id, b.id, args.threshold, args.alpha, args.all)
+        tests = compare_tests([(a, b)])
     elif not args.new:
         raise UsageError("compare needs two runs, or one run and --cells BASE_CELL NEW_CELL")
     else:
-        changes = compare.compare_dirs(base, new, args.threshold, args.alpha, every_metric=args.all)
+        base_run, new_run = load_run(base), load_run(new)
+        changes = compare.compare(base_run, new_run, args.threshold, args.alpha, every_metric=args.all)
+        tests = compare.selftest_changes(base_run, new_run)
     render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]
-    text = render(changes, base, new, args.threshold, args.alpha)
+    text = render(changes, base, new, args.threshold, args.alpha, tests)
     if args.out:
         from niclab.base.atomic import write_text
 
@@ -270,16 +288,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(text)
     worse = [c for c in changes if c.verdict == "worse"]
-    if not changes:
+    if not changes and tests is None:
         print("niclab: the runs share no cell and metric to compare", file=sys.stderr)
         return EXIT_FAILED
-    return EXIT_FAILED if worse else EXIT_OK
+    return EXIT_FAILED if worse or (tests is not None and tests.broke) else EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from niclab.ui.export import export
 
     run_dir = Path(args.run)
+    if args.format == "nipa":
+        from niclab.ui.nipa import write_nipa
+
+        if args.out:
+            raise UsageError("--format nipa writes nipa.json and nipa/ in the run directory; drop --out")
+        written = write_nipa(run_dir, args.branch, args.url)
+        if written is None:
+            raise UsageError(f"{run_dir} has no kernel selftest results (test records) to export for NIPA")
+        print(written)
+        return EXIT_OK
     out = Path(args.out) if args.out else run_dir / f"{args.what}.{args.format}"
     count = export(run_dir, args.format, out, args.what)
     print(f"{out} ({count} rows)")
@@ -492,8 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="what changed between two runs, and whether it is real",
         description="Per metric and cell: the change in %% and a verdict from Welch's "
-        "t-test on the samples (a paired t-test for two cells of one run whose repeats alternated). "
-        "Exit 1 if a metric got worse.",
+        "t-test on the samples (a paired t-test for two cells of one run whose repeats alternated); "
+        "and the kernel selftests whose result changed. Exit 1 if a metric got worse or a selftest that passed "
+        "fails or crashes now.",
     )
     compare.add_argument("base", metavar="BASE_RUN")
     compare.add_argument("new", metavar="NEW_RUN", nargs="?", help="omitted: compare two cells of BASE_RUN (--cells)")
@@ -523,13 +552,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = verbs.add_parser(
         "export",
-        help="a run's results as CSV or Parquet",
-        description="One flat table for pandas: measurements (default) or summaries.",
+        help="a run's results as CSV or Parquet, or its selftests for NIPA",
+        description="One flat table for pandas: measurements (default) or summaries. --format nipa: the kernel "
+        "selftests' results in NIPA's format (RUN_DIR/nipa.json, the manifest, and nipa/<cell>.json).",
     )
     export.add_argument("run", metavar="RUN_DIR")
-    export.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    export.add_argument("--format", choices=("csv", "parquet", "nipa"), default="csv")
     export.add_argument("--what", choices=("measurements", "summaries"), default="measurements")
     export.add_argument("--out", metavar="FILE", help="default: RUN_DIR/<what>.<format>")
+    export.add_argument("--branch", help="nipa: the branch the run tested (default: the run directory's name)")
+    export.add_argument("--url", metavar="BASE_URL", help="nipa: where the run directory is published (links)")
     export.set_defaults(func=cmd_export)
 
     metrics = verbs.add_parser(
