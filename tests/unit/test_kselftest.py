@@ -59,7 +59,7 @@ class Guest:
             code, out = self.answers.get(program, (0, ""))
             return CommandResult(self.name, ("/bin/sh", "-c", command), code, out, "", 1.5)
         if command.startswith("dmesg"):
-            lines = ["[ 1.0] niclab: kselftest start", *self.dmesg.get(self.last, [])]
+            lines = self.dmesg.get(self.last, [])
             return CommandResult(self.name, ("/bin/sh", "-c", command), 0, "\n".join(lines) + "\n", "", 0.1)
         return CommandResult(self.name, ("/bin/sh", "-c", command), 0, "", "", 0.1)
 

@@ -340,9 +340,9 @@ def _why(parsed: list[ktap.KtapResult], output: str) -> str:
 
 def _dmesg(node: Node, marker: str) -> list[str]:
     """The kernel's log lines since `marker` (the marker's own line left out)."""
-    result = node.run(f"dmesg | sed -n {shlex.quote('/' + re.escape(marker) + '$/,$p')}", timeout=60, check=False)
-    lines = result.stdout.splitlines()
-    return lines[1:] if lines else []
+    after = "f; index($0, m) { f = 1 }"  # a fixed string, no pattern: the marker names a path
+    result = node.run(f"dmesg | awk -v m={shlex.quote(marker)} {shlex.quote(after)}", timeout=60, check=False)
+    return result.stdout.splitlines()
 
 
 def _excerpt(console: str) -> list[str]:
