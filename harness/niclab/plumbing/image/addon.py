@@ -26,7 +26,7 @@ from pathlib import Path
 from niclab.base.errors import NiclabError
 from niclab.base.filelock import locked
 from niclab.base.node import Progress
-from niclab.plumbing.image.assemble import Tree, add_overlay, copy_file, copy_tree, copy_with_libraries
+from niclab.plumbing.image.assemble import Tree, add_overlay, add_programs, copy_tree
 from niclab.plumbing.image.cpio import Entry
 from niclab.plumbing.image.drivers import unpacked_bytes
 from niclab.plumbing.image.manifest import installed_packages
@@ -121,12 +121,7 @@ def ensure_addon(name: str, progress: Progress = print) -> Addon:
 def addon_entries(root: TarTree, wanted: Recipe) -> list[Entry]:
     """The archive's entries: the programs with their libraries, the files, the trees, the overlay."""
     tree = Tree()
-    for path in wanted.binaries:
-        copy_with_libraries(tree, root, path)
-    for path in wanted.files:
-        if not root.exists(path):
-            raise NiclabError(f"image build: {path} is not in the guest root; is its package in the recipe?")
-        copy_file(tree, root, path)
+    add_programs(tree, root, wanted)
     for path in wanted.trees:
         copy_tree(tree, root, path, wanted.tree_exclude)
     if wanted.rootfs_overlay.is_dir():

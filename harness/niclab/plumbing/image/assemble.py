@@ -105,6 +105,16 @@ def copy_with_libraries(tree: Tree, root: TarTree, path: str) -> None:
             todo.extend(_find_library(root, lib, dynamic.runpath) for lib in dynamic.needed)
 
 
+def add_programs(tree: Tree, root: TarTree, recipe: Recipe) -> None:
+    """The recipe's `binaries` with the shared libraries they need, and its `files` as they are."""
+    for path in recipe.binaries:
+        copy_with_libraries(tree, root, path)
+    for path in recipe.files:
+        if not root.exists(path):
+            raise NiclabError(f"image build: {path} is not in the guest root; is its package in the recipe?")
+        copy_file(tree, root, path)
+
+
 def copy_tree(tree: Tree, root: TarTree, path: str, exclude: tuple[str, ...] = ()) -> None:
     """Every file and symlink below `path`, but those below a directory (or named) as in `exclude`; the shared
     libraries of its ELF files (Python's extension modules) come along."""
@@ -152,12 +162,7 @@ def assemble(root: TarTree, recipe: Recipe) -> list[Entry]:
     for name, (mode, rdev) in DEVICES.items():
         tree.add(Entry(name, mode, rdev=rdev))
 
-    for path in recipe.binaries:
-        copy_with_libraries(tree, root, path)
-    for path in recipe.files:
-        if not root.exists(path):
-            raise NiclabError(f"image build: {path} is not in the guest root; is its package in the recipe?")
-        copy_file(tree, root, path)
+    add_programs(tree, root, recipe)
 
     busybox = root.read("/usr/bin/busybox")
     tree.add(Entry("usr/bin/busybox", stat.S_IFREG | 0o755, busybox))
