@@ -505,10 +505,15 @@ class Scenario(_Strict):
                 tuple(ports[name]),
                 self.kernel_of(name),
                 tuple(f"{module}.{param}={value}" for (module, param), value in self.module_params(name).items()),
+                self.addons(),
             )
             for index, (name, options) in enumerate(self.nodes.items())
         )
         return Topology(nodes, tuple(wires))
+
+    def addons(self) -> tuple[str, ...]:
+        """The add-ons every node carries: those the scenario's benchmarks ask for (GuestNeeds.addons), sorted."""
+        return tuple(sorted({name for spec in self.benchmarks for name in spec.plugin.guest.addons}))
 
     def module_params(self, node: str) -> dict[tuple[str, str], int | str]:
         """(driver module, parameter) -> value, from the links of the node's NICs (checked not to conflict)."""

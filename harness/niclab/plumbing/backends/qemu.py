@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +192,9 @@ class QemuBackend:
             )
             for port in spec.ports
         )
+        floor = int(image.manifest.get("min_memory_mib", 0))  # an initramfs with add-ons or every driver needs more
         return VmPlan(
-            node=spec,
+            node=replace(spec, memory_mib=max(spec.memory_mib, floor)),
             accel=accel,
             kernel=str(image.boot_kernel),
             initrd=str(image.initrd),

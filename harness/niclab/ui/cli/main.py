@@ -126,10 +126,33 @@ def _recipe_name(name: str) -> str:
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
-    from niclab.plumbing.image.store import build_image
+    from niclab.plumbing.image.addon import build_addon
+    from niclab.plumbing.image.store import build_image, recipe
 
-    image = build_image(_recipe_name(args.recipe), force=args.force, progress=ProgressLines())
-    print(image.directory)
+    name = _recipe_name(args.recipe)
+    build = build_addon if recipe(name).addon else build_image
+    print(build(name, force=args.force, progress=ProgressLines()).directory)
+    return EXIT_OK
+
+
+def _addon_info(name: str, as_json: bool) -> int:
+    from niclab.plumbing.image.addon import addon_recipe, find_addon
+
+    addon = find_addon(name)
+    if addon is None:
+        wanted = addon_recipe(name)
+        print(f"add-on {name}-{wanted.input_hash()} is not built; run `niclab image build {name}`", file=sys.stderr)
+        return EXIT_FAILED
+    m = addon.manifest
+    if as_json:
+        print(json.dumps(m, indent=2))
+        return EXIT_OK
+    print(
+        f"add-on     {addon.id}\ndirectory  {addon.directory}\nbuilt      {m['built_at']} in {m['build_seconds']} s\n"
+        f"suite      {m['suite']}\narchive    {m['archive_bytes'] / 2**20:.1f} MiB, "
+        f"{m['unpacked_bytes'] / 2**20:.0f} MiB unpacked\nmemory     {m['memory_mib']} MiB more per guest"
+    )
+    print("packages   " + "\n           ".join(f"{p} {v}" for p, v in m["addon_packages"].items()))
     return EXIT_OK
 
 
@@ -138,6 +161,8 @@ def cmd_image_info(args: argparse.Namespace) -> int:
     from niclab.plumbing.image.store import find_image, recipe
 
     name = _recipe_name(args.recipe)
+    if recipe(name).addon:
+        return _addon_info(name, args.json)
     image = find_image(name)
     if image is None:
         wanted = recipe(name)
@@ -453,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
         "build",
         help="build the image (if its recipe changed, or with --force)",
         description="Build a guest image for the current recipe: micro (a kernel and an initramfs, what "
-        "`niclab run` boots) or debian (a full Debian disk, the Vagrant box).",
+        "`niclab run` boots), lab, debian (a full Debian disk, the Vagrant box), or an add-on such as kselftest "
+        "(an archive added to the initramfs of the nodes whose benchmarks need it).",
     )
     build.add_argument("recipe", nargs="?", default="micro", metavar="RECIPE", help="micro (default) or debian")
     build.add_argument("--force", action="store_true", help="build even if the cache has it")
