@@ -66,7 +66,7 @@ def run(scenario: Path, out: Path, timeout: float = 1500) -> tuple[int, str, str
     return proc.returncode, stdout, stderr, run_dir
 
 
-def tests_of(run_dir: Path) -> dict[tuple[int, str, str | None], dict]:
+def results_of(run_dir: Path) -> dict[tuple[int, str, str | None], dict]:
     return {
         (r["link"], r["test"], r.get("subtest")): r
         for r in read_records(run_dir / "results.jsonl")
@@ -79,7 +79,7 @@ def test_ping_and_stats_on_virtio_and_e1000(image, tmp_path):
     scenario.write_text(TWO_CARDS)
     code, out, err, run_dir = run(scenario, tmp_path / "runs")
     assert wait_no_qemu(tmp_path) == []
-    tests = tests_of(run_dir)
+    tests = results_of(run_dir)
     assert code == 0 and tests, err
     for link, driver in ((0, "virtio_net"), (1, "e1000")):
         ping = tests[(link, "ping.py", None)]
@@ -113,7 +113,7 @@ def test_a_panicking_test_is_a_crash_and_the_next_runs_after_a_reboot(image, tmp
     scenario.write_text(PANIC)
     code, _, err, run_dir = run(scenario, tmp_path / "runs")
     assert wait_no_qemu(tmp_path) == []
-    tests = tests_of(run_dir)
+    tests = results_of(run_dir)
     crash = tests[(0, "niclab_panic.sh", None)]
     assert crash["result"] == "crash", crash
     assert "panic" in crash["reason"].lower() or "sysrq" in crash["reason"].lower(), crash
