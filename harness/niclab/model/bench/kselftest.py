@@ -52,6 +52,7 @@ from niclab.model.bench.declare import GuestNeeds, Row, Shows
 from niclab.model.selftests import TARGETS, SelftestBundle, kernel_problem, raw_name
 
 GUEST_DIR = "/opt/niclab-kselftest"  # where the bundle is unpacked in the client's guest
+GUEST_ARCHIVE = "/tmp/niclab-kselftest.tar.gz"  # and where it is put first
 ADDON = "kselftest"  # the add-on archive (images/kselftest) with python3, PyYAML, socat and OpenSSH
 SSH_KEY = "/root/.ssh/id_ed25519"
 SSHD_UP = "/usr/lib/niclab/sshd-up"
@@ -193,10 +194,10 @@ def _journal(path: Path | None, line: str) -> None:
 def _prepare(ctx: BenchContext, ends: Endpoints, bundle: SelftestBundle, options: KselftestOptions) -> None:
     """Unpack the selftests on the client, let the client reach the server over ssh, write net.config."""
     client, server = ends.client, ends.server
-    client.put(f"{GUEST_DIR}.tar.gz", bundle.archive.read_bytes())
+    client.put(GUEST_ARCHIVE, bundle.archive.read_bytes())
     client.run(
-        f"rm -rf {GUEST_DIR} && mkdir -p {GUEST_DIR} && tar -xzf {GUEST_DIR}.tar.gz -C {GUEST_DIR} "
-        f"&& rm -f {GUEST_DIR}.tar.gz",
+        f"rm -rf {GUEST_DIR} && mkdir -p {GUEST_DIR} && tar -xzf {GUEST_ARCHIVE} -C {GUEST_DIR} "
+        f"&& rm -f {GUEST_ARCHIVE}",
         timeout=120,
     )
     client.run(
