@@ -30,6 +30,14 @@ STATS_KTAP = """TAP version 13
 ok 1 stats.check_pause # XFAIL pause not supported by the device
 ok 2 stats.pkt_byte_sum # SKIP qstats not supported by the device
 """
+FAILED_KTAP = """KTAP version 1
+1..2
+# Check| At /opt/niclab-kselftest/drivers/net/./stats.py, line 29, in check_pause:
+# Check|     ksft_true(data['stats'], "driver does not report stats")
+# Check failed {} does not eval to True driver does not report stats
+not ok 1 stats.check_pause
+ok 2 stats.check_fec # XFAIL FEC not supported by the device
+"""
 
 
 @dataclass
@@ -276,3 +284,13 @@ def _failing(run):
         return run(command, timeout, check)
 
     return failing
+
+
+def test_a_failed_subtest_says_what_check_failed(tmp_path):
+    client = Guest("a", answers={"stats.py": (1, FAILED_KTAP)})
+    rig = Rig(tmp_path, client, Guest("b"), bundle(tmp_path, TESTS))
+    got = outcomes(PLUGIN.run(rig.ctx(), KselftestOptions(targets=["drivers/net"], tests=["stats.py"])))
+    why = "Check failed {} does not eval to True driver does not report stats"
+    assert got[("stats.py", None)].result == "fail"
+    assert got[("stats.py", None)].reason == f"stats.check_pause: {why}"
+    assert got[("stats.py", "stats.check_pause")].reason == why

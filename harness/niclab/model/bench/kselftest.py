@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
 import time
 from collections.abc import Sequence
@@ -146,10 +147,11 @@ class Kselftest:
         ends = ctx.ends
         _prepare(ctx, ends, bundle, options)
         restarts = 0
+        run_token = secrets.token_hex(4)  # the kernel's log keeps earlier runs' markers: this run's are its own
         for number, (target, test) in enumerate(tests, start=1):
             _journal(ctx.journal, f"{target}:{test}")
             ctx.progress(f"kselftest {number}/{len(tests)}: {target} {test}")
-            found, crashed = _run_one(ctx, ends, bundle, options, target, test, number)
+            found, crashed = _run_one(ctx, ends, bundle, options, target, test, f"{run_token}.{number}")
             outcomes += found
             if crashed:
                 if ctx.restart is None or restarts >= MAX_RESTARTS:
@@ -252,7 +254,7 @@ def _run_one(
     options: KselftestOptions,
     target: str,
     test: str,
-    number: int,
+    number: str,
 ) -> tuple[list[TestOutcome], bool]:
     """One test program and its subtests; whether it crashed the guest."""
     client = ends.client
@@ -315,7 +317,7 @@ def _run_one(
         )
     ]
     for top in parsed:
-        outcomes += [outcome(name, sub.result, sub.reason) for name, sub in top.walk()]
+        outcomes += [outcome(name, sub.result, sub.reason or _said(sub)) for name, sub in top.walk()]
     return outcomes, state == "crash"
 
 
@@ -327,6 +329,15 @@ def _wait_gone(ctx: BenchContext) -> dict[str, str]:
     return dead
 
 
+def _said(test: ktap.KtapResult) -> str:
+    """What a failed test printed about its failure: kselftest's `Check failed` line, else its last line."""
+    if test.result != "fail":
+        return ""
+    lines = [line.strip() for line in test.output if line.strip()]
+    checks = [line for line in lines if line.startswith("Check failed") or line.startswith("Exception|")]
+    return (checks or lines or [""])[-1][:300]
+
+
 def _why(parsed: list[ktap.KtapResult], output: str) -> str:
     """A program's reason: its own SKIP/XFAIL line, or the first failed subtest's, or the last line it printed."""
     for top in parsed:
@@ -334,7 +345,7 @@ def _why(parsed: list[ktap.KtapResult], output: str) -> str:
             if sub.result in ("fail", "skip", "xfail") and sub.reason:
                 return f"{name}: {sub.reason}"
             if sub.result == "fail":
-                return f"{name} failed"
+                return f"{name}: {_said(sub)}" if _said(sub) else f"{name} failed"
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
 
@@ -343,7 +354,7 @@ def _dmesg(node: Node, marker: str) -> list[str]:
     """The kernel's log lines since `marker` (the marker's own line left out)."""
     after = "f; index($0, m) { f = 1 }"  # a fixed string, no pattern: the marker names a path
     result = node.run(f"dmesg | awk -v m={shlex.quote(marker)} {shlex.quote(after)}", timeout=60, check=False)
-    return result.stdout.splitlines()
+    return [line for line in result.stdout.splitlines() if "niclab: kselftest " not in line]
 
 
 def _excerpt(console: str) -> list[str]:
