@@ -99,3 +99,18 @@ def test_hostile_guest_text_is_cut_to_one_bounded_line(tmp_path):
 def test_a_run_without_selftests_has_no_map(data_dir):
     report = build([load_run(data_dir / "runs" / "nic-shootout")])
     assert report.runs[0].selftests is None
+
+
+def test_a_cell_that_tests_two_links_names_each_links_card_in_its_rows(tmp_path):
+    both = at(
+        "default",
+        {},
+        records.selftest("ping.py", "pass", nic=VIRTIO),
+        records.selftest("ping.py", "pass", link=1),
+    )
+    found = selftest_map(load_run(write_run(tmp_path / "run", both, ["default"])))
+    assert found is not None
+    assert [row.label for row in found.rows] == [
+        "drivers/net ping.py (link 0: virtio-net-pci)",
+        "drivers/net ping.py (link 1: e1000)",
+    ]

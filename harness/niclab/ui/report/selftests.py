@@ -177,6 +177,11 @@ def selftest_map(run: RunData) -> SelftestMap | None:
     per_cell = [states(cell) for cell in cells]
     keys = ordered([key for found in per_cell for key in found])
     several_links = len({key.link for key in keys}) > 1
+    # a cell that tests several links: each program's row names its link's card where every cell agrees on it
+    link_cards: dict[int, set[str]] = {}
+    for cell in cells:
+        for record in cell.tests:
+            link_cards.setdefault(record.link, set()).add(clip(record.nic.model or record.nic.driver or "", NAME_LIMIT))
     columns = column_labels(cells)
     notes: dict[str, int] = {}
     crashes: list[Crash] = []
@@ -195,7 +200,9 @@ def selftest_map(run: RunData) -> SelftestMap | None:
                 crashes.append(Crash(crash, column, key.name(), state.console))
             entries.append(Entry(state.result, state.text(), state.reason or "", note, crash))
         if key.subtest is None:
-            label = key.name() + (f" (link {key.link})" if several_links else "")
+            card = link_cards.get(key.link, set())
+            named = f": {next(iter(card))}" if len(card) == 1 and "" not in card else ""
+            label = key.name() + (f" (link {key.link}{named})" if several_links else "")
             depth = 0
         else:
             label, depth = clip(key.subtest.rpartition("/")[2], NAME_LIMIT), key.subtest.count("/") + 1
