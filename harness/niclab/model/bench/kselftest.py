@@ -340,12 +340,14 @@ def _said(test: ktap.KtapResult) -> str:
 
 def _why(parsed: list[ktap.KtapResult], output: str) -> str:
     """A program's reason: its own SKIP/XFAIL line, or the first failed subtest's, or the last line it printed."""
-    for top in parsed:
-        for name, sub in top.walk():
-            if sub.result in ("fail", "skip", "xfail") and sub.reason:
-                return f"{name}: {sub.reason}"
-            if sub.result == "fail":
-                return f"{name}: {_said(sub)}" if _said(sub) else f"{name} failed"
+    walked = [(name, sub) for top in parsed for name, sub in top.walk()]
+    for name, sub in walked:  # a failure first: it is what made the program fail
+        if sub.result == "fail":
+            why = sub.reason or _said(sub)
+            return f"{name}: {why}" if why else f"{name} failed"
+    for name, sub in walked:
+        if sub.result in ("skip", "xfail") and sub.reason:
+            return f"{name}: {sub.reason}"
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
 
