@@ -23,13 +23,11 @@ import gzip
 import json
 import os
 import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from niclab.base.atomic import building
 from niclab.base.errors import NiclabError
 from niclab.base.filelock import locked
 from niclab.base.node import Progress
@@ -92,21 +90,6 @@ class Image:
 
 def store_dir() -> Path:
     return cache_dir() / "images"
-
-
-@contextmanager
-def building(target: Path) -> Iterator[Path]:
-    """A temporary directory beside `target` to build in, renamed into place when the block ends well (so a
-    half-built image is never found) and removed when it does not."""
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        yield work
-        if target.exists():
-            shutil.rmtree(target)
-        work.rename(target)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
 
 
 def load_image(directory: Path) -> Image | None:

@@ -19,11 +19,11 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from niclab.base.atomic import building
 from niclab.base.errors import NiclabError
 from niclab.base.filelock import locked
 from niclab.base.node import Progress
@@ -174,8 +174,7 @@ def _cached(key: str, build: Callable[[Path], SelftestBundle]) -> SelftestBundle
         if (known := _load(target)) is not None:
             return known
         started = time.monotonic()
-        work = Path(tempfile.mkdtemp(prefix=f".{key[:60]}.", dir=store()))
-        try:
+        with building(target) as work:
             bundle = build(work)
             for leftover in work.iterdir():
                 if leftover.name not in (ARCHIVE, "make.log"):
@@ -189,12 +188,6 @@ def _cached(key: str, build: Callable[[Path], SelftestBundle]) -> SelftestBundle
                 "build_seconds": round(time.monotonic() - started, 1),
             }
             (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-            if target.exists():
-                shutil.rmtree(target)
-            work.rename(target)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
     loaded = _load(target)
     assert loaded is not None
     return loaded
