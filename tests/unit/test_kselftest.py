@@ -11,7 +11,7 @@ import pytest
 
 from niclab.base.node import CommandResult, GuestCommandError, NodeGone
 from niclab.model.bench import kselftest
-from niclab.model.bench.base import BenchContext, BenchmarkError, Endpoints, Measurement
+from niclab.model.bench.base import BenchContext, BenchmarkError, Endpoints, Measurement, PartialRun
 from niclab.model.bench.base import TestOutcome as Outcome
 from niclab.model.bench.kselftest import PLUGIN, KselftestOptions
 from niclab.model.kernel_choice import KernelChoice
@@ -268,14 +268,14 @@ def test_unknown_target_is_refused_with_the_known_ones():
         KselftestOptions(targets=["drivers/nte"])
 
 
-def test_a_lost_agent_without_a_dead_guest_is_no_crash_but_the_error(tmp_path, monkeypatch):
+def test_a_lost_agent_without_a_dead_guest_is_no_crash_but_a_failure(tmp_path, monkeypatch):
     monkeypatch.setattr(kselftest, "GONE_WAIT_S", 0.1)
     client = Guest("a")
     client.run = _failing(client.run)  # type: ignore[method-assign]
     rig = Rig(tmp_path, client, Guest("b"), bundle(tmp_path, TESTS))
-    with pytest.raises(GuestCommandError, match="timed out"):
-        PLUGIN.run(rig.ctx(), KselftestOptions(targets=["drivers/net"], tests=["ping.py"]))
-    assert rig.boots == 0
+    got = outcomes(PLUGIN.run(rig.ctx(), KselftestOptions(targets=["drivers/net"], tests=["ping.py"])))
+    assert got[("ping.py", None)].result == "fail" and "timed out after 105 s" in got[("ping.py", None)].reason
+    assert rig.boots == 1  # a clean boot for what comes next
 
 
 def _failing(run):
@@ -295,3 +295,63 @@ def test_a_failed_subtest_says_what_check_failed(tmp_path):
     assert got[("stats.py", None)].result == "fail"
     assert got[("stats.py", None)].reason == f"stats.check_pause: {why}"
     assert got[("stats.py", "stats.check_pause")].reason == why
+
+
+class Dying(Guest):
+    """A guest that dies in every test program it runs."""
+
+    def run(self, command, timeout: float = 60.0, check: bool = True) -> CommandResult:
+        if "timeout -s KILL" in command and not self.dead:
+            self.dead = True
+            raise NodeGone(f"node {self.name} is gone")
+        return super().run(command, timeout, check)
+
+
+def test_after_the_last_reboot_a_crash_stops_the_run_and_keeps_what_ran(tmp_path, monkeypatch):
+    monkeypatch.setattr(kselftest, "MAX_RESTARTS", 1)
+    rig = Rig(tmp_path, Dying("a"), Guest("b"), bundle(tmp_path, TESTS))
+
+    def restart() -> Endpoints:
+        rig.boots += 1
+        rig.client = Dying("a")
+        return rig.ends()
+
+    rig.restart = restart  # type: ignore[method-assign]
+    with pytest.raises(
+        PartialRun, match=r"stats\.py: it crashed the guest; 0 test\(s\) not run \(after 1 reboots\)"
+    ) as stopped:
+        PLUGIN.run(rig.ctx(), KselftestOptions(targets=["drivers/net"]))
+    got = outcomes(stopped.value.found)
+    assert got[("ping.py", None)].result == "crash" and got[("stats.py", None)].result == "crash"
+    assert counts(stopped.value.found)["crashed"] == 2
+
+
+def test_a_program_that_never_lets_go_of_a_live_guest_fails_and_the_rig_boots_anew(tmp_path, monkeypatch):
+    monkeypatch.setattr(kselftest, "GONE_WAIT_S", 0.1)
+    client = Guest("a", answers={"stats.py": (0, "ok 1 stats.pkt_byte_sum\n")})
+    client.run = _failing(client.run)  # type: ignore[method-assign]
+    rig = Rig(tmp_path, client, Guest("b"), bundle(tmp_path, TESTS))
+    got = outcomes(PLUGIN.run(rig.ctx(), KselftestOptions(targets=["drivers/net"])))
+    assert got[("ping.py", None)].result == "fail"
+    assert got[("ping.py", None)].reason.startswith("no end within 105 s, the guest alive")
+    assert rig.boots == 1 and got[("stats.py", None)].result == "pass"
+
+
+def test_an_oops_keeps_its_trace_from_the_kernels_log(tmp_path):
+    trace = [
+        "[ 9.0] e1000 0000:00:03.0 link0: reset",
+        "[ 9.1] BUG: kernel NULL pointer dereference",
+        "[ 9.2] RIP: 0010:e1000_xmit",
+        "[ 9.3] Call Trace:",
+        "[ 9.4]  <TASK>",
+        "[ 9.5]  dev_hard_start_xmit",
+    ]
+    client = Guest("a", dmesg={"ping.py": trace})
+    rig = Rig(tmp_path, client, Guest("b"), bundle(tmp_path, TESTS))
+    got = outcomes(PLUGIN.run(rig.ctx(), KselftestOptions(targets=["drivers/net"], tests=["ping.py"])))
+    assert got[("ping.py", None)].console == tuple(trace)  # the lines before and the frames after, not just RIP
+
+
+def test_kselftest_takes_no_peer_self():
+    with pytest.raises(ValueError, match="takes no `peer: self`"):
+        KselftestOptions(targets=["drivers/net"], peer="self")

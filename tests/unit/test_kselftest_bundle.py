@@ -245,3 +245,11 @@ def test_an_installed_tree_a_scenario_names_is_untrusted(tmp_path, monkeypatch, 
         bundle_from_dir(root, TARGETS, lambda line: None)
     assert "\n" not in str(raised.value)
     assert not (tmp_path / "cache/kselftest").exists() or not list((tmp_path / "cache/kselftest").glob("dir-*"))
+
+
+def test_a_file_name_that_is_no_text_is_packed_not_a_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    root = installed(tmp_path / "ks")
+    (root / os.fsdecode(b"drivers/net/odd-\xff.txt")).write_bytes(b"x")
+    bundle = bundle_from_dir(root, TARGETS, lambda line: None)
+    assert bundle.tests == (("drivers/net", "ping.py"), ("drivers/net/hw", "csum.py"))

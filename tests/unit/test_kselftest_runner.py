@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from niclab.model.bench import kselftest
 from niclab.model.scenario import load_scenario
 from niclab.model.selftests import SelftestBundle
 from niclab.run import session as session_module
@@ -132,3 +133,22 @@ def test_a_crash_boots_the_rig_anew_and_the_remaining_programs_run(tmp_path, rep
     assert tests[("queues.py", None)].reason == "a: QEMU exited: the guest panicked"
     assert tests[("stats.py", None)].result == "skip"  # ran on the new boot
     assert not [r for r in records if r.type == "error"]
+
+
+def test_a_run_that_stops_part_way_keeps_its_tests_and_records_why(tmp_path, replay, asked, monkeypatch):
+    monkeypatch.setattr(kselftest, "MAX_RESTARTS", 0)
+    backend = fake(replay)
+    backend.kill("a", on=PROGRAMS + r"queues\.py", why="QEMU exited: the guest panicked")
+    run_path = run(tmp_path, backend)
+    records = [r for _, r in read_results(run_path / "results.jsonl")]
+    tests = {(r.test, r.subtest): r for r in records if isinstance(r, KsftRecord)}
+    assert tests[("ping.py", None)].result == "pass"
+    assert tests[("queues.py", None)].result == "crash"
+    assert ("stats.py", None) not in tests
+    [error, cell] = [r for r in records if r.type == "error"]
+    assert error.stage == "benchmark" and "queues.py: it crashed the guest; 1 test(s) not run" in error.message
+    assert (
+        cell.stage == "cell" and cell.message == "node a is gone: QEMU exited: the guest panicked"
+    )  # and the cell ends
+    [run_record] = [r for r in records if isinstance(r, RunRecord)]
+    assert run_record.host_load is None  # the guests' PIDs changed: no contention verdict

@@ -78,3 +78,8 @@ def test_a_build_tree_needs_the_targets_makefiles(tmp_path):
         f"kernel build:{tmp_path} has no drivers/net/hw selftests (no tools/testing/selftests/drivers/net/hw/"
         "Makefile in the tree): use {build: DIR} of a newer tree, or kernel: trixie (or bookworm-backports, sid)"
     )
+
+
+def test_a_settings_timeout_is_capped_and_an_absurd_one_ignored():
+    assert parse_settings("timeout=999999\n") == 3600
+    assert parse_settings("timeout=" + "9" * 5000 + "\n") is None

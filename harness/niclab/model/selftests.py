@@ -22,6 +22,7 @@ from niclab.model.kernel_choice import DEFAULT_SUITE, KernelChoice
 SUITES_WITH_TESTS = ("trixie", "bookworm-backports", "sid")
 SUITES_WITHOUT = {"bookworm": "Debian 12's kernel 6.1"}
 TARGETS = ("drivers/net", "drivers/net/hw")  # the targets the kselftest benchmark knows how to run
+MAX_TIMEOUT = 3600  # a bundle's `settings` may ask more (a bundle is a scenario's, untrusted): this is the most
 DEFAULT_TIMEOUT = 45  # kselftest's per-test timeout where a target's `settings` names none (0: none at all)
 LIST_FILE = "kselftest-list.txt"  # what `make install` writes: one `target:program` a line
 
@@ -84,8 +85,8 @@ def parse_settings(text: str) -> int | None:
     """The `timeout=N` of a target's `settings` file (kselftest's per-test limit; 0: none), None if it sets none."""
     for line in text.splitlines():
         key, equals, value = line.partition("=")
-        if equals and key.strip() == "timeout" and value.strip().isdigit():
-            return int(value.strip())
+        if equals and key.strip() == "timeout" and value.strip().isdigit() and len(value.strip()) < 10:
+            return min(int(value.strip()), MAX_TIMEOUT)
     return None
 
 

@@ -45,6 +45,7 @@ from typing import Any, TypedDict
 from niclab.base.errors import NiclabError, describe_exception
 from niclab.base.node import NodeGone, Progress
 from niclab.model import expect
+from niclab.model.bench.base import BenchmarkError
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.plumbing.backends.base import Backend
 from niclab.plumbing.contention import contention_of
@@ -409,6 +410,18 @@ class Runner:
             return
         self._record_run(session, spec, label, run_id, n, repeats, started_at, run, base)
         work.runs.setdefault(index, []).append((run_id, run))
+        if run.stopped is not None:  # its results so far are recorded; so is why it stopped
+            self._cell_failed(
+                BenchmarkError(run.stopped),
+                base,
+                work.outcome,
+                "benchmark",
+                shown=f"{label}{of}",
+                run=run_id,
+                benchmark=label,
+            )
+            session.check_nodes()
+            return
         shown = ", ".join(f"{m.metric} {m.value:g} {m.unit}" for m in run.measurements if m.headline)
         self.progress(f"{label}{of}: {shown}" + "".join(f" [{m.warning}]" for m in run.measurements if m.warning))
         if run.host_load is not None and run.host_load.contended:

@@ -21,7 +21,7 @@ from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Node, NodeGone, Progress
 from niclab.base.problems import Problems
 from niclab.model import bench as benchmarks
-from niclab.model.bench.base import LOOPBACK, BenchContext, Endpoints, Measurement, TestOutcome
+from niclab.model.bench.base import LOOPBACK, BenchContext, Endpoints, Measurement, PartialRun, TestOutcome
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.model.scenario.model import benchmark_problems, benchmark_spec
 from niclab.model.selftests import SelftestBundle
@@ -50,6 +50,7 @@ class BenchRun:
     seconds: float
     host_load: HostLoad | None = None  # whether the guests got their CPU meanwhile (None: not on this host)
     tests: list[TestOutcome] = field(default_factory=list)  # the kernel's selftests it ran, and how each ended
+    stopped: str | None = None  # why it stopped part-way (its results are what it found until then)
 
 
 def describe_gone(gone: dict[str, str]) -> str:
@@ -249,17 +250,22 @@ class Session:
         )
         if rig is not None:
             ctx.gone, ctx.console = self._gone, self._console
+        stopped: str | None = None
         with contention.watch(self.rig.host_pids() if self.rig is not None else {}) as host:
-            found = spec.plugin.run(ctx, spec.options)
+            try:
+                found = spec.plugin.run(ctx, spec.options)
+            except PartialRun as exc:  # what it found before it stopped is recorded, and so is why it stopped
+                found, stopped = exc.found, str(exc)
         seconds = time.monotonic() - started
-        if self.booted is boots:
+        load = host.load
+        if self.booted is boots and stopped is None:
             after = netconf.parallel({n: partial(read, n) for n in ports})
             counters = {n: facts.counter_deltas(before[n], after[n]) for n in ports}
-        else:  # booted anew after a crash: the counters started again
-            counters = {n: {} for n in ports}
+        else:  # booted anew after a crash (or stopped part-way): the counters and the guests' PIDs started again
+            counters, load = {n: {} for n in ports}, None
         measured = [m for m in found if isinstance(m, Measurement)]
         tests = [t for t in found if isinstance(t, TestOutcome)]
-        return BenchRun(ends, measured, counters, round(seconds, 2), host.load, tests)
+        return BenchRun(ends, measured, counters, round(seconds, 2), load, tests, stopped)
 
     def _gone(self) -> dict[str, str]:
         return self.rig.gone() if self.rig is not None else {}

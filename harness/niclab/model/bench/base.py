@@ -171,6 +171,14 @@ class BenchmarkError(GuestCommandError):
     """A benchmark ran but did not produce a usable result."""
 
 
+class PartialRun(BenchmarkError):
+    """A benchmark that stopped part-way: what it found until then is a result too (the runner records both)."""
+
+    def __init__(self, message: str, found: Sequence[Measurement | TestOutcome]):
+        super().__init__(message)
+        self.found = list(found)
+
+
 def poll_script(body: str, timeout: float, interval: float, give_up: str = "exit 1") -> str:
     """A guest shell loop that runs `body` every `interval` s until the body exits, or `timeout` s pass."""
     return (

@@ -46,6 +46,7 @@ from niclab.model.bench.base import (
     Endpoints,
     Measurement,
     MetricInfo,
+    PartialRun,
     TestOutcome,
     TestState,
 )
@@ -61,6 +62,7 @@ EXIT_STATES: dict[int, TestState] = {0: "pass", 4: "skip", 2: "xfail"}  # kselft
 CRASH = re.compile(r"\] (?:RIP: |Call Trace:|Kernel panic|BUG: |Oops|general protection fault)")
 CONSOLE_LINES = 80  # of a crash's console excerpt
 DMESG_LINES = 400  # kept per test program
+RUN_SLACK_S = 60  # beyond a program's own limit before niclab gives up on it
 GONE_WAIT_S = 15.0  # how long a lost agent may precede its guest's death
 MAX_RESTARTS = 3  # boots after crashes in one run; more and the run gives up
 NO_LIMIT_S = 900  # a program whose target sets no time limit (`timeout=0`) still gets one here
@@ -95,6 +97,13 @@ class KselftestOptions(BenchOptions):
                 known = f"{hint + ' ' if hint else ''}targets: {', '.join(TARGETS)}"
                 raise ValueError(f"unknown target {shown(target)}; {known}")
         return list(dict.fromkeys(value))
+
+    @field_validator("peer")
+    @classmethod
+    def _no_loopback(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError("kselftest tests a link's card: it takes no `peer: self`")
+        return value
 
     @field_validator("bundle")
     @classmethod
@@ -149,21 +158,24 @@ class Kselftest:
         restarts = 0
         run_token = secrets.token_hex(4)  # the kernel's log keeps earlier runs' markers: this run's are its own
         for number, (target, test) in enumerate(tests, start=1):
-            _journal(ctx.journal, f"{target}:{test}")
-            ctx.progress(f"kselftest {number}/{len(tests)}: {target} {test}")
-            found, crashed = _run_one(ctx, ends, bundle, options, target, test, f"{run_token}.{number}")
-            outcomes += found
-            if crashed:
-                if ctx.restart is None or restarts >= MAX_RESTARTS:
-                    left = len(tests) - number
-                    raise NodeGone(
-                        f"{target} {test} crashed the guest; {left} test(s) not run "
-                        + ("(no reboot here)" if ctx.restart is None else f"after {restarts} reboots")
-                    )
-                restarts += 1
-                ctx.progress(f"kselftest: {target} {test} crashed the guest: booting the rig anew")
-                ends = ctx.restart()
-                _prepare(ctx, ends, bundle, options)
+            try:
+                _journal(ctx.journal, f"{target}:{test}")
+                ctx.progress(f"kselftest {number}/{len(tests)}: {target} {test}")
+                found, reboot = _run_one(ctx, ends, bundle, options, target, test, f"{run_token}.{number}")
+                outcomes += found
+                if reboot:
+                    if ctx.restart is None or restarts >= MAX_RESTARTS:
+                        left = len(tests) - number
+                        after = "no reboot here" if ctx.restart is None else f"after {restarts} reboots"
+                        raise NodeGone(f"{target} {test}: {reboot}; {left} test(s) not run ({after})")
+                    restarts += 1
+                    ctx.progress(f"kselftest: {target} {test}: {reboot}: booting the rig anew")
+                    ends = ctx.restart()
+                    _prepare(ctx, ends, bundle, options)
+            except NiclabError as exc:  # what ran so far is a result too: the runner records it and the error
+                if not outcomes:
+                    raise
+                raise PartialRun(str(exc), [*_counts(outcomes), *outcomes]) from exc
         return [*_counts(outcomes), *outcomes]
 
 
@@ -255,8 +267,8 @@ def _run_one(
     target: str,
     test: str,
     number: str,
-) -> tuple[list[TestOutcome], bool]:
-    """One test program and its subtests; whether it crashed the guest."""
+) -> tuple[list[TestOutcome], str | None]:
+    """One test program and its subtests; why the rig must boot anew before the next (a crash), or None."""
     client = ends.client
     seconds = options.timeout or bundle.timeout(target) or NO_LIMIT_S  # a target's 0: no limit of its own
     marker = f"niclab: kselftest {number} start {target}:{test}"
@@ -278,16 +290,18 @@ def _run_one(
     raw = raw_name(target, test)
     try:
         script = _script(target, test, seconds, marker, ctx.accel == "tcg")
-        result = client.run(script, timeout=seconds + 60, check=False)
+        result = client.run(script, timeout=seconds + RUN_SLACK_S, check=False)
     except NiclabError as exc:  # the agent lost, a timeout: a crash if a guest died meanwhile
         dead = _wait_gone(ctx)
-        if not dead:
-            raise
+        if not dead:  # alive, but the program (or what it left running) never let go: a failure, then a clean boot
+            why = f"no end within {seconds + RUN_SLACK_S} s, the guest alive ({exc})"
+            ctx.save_raw(raw, f"# {test} ({target}): {why}\n")
+            return [outcome(None, "fail", why[:300])], "it did not end"
         console = {node: _excerpt(ctx.console(node)) for node in dead}
         reason = "; ".join(f"{node}: {why}" for node, why in sorted(dead.items()))
         lines = [line for node in sorted(console) for line in console[node]]
         ctx.save_raw(raw, f"# {test} ({target}): the guest died: {reason}\n# {exc}\n" + "\n".join(lines) + "\n")
-        return [outcome(None, "crash", _crash_reason(lines, reason), console=tuple(lines))], True
+        return [outcome(None, "crash", _crash_reason(lines, reason), console=tuple(lines))], "it crashed the guest"
     output = result.stdout + result.stderr
     dmesg = _dmesg(client, marker)
     oops = [line for line in dmesg if CRASH.search(line)]
@@ -313,12 +327,12 @@ def _run_one(
             reason,
             seconds=round(result.seconds, 2),
             dmesg=tuple(dmesg[-DMESG_LINES:]),
-            console=tuple(oops[:CONSOLE_LINES]),
+            console=tuple(_oops_excerpt(dmesg)),
         )
     ]
     for top in parsed:
         outcomes += [outcome(name, sub.result, sub.reason or _said(sub)) for name, sub in top.walk()]
-    return outcomes, state == "crash"
+    return outcomes, ("it oopsed" if state == "crash" else None)
 
 
 def _wait_gone(ctx: BenchContext) -> dict[str, str]:
@@ -357,6 +371,14 @@ def _dmesg(node: Node, marker: str) -> list[str]:
     after = "f; index($0, m) { f = 1 }"  # a fixed string, no pattern: the marker names a path
     result = node.run(f"dmesg | awk -v m={shlex.quote(marker)} {shlex.quote(after)}", timeout=60, check=False)
     return [line for line in result.stdout.splitlines() if "niclab: kselftest " not in line]
+
+
+def _oops_excerpt(dmesg: list[str]) -> list[str]:
+    """An oops's lines of the kernel's log: from a little before its first line, with the trace after it."""
+    for index, line in enumerate(dmesg):
+        if CRASH.search(line):
+            return dmesg[max(0, index - 5) :][:CONSOLE_LINES]
+    return []
 
 
 def _excerpt(console: str) -> list[str]:

@@ -124,7 +124,7 @@ def tree_stamp(tree: Path) -> str:
                 info = path.lstat()
             except OSError:
                 continue
-            digest.update(f"{path.relative_to(selftests)} {info.st_size} {info.st_mtime_ns}\n".encode())
+            digest.update(os.fsencode(path.relative_to(selftests)) + f" {info.st_size} {info.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
 
 

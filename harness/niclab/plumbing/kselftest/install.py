@@ -149,7 +149,10 @@ def walk(root: Path, where: str) -> Iterator[tuple[str, os.stat_result]]:
             raise NiclabError(f"{where}: cannot read {rel or '.'} ({exc.strerror})") from None
         for entry in entries:
             path = f"{rel}/{entry.name}" if rel else entry.name
-            info = entry.stat(follow_symlinks=False)
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                raise NiclabError(f"{where}: cannot read {shown_path(path)} ({exc.strerror})") from None
             count += 1
             if count > MAX_FILES:
                 raise NiclabError(f"{where}: more than {MAX_FILES} files; fix: install only the selftests' targets")
@@ -174,11 +177,16 @@ def walk(root: Path, where: str) -> Iterator[tuple[str, os.stat_result]]:
             yield path, info
 
 
+def shown_path(path: str) -> str:
+    """A path of an untrusted tree for a message: any byte that is not UTF-8 text escaped."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def stamp(root: Path, where: str) -> str:
     """What changes when a file of the tree does: every entry's path, size and time."""
     digest = hashlib.sha256()
     for path, info in walk(root, where):
-        digest.update(f"{path} {info.st_mode:o} {info.st_size} {info.st_mtime_ns}\n".encode())
+        digest.update(os.fsencode(path) + f" {info.st_mode:o} {info.st_size} {info.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -188,7 +196,12 @@ def pack(root: Path, out: Path, where: str) -> None:
     with tarfile.open(out, "w:gz", compresslevel=6) as archive:
         for path, _ in walk(root, where):
             full = root / path
-            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK) if not full.is_symlink() else -1
+            try:
+                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK) if not full.is_symlink() else -1
+            except OSError as exc:
+                raise NiclabError(
+                    f"{where}: cannot read {shown_path(path)} ({exc.strerror}); fix: make it readable"
+                ) from None
             try:
                 info = os.fstat(fd) if fd >= 0 else os.lstat(full)
                 member = tarfile.TarInfo(path)
