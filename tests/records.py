@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
 
-from niclab.run.records import CellRecord, RunRecord, SummaryRecord
+from niclab.run.records import CellRecord, Record, RunInfoRecord, RunRecord, SummaryRecord, TestRecord
+from niclab.run.results import RunDir
 
 BASE: dict[str, Any] = {"scenario": "s", "cell": "default", "params": {}}
 
@@ -67,3 +69,39 @@ def run(run_id: str, **given: Any) -> RunRecord:
 def cell(**given: Any) -> CellRecord:
     """A `cell` record."""
     return CellRecord.model_validate({**BASE, "type": "cell", "time": "2026-11-22T10:00:00Z"} | given)
+
+
+def selftest(test: str, result: str, **given: Any) -> TestRecord:
+    """A `test` record: program `test` of drivers/net on node a's e1000 (or a subtest of it, `subtest`)."""
+    fields: dict[str, Any] = {
+        **BASE,
+        "type": "test",
+        "run": "0.1",
+        "repeat": 1,
+        "benchmark": "kselftest",
+        "target": "drivers/net",
+        "test": test,
+        "result": result,
+        "node": "a",
+        "remote": "b",
+        "link": 0,
+        "nic": {"model": "e1000", "driver": "e1000", "driver_version": "7.3.21-k8-NAPI", "pci_id": "8086:100e"},
+        "kernel": "6.12.57+deb13-amd64",
+        "tests_from": "Debian trixie linux-source-6.12 6.12.57-1",
+    }
+    return TestRecord.model_validate(fields | given)
+
+
+def in_cell(cell: str, params: dict[str, Any], *given: Record) -> list[Record]:
+    """The records, moved to matrix cell `cell` with these parameters."""
+    return [r.model_copy(update={"cell": cell, "params": params}) for r in given]
+
+
+def write_run(path: Path, given: list[Record], cells: list[str], scenario: str = "selftests") -> Path:
+    """A run directory at `path` holding these records, written as the runner writes them."""
+    path.mkdir()
+    run_dir = RunDir(path)
+    run_dir.write_info(RunInfoRecord(scenario=scenario, cells=cells, status="ok"))
+    for record in given:
+        run_dir.append(record)
+    return path

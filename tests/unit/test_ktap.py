@@ -82,3 +82,8 @@ def test_a_guests_deep_nesting_does_not_recurse_without_end():
     while node.subtests:
         node, depth = node.subtests[0], depth + 1
     assert depth <= 16
+
+
+def test_a_test_number_beyond_reason_is_kept_as_output():
+    [top] = parse("# ok " + "9" * 5000 + " huge\nok 1 sane\n")
+    assert top.name == "sane" and top.output and top.output[0].startswith("ok 999")

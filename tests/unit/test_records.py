@@ -19,6 +19,7 @@ from niclab.run.results import RunDir, new_run_info
 from niclab.run.runner import Runner, RunOutcome
 from niclab.ui.report.data import load_run
 from tests.fakes import FakeBackend, Replay
+from tests.unit.test_kselftest_runner import kselftest_run
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 
@@ -76,13 +77,16 @@ def validated_kinds(run_dir: Path) -> list[str]:
     return [model.type for _, model in found]
 
 
-def test_every_record_the_runner_writes_validates(tmp_path, replay):
+def test_every_record_the_runner_writes_validates(tmp_path, replay, monkeypatch):
     good = FakeBackend(replay)
     kinds = validated_kinds(run_through_the_fake(tmp_path / "good", good))
     failing = FakeBackend(replay)
     failing.when(r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR ", node="a", raises=RuntimeError("replayed bug"))
     kinds += validated_kinds(run_through_the_fake(tmp_path / "failing", failing))
-    assert set(kinds) == set(records.KINDS)  # the two runs wrote every kind of record
+    (tmp_path / "selftests").mkdir()
+    found = kselftest_run(tmp_path / "selftests", replay, monkeypatch)
+    kinds += validated_kinds(found)
+    assert set(kinds) == set(records.KINDS)  # the three runs wrote every kind of record
 
 
 def test_the_runner_writes_through_the_models_and_the_readers_read_what_it_wrote(tmp_path, replay):
@@ -103,20 +107,22 @@ def test_the_runner_writes_through_the_models_and_the_readers_read_what_it_wrote
     assert outcome.summaries == cell.summaries and outcome.facts == cell.facts
 
 
-def test_a_record_written_again_is_the_same_line(tmp_path, replay):
+def test_a_record_written_again_is_the_same_line(tmp_path, replay, monkeypatch):
     """Each kind of record, read and appended again through RunDir.append: the same line, byte for byte."""
     good = run_through_the_fake(tmp_path / "good", FakeBackend(replay)) / "results.jsonl"
     failing = FakeBackend(replay)
     failing.when(r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR ", node="a", raises=RuntimeError("replayed bug"))
     bad = run_through_the_fake(tmp_path / "failing", failing) / "results.jsonl"
-    for source in (good, bad):
+    (tmp_path / "selftests").mkdir()
+    tests = kselftest_run(tmp_path / "selftests", replay, monkeypatch) / "results.jsonl"
+    for source in (good, bad, tests):
         again = RunDir(source.parent.parent)
         again.results = source.with_name("again.jsonl")
         for _, model in read_results(source):
             again.append(model)
         assert again.results.read_text() == source.read_text()
         assert [m for _, m in read_results(again.results)] == [m for _, m in read_results(source)]
-    assert {m.type for path in (good, bad) for _, m in read_results(path)} == set(records.KINDS)
+    assert {m.type for path in (good, bad, tests) for _, m in read_results(path)} == set(records.KINDS)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in RUNS.iterdir()))

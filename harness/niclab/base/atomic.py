@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -70,3 +72,18 @@ def write_text(path: Path, text: str) -> Path:
     with replacing(path, encoding="utf-8") as sink:
         sink.write(text)
     return path
+
+
+@contextmanager
+def building(target: Path) -> Iterator[Path]:
+    """A temporary directory beside `target` to build in, renamed into place when the block ends well (so a
+    half-built image is never found) and removed when it does not."""
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield work
+        if target.exists():
+            shutil.rmtree(target)
+        work.rename(target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise

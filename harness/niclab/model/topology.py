@@ -45,6 +45,9 @@ class NodeSpec:
     ports: tuple[Port, ...]
     kernel: KernelChoice | None = None  # None: the image's own
     cmdline: tuple[str, ...] = ()  # added to the kernel's command line: driver module parameters (e1000.X=1)
+    # add-on archives behind the image's initramfs (images/<name>/, `addon = true`): what the benchmarks of the
+    # node's scenario ask for in GuestNeeds.addons
+    addons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 These models are the definition of what a run directory holds (docs/results.md
 describes it in words). results.jsonl has one JSON object per line, each one
-of seven kinds told apart by `type`:
+of eight kinds told apart by `type`:
 
 - `cell` (CellRecord): provenance at the start of a cell;
 - `run` (RunRecord): one run of one benchmark;
@@ -10,7 +10,8 @@ of seven kinds told apart by `type`:
 - `summary` (SummaryRecord): a metric over a benchmark's repeats;
 - `cell_end` (CellEndRecord): the nodes' facts after the benchmarks;
 - `expectation` (ExpectationRecord): one check of `expect:`;
-- `error` (ErrorRecord): a benchmark or cell that failed.
+- `error` (ErrorRecord): a benchmark or cell that failed;
+- `test` (TestRecord): one test or subtest of the kernel's selftests, its result and why.
 
 run.json is one object (RunInfoRecord). Every field a reader uses is typed
 strictly (no conversion: "3" is not a number, 1.0 is not a whole number); the
@@ -82,7 +83,7 @@ class _Record(_Model):
     """What every record of results.jsonl carries."""
 
     type: str
-    """The record's kind: cell, run, measurement, summary, cell_end, expectation or error."""
+    """The record's kind: cell, run, measurement, summary, cell_end, expectation, error or test."""
     version: int = Field(FORMAT_VERSION, ge=1)
     """The results format's version; absent in files written before it existed (version 1)."""
     scenario: str
@@ -337,6 +338,48 @@ class MeasurementRecord(_Record):
     """The tool's details, e.g. NetPIPE's whole `curve`."""
 
 
+class TestRecord(_Record):
+    """One test program of the kernel's selftests, or one of its subtests: its result, why, and what the kernel said
+    meanwhile."""
+
+    type: Literal["test"]
+    run: str
+    """The id of its `run` record (the kselftest run it belongs to)."""
+    repeat: int
+    """Which repeat, from 1."""
+    benchmark: str
+    """The tool: `kselftest`."""
+    target: str
+    """The selftests' target (collection), e.g. `drivers/net`."""
+    test: str
+    """The test program, e.g. `ping.py`."""
+    subtest: str | None = None
+    """The subtest's name (`parent/child` below a subtest); null for the program as a whole."""
+    result: Literal["pass", "fail", "skip", "xfail", "crash"]
+    """pass, fail, skip, xfail (a failure the test expects: an unsupported feature), or crash (the guest's kernel
+    oopsed or panicked during the test)."""
+    reason: str | None = None
+    """Why it skipped, failed or crashed, as the test (or the console) said."""
+    seconds: float | None = None
+    """How long the program ran (absent for a subtest)."""
+    node: str
+    """The node the test ran on (NETIF is its port on `link`)."""
+    remote: str | None = None
+    """The node at the other end of the link (the tests' remote, reached over ssh)."""
+    link: int
+    """The link whose port it tested, from 0."""
+    nic: NicSummary
+    """The port under test: model, driver, driver version, PCI ID."""
+    kernel: str | None = None
+    """The kernel the node ran."""
+    tests_from: str | None = None
+    """Where the tests came from, e.g. `Debian trixie linux-source-6.12 6.12.107-1`."""
+    dmesg: list[str] = []
+    """The kernel's log lines during the test, on the node that ran it (absent for a subtest)."""
+    console: list[str] = []
+    """A crash's excerpt of the node's console (the oops or panic)."""
+
+
 # -- summary, expectation, error
 
 
@@ -452,10 +495,17 @@ class ErrorRecord(_Record):
 
 
 Record = Annotated[
-    CellRecord | RunRecord | MeasurementRecord | SummaryRecord | CellEndRecord | ExpectationRecord | ErrorRecord,
+    CellRecord
+    | RunRecord
+    | MeasurementRecord
+    | SummaryRecord
+    | CellEndRecord
+    | ExpectationRecord
+    | ErrorRecord
+    | TestRecord,
     Field(discriminator="type"),
 ]
-KINDS = ("cell", "run", "measurement", "summary", "cell_end", "expectation", "error")
+KINDS = ("cell", "run", "measurement", "summary", "cell_end", "expectation", "error", "test")
 _RECORD: TypeAdapter[Record] = TypeAdapter(Record)
 
 

@@ -24,6 +24,7 @@ from niclab.run.records import (
     RunInfoRecord,
     RunRecord,
     SummaryRecord,
+    TestRecord,
     _Record,
 )
 
@@ -37,6 +38,7 @@ KINDS: tuple[type[_Record], ...] = (
     CellEndRecord,
     ExpectationRecord,
     ErrorRecord,
+    TestRecord,
 )
 
 

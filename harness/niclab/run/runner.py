@@ -45,6 +45,7 @@ from typing import Any, TypedDict
 from niclab.base.errors import NiclabError, describe_exception
 from niclab.base.node import NodeGone, Progress
 from niclab.model import expect
+from niclab.model.bench.base import BenchmarkError
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.plumbing.backends.base import Backend
 from niclab.plumbing.contention import contention_of
@@ -59,6 +60,7 @@ from niclab.run.records import (
     RunInfoRecord,
     RunRecord,
     SummaryRecord,
+    TestRecord,
 )
 from niclab.run.results import RunDir, utc_now
 from niclab.run.rigs import BootKeeper, shared_boots, turns
@@ -408,6 +410,18 @@ class Runner:
             return
         self._record_run(session, spec, label, run_id, n, repeats, started_at, run, base)
         work.runs.setdefault(index, []).append((run_id, run))
+        if run.stopped is not None:  # its results so far are recorded; so is why it stopped
+            self._cell_failed(
+                BenchmarkError(run.stopped),
+                base,
+                work.outcome,
+                "benchmark",
+                shown=f"{label}{of}",
+                run=run_id,
+                benchmark=label,
+            )
+            session.check_nodes()
+            return
         shown = ", ".join(f"{m.metric} {m.value:g} {m.unit}" for m in run.measurements if m.headline)
         self.progress(f"{label}{of}: {shown}" + "".join(f" [{m.warning}]" for m in run.measurements if m.warning))
         if run.host_load is not None and run.host_load.contended:
@@ -455,6 +469,7 @@ class Runner:
                 **load,
             )
         )
+        self._record_tests(session, run, run_id, n, base)
         for m in run.measurements:
             doubted: dict[str, Any] = {"warning": m.warning} if m.warning else {}
             self.run_dir.append(
@@ -475,6 +490,37 @@ class Runner:
                     **peer,
                     **doubted,
                     extra=NetpipeExtra.model_validate(m.extra),
+                )
+            )
+
+    def _record_tests(self, session: Session, run: BenchRun, run_id: str, n: int, base: Base) -> None:
+        """A `test` record per selftest program and subtest the run reported."""
+        nodes = session.facts.get("nodes", {})
+        for outcome in run.tests:
+            given: dict[str, Any] = {
+                "subtest": outcome.subtest,
+                **({"reason": outcome.reason} if outcome.reason else {}),
+                **({"seconds": outcome.seconds} if outcome.seconds is not None else {}),
+                **({"dmesg": list(outcome.dmesg)} if outcome.dmesg else {}),
+                **({"console": list(outcome.console)} if outcome.console else {}),
+                **({"tests_from": outcome.tests_from} if outcome.tests_from else {}),
+            }
+            self.run_dir.append(
+                TestRecord(
+                    type="test",
+                    **base,
+                    run=run_id,
+                    repeat=n,
+                    benchmark=outcome.benchmark,
+                    target=outcome.target,
+                    test=outcome.test,
+                    result=outcome.result,
+                    node=outcome.node,
+                    remote=outcome.remote,
+                    link=run.ends.link,
+                    nic=session.nic_summary(outcome.node, run.ends.link),
+                    kernel=nodes.get(outcome.node, {}).get("kernel"),
+                    **given,
                 )
             )
 

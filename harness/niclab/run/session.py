@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -21,15 +21,17 @@ from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Node, NodeGone, Progress
 from niclab.base.problems import Problems
 from niclab.model import bench as benchmarks
-from niclab.model.bench.base import LOOPBACK, BenchContext, Endpoints, Measurement
+from niclab.model.bench.base import LOOPBACK, BenchContext, Endpoints, Measurement, PartialRun, TestOutcome
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.model.scenario.model import benchmark_problems, benchmark_spec
+from niclab.model.selftests import SelftestBundle
 from niclab.plumbing import contention, facts, netconf
 from niclab.plumbing.backends.base import Backend, Rig
 from niclab.plumbing.contention import HostLoad
 from niclab.run.records import NicSummary
 from niclab.run.results import save_raw_file
 from niclab.run.rigs import Booted, BootKeeper
+from niclab.run.selftests import kselftest_bundle
 
 LOOPBACK_IFNAME = "lo"  # what a `peer: self` run's traffic goes through
 
@@ -47,6 +49,8 @@ class BenchRun:
     counters: dict[str, dict]  # node -> port -> counter deltas (packets, bytes, drops, interrupts per CPU)
     seconds: float
     host_load: HostLoad | None = None  # whether the guests got their CPU meanwhile (None: not on this host)
+    tests: list[TestOutcome] = field(default_factory=list)  # the kernel's selftests it ran, and how each ended
+    stopped: str | None = None  # why it stopped part-way (its results are what it found until then)
 
 
 def describe_gone(gone: dict[str, str]) -> str:
@@ -61,6 +65,7 @@ class Session:
         workdir: Path,
         progress: Progress = _quiet,
         save_raw: Callable[[str, str], Path] | None = None,
+        selftests: Callable[[str, BenchmarkSpec], SelftestBundle] | None = None,
     ):
         self.cell = cell
         self.scenario = cell.scenario
@@ -76,6 +81,9 @@ class Session:
         self.timings: dict = {}
         self.gone: dict[str, str] = {}  # nodes found dead when the session ended on an error: node -> why
         self._stack = ExitStack()
+        self._rigs: BootKeeper | None = None  # what booted the rig, to boot it anew after a crash
+        # node, spec -> the selftests of the node's kernel (the kselftest benchmark); tests may give their own
+        self._selftests = selftests or partial(kselftest_bundle, self.scenario, progress)
 
     def __enter__(self) -> Session:
         """Boot this cell's own rig and configure it; on exit stop it."""
@@ -102,6 +110,7 @@ class Session:
         another cell changed it meanwhile.
         """
         started = time.monotonic()
+        self._rigs = rigs
         was_on, self.rig, self.booted = self.booted, None, None  # a boot that fails leaves no stale rig here
         booted = rigs.get(self.cell.topology, self.workdir)
         if was_on is not booted:  # this cell's first time on this boot
@@ -179,6 +188,8 @@ class Session:
             client_address=self.net.find(client, options.link).address,
             server_address=self.net.find(server, options.link).address,
             link=options.link,
+            client_ifname=self.net.find(client, options.link).name,
+            server_ifname=self.net.find(server, options.link).name,
         )
 
     def nic_summary(self, node: str, link: int, loopback: bool = False) -> NicSummary:
@@ -226,13 +237,50 @@ class Session:
 
         before = netconf.parallel({n: partial(read, n) for n in ports})
         started = time.monotonic()
-        ctx = BenchContext(ends=ends, save_raw=self._save_raw, progress=self.progress)
+        boots = self.booted
+        rig = self.rig
+        ctx = BenchContext(
+            ends=ends,
+            save_raw=self._save_raw,
+            progress=self.progress,
+            selftests=lambda node: self._selftests(node, spec),
+            restart=partial(self._restart, spec) if self._rigs is not None else None,
+            journal=self.workdir / "kselftest.attempted",
+            accel=str((rig.facts if rig is not None else {}).get("accel", "")),
+        )
+        if rig is not None:
+            ctx.gone, ctx.console = self._gone, self._console
+        stopped: str | None = None
         with contention.watch(self.rig.host_pids() if self.rig is not None else {}) as host:
-            found = spec.plugin.run(ctx, spec.options)
+            try:
+                found = spec.plugin.run(ctx, spec.options)
+            except PartialRun as exc:  # what it found before it stopped is recorded, and so is why it stopped
+                found, stopped = exc.found, str(exc)
         seconds = time.monotonic() - started
-        after = netconf.parallel({n: partial(read, n) for n in ports})
-        counters = {n: facts.counter_deltas(before[n], after[n]) for n in ports}
-        return BenchRun(ends, found, counters, round(seconds, 2), host.load)
+        load = host.load
+        if self.booted is boots and stopped is None:
+            after = netconf.parallel({n: partial(read, n) for n in ports})
+            counters = {n: facts.counter_deltas(before[n], after[n]) for n in ports}
+        else:  # booted anew after a crash (or stopped part-way): the counters and the guests' PIDs started again
+            counters, load = {n: {} for n in ports}, None
+        measured = [m for m in found if isinstance(m, Measurement)]
+        tests = [t for t in found if isinstance(t, TestOutcome)]
+        return BenchRun(ends, measured, counters, round(seconds, 2), load, tests, stopped)
+
+    def _gone(self) -> dict[str, str]:
+        return self.rig.gone() if self.rig is not None else {}
+
+    def _console(self, node: str) -> str:
+        return self.rig.console(node) if self.rig is not None else ""
+
+    def _restart(self, spec: BenchmarkSpec) -> Endpoints:
+        """Boot the rig anew (a test crashed a guest), configure its network again; the benchmark's new ends."""
+        assert self._rigs is not None
+        rigs = self._rigs
+        self.abandon(rigs)
+        self.gone = {}
+        self.prepare(rigs)
+        return self.endpoints(spec)
 
     def facts_now(self) -> dict:
         """The nodes' facts as they are now (for the end of a cell: counters, drivers)."""

@@ -31,6 +31,11 @@ parallel run spreads cells over hosts) are never paired silently: such a
 comparison's verdict line says "across hosts (rig1 vs rig2)", and the
 paired test, which assumes both sides shared one host's moods, refuses it.
 Runs without a lab name no host and compare as ever.
+
+Runs that both recorded the kernel's selftests (`test` records) also list
+the tests whose result changed in each matched cell (niclab.ui.testchanges):
+pass → fail, skip → pass, new, gone; one that passed before and fails or
+crashes now "broke".
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from niclab.model.bench import all_metrics
 from niclab.run.records import SummaryRecord
 from niclab.ui.report.data import CellData, RunData, load_run
 from niclab.ui.report.render import TEMPLATES
+from niclab.ui.testchanges import TestComparison, compare_tests
 
 METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
 PAIRED = "paired t-test on the differences of alternating repeats (A1 B1 B2 A2 … on one boot)"
@@ -97,6 +103,11 @@ def _pairs(base: RunData, new: RunData) -> Iterator[tuple[CellData, CellData]]:
     for cell in base.cells:
         if cell.id in by_id:
             yield cell, by_id[cell.id]
+
+
+def selftest_changes(base: RunData, new: RunData) -> TestComparison | None:
+    """The selftests whose result changed, in the cells `compare` matches; None unless both runs have selftests."""
+    return compare_tests(_pairs(base, new))
 
 
 def compare(
@@ -266,7 +277,21 @@ def compare_pair(
     return changes
 
 
-def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
+def as_text(
+    changes: list[Change],
+    base: Path,
+    new: Path,
+    threshold_pct: float,
+    alpha: float,
+    tests: TestComparison | None = None,
+) -> str:
+    if tests is not None and not changes:  # selftests only: no verdicts to explain
+        return "\n".join([f"base {base}", f"new  {new}", "", *tests.lines()])
+    text = _measurements_text(changes, base, new, threshold_pct, alpha)
+    return text if tests is None else "\n".join([text, "", *tests.lines()])
+
+
+def _measurements_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
     method = PAIRED if any(c.paired for c in changes) else METHOD
     lines = [
         f"base {base}",
@@ -304,18 +329,23 @@ def as_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, 
     return "\n".join(lines)
 
 
-def as_json(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
-    return json.dumps(
-        {
-            "base": str(base),
-            "new": str(new),
-            "method": PAIRED if any(c.paired for c in changes) else METHOD,
-            "alpha": alpha,
-            "threshold_pct": threshold_pct,
-            "changes": [asdict(c) for c in changes],
-        },
-        indent=2,
-    )
+def as_json(
+    changes: list[Change],
+    base: Path,
+    new: Path,
+    threshold_pct: float,
+    alpha: float,
+    tests: TestComparison | None = None,
+) -> str:
+    found = {
+        "base": str(base),
+        "new": str(new),
+        "method": PAIRED if any(c.paired for c in changes) else METHOD,
+        "alpha": alpha,
+        "threshold_pct": threshold_pct,
+        "changes": [asdict(c) for c in changes],
+    }
+    return json.dumps(found if tests is None else found | {"selftests": tests.as_dict()}, indent=2)
 
 
 def compare_dirs(
@@ -324,10 +354,18 @@ def compare_dirs(
     return compare(load_run(base), load_run(new), threshold_pct, alpha, every_metric)
 
 
-def as_html(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
+def as_html(
+    changes: list[Change],
+    base: Path,
+    new: Path,
+    threshold_pct: float,
+    alpha: float,
+    tests: TestComparison | None = None,
+) -> str:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     return env.get_template("compare.html.j2").render(
         changes=changes,
+        tests=tests,
         base=base,
         new=new,
         method=PAIRED if any(c.paired for c in changes) else METHOD,

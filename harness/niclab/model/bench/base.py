@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from niclab.base.errors import NiclabError
 from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Node
 from niclab.model.bench.declare import GuestNeeds, Shows
+from niclab.model.selftests import SelftestBundle
 
 
 class BenchOptions(BaseModel):
@@ -55,6 +56,8 @@ class Endpoints:
     server_address: str
     link: int
     peer: Literal["self"] | None = None
+    client_ifname: str = ""  # the link's interface in each guest (link0, bond0): the selftests' NETIF
+    server_ifname: str = ""
 
     @property
     def loopback(self) -> bool:
@@ -92,11 +95,50 @@ class Measurement:
         return ".".join(p for p in (self.benchmark, self.test, self.metric) if p)
 
 
+TestState = Literal["pass", "fail", "skip", "xfail", "crash"]
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """One test program (or one of its subtests) a benchmark ran: the kernel's selftests report results, not numbers.
+
+    The runner writes each as a `test` record (niclab.run.records.TestRecord).
+    """
+
+    benchmark: str  # the tool: kselftest
+    target: str  # the selftests' target: drivers/net
+    test: str  # the program: ping.py
+    subtest: str | None  # its subtest (`parent/child` deeper down); None for the program as a whole
+    result: TestState
+    reason: str = ""  # why it skipped, failed or crashed
+    seconds: float | None = None  # how long the program ran
+    node: str = ""  # where it ran
+    remote: str | None = None  # the other end
+    dmesg: tuple[str, ...] = ()  # the kernel's log lines during the program
+    console: tuple[str, ...] = ()  # a crash's console excerpt
+    tests_from: str = ""  # where the tests came from (the bundle's source)
+
+
+def _nothing_gone() -> dict[str, str]:
+    return {}
+
+
+def _no_console(node: str) -> str:
+    return ""
+
+
 @dataclass
 class BenchContext:
     ends: Endpoints
     save_raw: Callable[[str, str], Path]  # (file name, text) -> where it was written
     progress: Callable[[str], None]
+    # What a benchmark that runs the kernel's own tests needs besides (the runner's session gives them):
+    selftests: Callable[[str], SelftestBundle] | None = None  # node -> the selftests of the kernel it boots
+    restart: Callable[[], Endpoints] | None = None  # boot the rig anew after a crash; the new ends
+    gone: Callable[[], dict[str, str]] = _nothing_gone  # node -> why its guest is gone, for the dead ones
+    console: Callable[[str], str] = _no_console  # node -> the end of its serial console since its boot
+    journal: Path | None = None  # where to note each test before it starts (a crash leaves the list behind)
+    accel: str = ""  # kvm or tcg: a slow machine loosens the tests' timing
 
 
 class Benchmark(Protocol):
@@ -120,11 +162,21 @@ class Benchmark(Protocol):
 
     def estimate_seconds(self, options: BenchOptions) -> float: ...
 
-    def run(self, ctx: BenchContext, options: BenchOptions) -> list[Measurement]: ...
+    def run(self, ctx: BenchContext, options: BenchOptions) -> Sequence[Measurement | TestOutcome]:
+        """Its numbers; a benchmark that runs tests (the kernel's selftests) reports their outcomes too."""
+        ...
 
 
 class BenchmarkError(GuestCommandError):
     """A benchmark ran but did not produce a usable result."""
+
+
+class PartialRun(BenchmarkError):
+    """A benchmark that stopped part-way: what it found until then is a result too (the runner records both)."""
+
+    def __init__(self, message: str, found: Sequence[Measurement | TestOutcome]):
+        super().__init__(message)
+        self.found = list(found)
 
 
 def poll_script(body: str, timeout: float, interval: float, give_up: str = "exit 1") -> str:

@@ -29,6 +29,9 @@ class GuestNeeds:
     packages: tuple[str, ...] = ()  # Debian packages (a [[build]] source counts too)
     programs: tuple[str, ...] = ()  # absolute paths the micro image copies into its initramfs (`binaries`)
     modules: tuple[KernelModule, ...] = ()
+    # Add-on archives (images/<name>/, `addon = true`) added to the initramfs of every node of a scenario that
+    # runs the benchmark, whatever image and kernel it boots: the selftests' Python, socat and OpenSSH
+    addons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

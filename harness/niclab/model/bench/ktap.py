@@ -31,7 +31,7 @@ from typing import Literal
 
 Result = Literal["pass", "fail", "skip", "xfail"]
 
-_RESULT = re.compile(r"(?P<not>not )?ok (?P<number>\d+)(?: -)?(?: (?P<name>.*?))?(?: # (?P<directive>.*))?")
+_RESULT = re.compile(r"(?P<not>not )?ok (?P<number>\d{1,9})(?: -)?(?: (?P<name>.*?))?(?: # (?P<directive>.*))?")
 _DIRECTIVE = re.compile(r"(?P<word>SKIP|XFAIL|TODO|TIMEOUT)\b\s*(?P<reason>.*)", re.IGNORECASE)
 _PLAN = re.compile(r"\d+\.\.\d+(?: #.*)?")
 _VERSION = re.compile(r"(?:K?TAP version \d+)")

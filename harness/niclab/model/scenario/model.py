@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -298,7 +299,8 @@ class BenchmarkSpec(BaseModel):
         return f"{label} ({', '.join(where)})" if where else label
 
 
-def benchmark_spec(item: Any) -> BenchmarkSpec:
+def benchmark_spec(item: Any, base: Path | None = None) -> BenchmarkSpec:
+    """A benchmark's spec from its scenario entry; `base` (the scenario's directory) resolves relative paths."""
     if isinstance(item, BenchmarkSpec):
         return item
     if isinstance(item, str):
@@ -323,7 +325,7 @@ def benchmark_spec(item: Any) -> BenchmarkSpec:
     if options is not None and not isinstance(options, dict):
         raise Problems([Problem((tool,), f"the options of {tool} are a mapping, e.g. {{seconds: 10}}")])
     try:
-        parsed = bench.get(tool).Options.model_validate(options or {})
+        parsed = bench.get(tool).Options.model_validate(options or {}, context={"base": base})
     except ValidationError as exc:
         raise Problems(pydantic_problems(exc.errors(), (tool,))) from None
     return BenchmarkSpec(tool=tool, options=parsed)
@@ -408,13 +410,13 @@ class Scenario(_Strict):
 
     @field_validator("benchmarks", mode="before")
     @classmethod
-    def _benchmarks(cls, value: Any) -> Any:
+    def _benchmarks(cls, value: Any, info: ValidationInfo) -> Any:
         if not isinstance(value, list):
             return value
         specs, problems = [], []
         for i, item in enumerate(value):
             try:
-                specs.append(benchmark_spec(item))
+                specs.append(benchmark_spec(item, (info.context or {}).get("base")))
             except Problems as exc:
                 problems += [Problem((i, *p.path), p.message, p.hint, p.at_key) for p in exc.problems]
         if problems:
@@ -503,10 +505,15 @@ class Scenario(_Strict):
                 tuple(ports[name]),
                 self.kernel_of(name),
                 tuple(f"{module}.{param}={value}" for (module, param), value in self.module_params(name).items()),
+                self.addons(),
             )
             for index, (name, options) in enumerate(self.nodes.items())
         )
         return Topology(nodes, tuple(wires))
+
+    def addons(self) -> tuple[str, ...]:
+        """The add-ons every node carries: those the scenario's benchmarks ask for (GuestNeeds.addons), sorted."""
+        return tuple(sorted({name for spec in self.benchmarks for name in spec.plugin.guest.addons}))
 
     def module_params(self, node: str) -> dict[tuple[str, str], int | str]:
         """(driver module, parameter) -> value, from the links of the node's NICs (checked not to conflict)."""
@@ -650,4 +657,9 @@ def benchmark_problems(spec: BenchmarkSpec, scenario: Scenario) -> list[Problem]
         )
     elif options.from_ is not None and options.from_ == options.to:
         problems.append(Problem(("to",), "a benchmark runs between two different nodes"))
+    # a plug-in's own check of what the client's node boots (the kernel's selftests need a kernel that has them)
+    own = getattr(spec.plugin, "problems", None)
+    client = options.from_ or link.between[0]
+    if own is not None and not problems and client in scenario.nodes:
+        problems += own(options, scenario.kernel_of(client))
     return problems

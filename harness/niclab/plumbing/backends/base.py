@@ -28,6 +28,10 @@ def _no_host_pids() -> dict[str, int]:
     return {}
 
 
+def _no_console(node: str) -> str:
+    return ""
+
+
 @dataclass
 class Rig:
     """Running nodes, how to find each port in its guest, and facts about the realization."""
@@ -40,6 +44,7 @@ class Rig:
     gone: Callable[[], dict[str, str]] = _all_alive  # node -> why it is gone, for the nodes that died
     # node -> the PID of the host process that runs it (QEMU), for nodes on this host: niclab.plumbing.contention
     host_pids: Callable[[], dict[str, int]] = _no_host_pids
+    console: Callable[[str], str] = _no_console  # node -> the end of its serial console (a crash's oops or panic)
 
     def node(self, name: str) -> Node:
         return self.nodes[name]

@@ -136,6 +136,21 @@ def env_seconds(name: str, default: float) -> float:
     return value
 
 
+CONSOLE_BYTES = 256 * 1024  # of a guest's console log read back (a guest can write without end)
+
+
+def console_end(path: Path) -> str:
+    """The end of a guest's console log (its last CONSOLE_BYTES), "" if there is none."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, 2)
+            size = log.tell()
+            log.seek(max(0, size - CONSOLE_BYTES))
+            return log.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def tail(path: Path, lines: int = 25) -> str:
     try:
         text = path.read_text(errors="replace")

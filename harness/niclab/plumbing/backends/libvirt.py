@@ -63,6 +63,7 @@ from niclab.plumbing.backends.boot import (
     DEFAULT_BOOT_TIMEOUT_S,
     BootError,
     boot_falling_back_hosts,
+    console_end,
     env_seconds,
     tail,
 )
@@ -390,6 +391,7 @@ class LibvirtBackend:
                 gone=lambda: {
                     name: why for name, d in running.items() if (why := gone_why(d, self._host_title(node_uri[name])))
                 },
+                console=lambda name: console_end(workdir / f"{name}.serial.log"),  # read through libvirt
             )
 
     def _boot(

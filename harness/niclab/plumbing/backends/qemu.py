@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,14 @@ from niclab.model import nics
 from niclab.model.topology import NodeSpec, Topology
 from niclab.plumbing.accel import AccelChoice, choose_accel, now, qemu_binary
 from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, DownRequest, Leftovers, Rig, Say
-from niclab.plumbing.backends.boot import DEFAULT_BOOT_TIMEOUT_S, BootError, boot_falling_back, env_seconds, tail
+from niclab.plumbing.backends.boot import (
+    DEFAULT_BOOT_TIMEOUT_S,
+    BootError,
+    boot_falling_back,
+    console_end,
+    env_seconds,
+    tail,
+)
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, NicPlan, VmPlan, mac_address, qemu_argv
 from niclab.plumbing.backends.qemu_nics import emulated_model, stand_ins
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
@@ -185,8 +192,9 @@ class QemuBackend:
             )
             for port in spec.ports
         )
+        floor = int(image.manifest.get("min_memory_mib", 0))  # an initramfs with add-ons or every driver needs more
         return VmPlan(
-            node=spec,
+            node=replace(spec, memory_mib=max(spec.memory_mib, floor)),
             accel=accel,
             kernel=str(image.boot_kernel),
             initrd=str(image.initrd),
@@ -289,6 +297,7 @@ class QemuBackend:
             },
             gone=lambda: {name: why for name, child in children.items() if (why := child.exit_reason())},
             host_pids=lambda: {name: child.pid for name, child in children.items()},
+            console=lambda name: console_end(workdir / f"{name}.serial.log"),
         )
 
     def _connect_agents(

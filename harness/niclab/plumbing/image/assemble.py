@@ -70,7 +70,7 @@ def _usr_path(path: str) -> str:
     return posixpath.join(MERGED_USR[top], rest) if top in MERGED_USR and rest else path
 
 
-def _copy_file(tree: Tree, root: TarTree, path: str) -> bytes:
+def copy_file(tree: Tree, root: TarTree, path: str) -> bytes:
     data = root.read(path)
     tree.add(Entry(_usr_path(root.resolve(path)), stat.S_IFREG | (root.mode(path) & 0o7777), data))
     resolved = _usr_path(root.resolve(path))
@@ -88,7 +88,7 @@ def _find_library(root: TarTree, name: str, runpath: tuple[str, ...]) -> str:
     raise NiclabError(f"image build: shared library {name} not found in the guest root")
 
 
-def _copy_with_libraries(tree: Tree, root: TarTree, path: str) -> None:
+def copy_with_libraries(tree: Tree, root: TarTree, path: str) -> None:
     todo, seen = [path], set()
     while todo:
         current = todo.pop()
@@ -97,12 +97,38 @@ def _copy_with_libraries(tree: Tree, root: TarTree, path: str) -> None:
         seen.add(current)
         if not root.exists(current):
             raise NiclabError(f"image build: {current} is not in the guest root; is its package in the recipe?")
-        data = _copy_file(tree, root, current)
+        data = copy_file(tree, root, current)
         if is_elf(data):
             dynamic = read_dynamic(data)
             if dynamic.interpreter:
                 todo.append(dynamic.interpreter)
             todo.extend(_find_library(root, lib, dynamic.runpath) for lib in dynamic.needed)
+
+
+def add_programs(tree: Tree, root: TarTree, recipe: Recipe) -> None:
+    """The recipe's `binaries` with the shared libraries they need, and its `files` as they are."""
+    for path in recipe.binaries:
+        copy_with_libraries(tree, root, path)
+    for path in recipe.files:
+        if not root.exists(path):
+            raise NiclabError(f"image build: {path} is not in the guest root; is its package in the recipe?")
+        copy_file(tree, root, path)
+
+
+def copy_tree(tree: Tree, root: TarTree, path: str, exclude: tuple[str, ...] = ()) -> None:
+    """Every file and symlink below `path`, but those below a directory (or named) as in `exclude`; the shared
+    libraries of its ELF files (Python's extension modules) come along."""
+    base = root.resolve(path)
+    names = root.names_under(base)
+    if not names:
+        raise NiclabError(f"image build: {path} is not in the guest root; is its package in the recipe?")
+    for rel in names:
+        if set(rel.split("/")) & set(exclude):
+            continue
+        name = posixpath.join(base, rel)
+        member = root.member(name)
+        if member is not None and member.isfile():  # a dangling symlink, or one to a directory, stays out
+            copy_with_libraries(tree, root, name)
 
 
 def _busybox_applets(busybox: bytes) -> list[str]:
@@ -115,7 +141,7 @@ def _busybox_applets(busybox: bytes) -> list[str]:
     return sorted(set(listing.stdout.split()))
 
 
-def _add_overlay(tree: Tree, overlay: Path) -> None:
+def add_overlay(tree: Tree, overlay: Path) -> None:
     for path in sorted(overlay.rglob("*")):
         name = path.relative_to(overlay).as_posix()
         if path.is_dir():
@@ -136,12 +162,7 @@ def assemble(root: TarTree, recipe: Recipe) -> list[Entry]:
     for name, (mode, rdev) in DEVICES.items():
         tree.add(Entry(name, mode, rdev=rdev))
 
-    for path in recipe.binaries:
-        _copy_with_libraries(tree, root, path)
-    for path in recipe.files:
-        if not root.exists(path):
-            raise NiclabError(f"image build: {path} is not in the guest root; is its package in the recipe?")
-        _copy_file(tree, root, path)
+    add_programs(tree, root, recipe)
 
     busybox = root.read("/usr/bin/busybox")
     tree.add(Entry("usr/bin/busybox", stat.S_IFREG | 0o755, busybox))
@@ -160,5 +181,5 @@ def assemble(root: TarTree, recipe: Recipe) -> list[Entry]:
             )
         )
 
-    _add_overlay(tree, recipe.initrd_overlay)
+    add_overlay(tree, recipe.initrd_overlay)
     return tree.sorted_entries()

@@ -119,5 +119,11 @@ def lab_facts(
         "firmware_bytes": firmware.bytes if firmware else 0,
         "unpacked_bytes": unpacked,
         # the initramfs unpacked into RAM, its packed copy until then, and what a guest needs beside them
-        "min_memory_mib": 64 * -(-((unpacked + initrd) // 2**20 + BOOT_MEMORY_MIB) // 64),
+        "min_memory_mib": memory_floor_mib(unpacked, initrd),
     }
+
+
+def memory_floor_mib(unpacked: int, initrd: int, more_mib: int = 0) -> int:
+    """The guest memory an initramfs needs (in 64 MiB steps): unpacked into RAM, its packed copy until then,
+    what a guest needs beside them, and `more_mib` its programs take (an add-on's)."""
+    return 64 * -(-((unpacked + initrd) // 2**20 + BOOT_MEMORY_MIB + more_mib) // 64)

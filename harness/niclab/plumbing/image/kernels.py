@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,12 +29,22 @@ from niclab.base.filelock import locked
 from niclab.base.node import Progress
 from niclab.model.kernel_choice import KernelChoice
 from niclab.model.topology import NodeSpec
+from niclab.plumbing.image.addons import with_addons
 from niclab.plumbing.image.drivers import modules_under
 from niclab.plumbing.image.kernelfiles import KernelFiles, from_build_tree, from_root, module_set
 from niclab.plumbing.image.mirror import debian_mirror
 from niclab.plumbing.image.pvh import pvh_kernel
 from niclab.plumbing.image.rootfs import kernel_command, run_mmdebstrap
-from niclab.plumbing.image.store import FIRMWARE_ARCHIVE, Image, ensure_image, load_image, recipe, write_initrd
+from niclab.plumbing.image.store import (
+    FIRMWARE_ARCHIVE,
+    Image,
+    building,
+    ensure_image,
+    load_image,
+    mark_used,
+    recipe,
+    write_initrd,
+)
 from niclab.plumbing.image.tartree import TarTree
 
 
@@ -56,9 +65,9 @@ def _tree_stamp(tree: Path) -> str:
 
 
 def node_images(nodes: Iterable[NodeSpec], base: Image | None, progress: Progress) -> dict[str, Image]:
-    """Each node's image: `base` (the recipe's, if None) with the node's kernel."""
+    """Each node's image: `base` (the recipe's, if None) with the node's kernel and its add-ons (image.addons)."""
     base = base or ensure_image(progress=progress)
-    return {spec.name: kernel_image(spec.kernel, progress, base) for spec in nodes}
+    return {spec.name: with_addons(kernel_image(spec.kernel, progress, base), spec.addons, progress) for spec in nodes}
 
 
 def image_facts(images: dict[str, Image]) -> dict:
@@ -86,7 +95,7 @@ def kernel_image(choice: KernelChoice | None, progress: Progress = print, base: 
             "so another kernel cannot reuse it: run `niclab image build --force`"
         )
     if (pinned := _pinned.get((base.id, choice))) is not None:
-        _used(pinned)
+        mark_used(pinned)
         return pinned
     store = base.directory.parent
     if choice.build and not Path(choice.build).is_dir():
@@ -97,7 +106,7 @@ def kernel_image(choice: KernelChoice | None, progress: Progress = print, base: 
     target = store / (f"{base.id}+{choice.slug}" + (f"-{stamp[:8]}" if stamp else ""))
     existing = load_image(target)
     if existing is not None and existing.manifest.get("tree_stamp", "") == stamp:
-        return _used(existing)
+        return mark_used(existing)
     if not os.access(store, os.W_OK):
         raise NiclabError(f"{store} has no image for kernel {choice}, and this user cannot build one there")
     with locked(store / ".lock"):
@@ -127,15 +136,6 @@ def pin_kernel_image(choice: KernelChoice | None, progress: Progress = print, ba
 IDLE_SECONDS = 3600  # an image of an earlier build not booted for this long is in no run's way
 
 
-def _used(image: Image) -> Image:
-    """Mark the image as booted now (its folder's time), so that no pruning takes it from a run."""
-    try:
-        os.utime(image.directory)
-    except OSError:
-        pass  # a cache this user cannot write: nothing is pruned there by this user either
-    return image
-
-
 def _prune_builds(store: Path, prefix: str, keep: Path) -> None:
     """Drop the images of earlier builds of one tree beyond the newest KEEP_BUILDS, and those of any tree
     that is gone, once idle for an hour."""
@@ -159,8 +159,7 @@ def _tree_gone(image_dir: Path) -> bool:
 
 def _build(base: Image, choice: KernelChoice, target: Path, stamp: str, progress: Progress) -> Image:
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with building(target) as work:
         if choice.suite:
             progress(f"fetching Debian {choice.suite}'s kernel package for image {target.name}")
             tar = work / "kernel.tar"
@@ -181,12 +180,6 @@ def _build(base: Image, choice: KernelChoice, target: Path, stamp: str, progress
             manifest["variant"] = f"{choice.slug}-{stamp[:8]}"
         manifest["build_seconds"] = round(time.monotonic() - started, 1)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        work.rename(target)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     image = load_image(target)
     assert image is not None
     progress(f"image {image.id} ready in {manifest['build_seconds']:.0f} s (kernel {manifest['kernel_version']})")

@@ -16,6 +16,8 @@ BUILDER_SOURCES = Path(__file__).parent
 FEATURE_SOURCES = {
     "drivers.py": lambda recipe: bool(recipe.module_dirs or recipe.firmware != "none"),
     "layer.py": lambda recipe: recipe.parent is not None,
+    "addon.py": lambda recipe: recipe.addon,
+    "addons.py": lambda recipe: recipe.addon,
 }
 FIRMWARE_CHOICES = ("none", "modules")
 
@@ -57,6 +59,11 @@ class Recipe:
     firmware: str = "none"
     parent: Recipe | None = None  # the recipe this one `extends`: its files beside it are inputs too
     own_packages: tuple[str, ...] = ()  # the packages its own recipe.toml lists (what a layer on the parent fetches)
+    # an add-on (`addon = true`): no kernel, an archive added after any image's initramfs (plumbing/image/addon.py)
+    addon: bool = False
+    trees: tuple[str, ...] = ()  # whole directories copied into an add-on, their programs' libraries along
+    tree_exclude: tuple[str, ...] = ()  # names of directories and files left out of `trees` (test, __pycache__)
+    memory_mib: int = 0  # what an add-on's programs take in a guest beside its files (python3 running the tests)
 
     def _overlay(self, name: str) -> Path:
         own = self.directory / name
@@ -139,6 +146,8 @@ def load_recipe(directory: Path, _seen: tuple[str, ...] = ()) -> Recipe:
         raise NiclabError(f"{path}: {exc}") from None
     parent = None
     own_packages = tuple(data.get("packages", ()))
+    if data.get("addon") is True:
+        return _addon(directory, path, data)
     if "extends" in data:
         name = str(data.pop("extends"))
         if name in (*_seen, directory.name) or "/" in name or name.startswith("."):
@@ -168,6 +177,38 @@ def load_recipe(directory: Path, _seen: tuple[str, ...] = ()) -> Recipe:
             firmware=firmware,
             parent=parent,
             own_packages=own_packages,
+        )
+    except KeyError as exc:
+        raise NiclabError(f"{path}: missing key {exc.args[0]!r}") from None
+
+
+ADDON_KEYS = {"addon", "suite", "components", "packages", "binaries", "files", "trees", "tree_exclude", "memory_mib"}
+
+
+def _addon(directory: Path, path: Path, data: dict) -> Recipe:
+    """An add-on recipe: packages, programs, files and whole trees, with no kernel, modules or disk of its own."""
+    unknown = sorted(set(data) - ADDON_KEYS)
+    if unknown:
+        raise NiclabError(
+            f"{path}: an add-on (addon = true) has no {', '.join(map(repr, unknown))}: it takes "
+            f"{', '.join(sorted(ADDON_KEYS))}"
+        )
+    try:
+        return Recipe(
+            name=directory.name,
+            directory=directory,
+            suite=data["suite"],
+            components=tuple(data.get("components", ("main",))),
+            packages=tuple(data["packages"]),
+            binaries=tuple(data.get("binaries", ())),
+            files=tuple(data.get("files", ())),
+            modules=(),
+            cmdline="",
+            own_packages=tuple(data["packages"]),
+            addon=True,
+            trees=tuple(data.get("trees", ())),
+            tree_exclude=tuple(data.get("tree_exclude", ())),
+            memory_mib=int(data.get("memory_mib", 0)),
         )
     except KeyError as exc:
         raise NiclabError(f"{path}: missing key {exc.args[0]!r}") from None

@@ -23,11 +23,11 @@ import gzip
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from niclab.base.atomic import building
 from niclab.base.errors import NiclabError
 from niclab.base.filelock import locked
 from niclab.base.node import Progress
@@ -88,7 +88,7 @@ class Image:
         return f"{self.name}-{self.input_hash}" + (f"+{self.variant}" if self.variant else "")
 
 
-def _store() -> Path:
+def store_dir() -> Path:
     return cache_dir() / "images"
 
 
@@ -109,6 +109,16 @@ def load_image(directory: Path) -> Image | None:
         manifest,
         manifest.get("variant", ""),
     )
+
+
+def mark_used(image: Image) -> Image:
+    """Mark the image as booted now (its folder's time), so that no pruning takes it from a run
+    (image.kernels prunes the images of a build tree's earlier builds)."""
+    try:
+        os.utime(image.directory)
+    except OSError:
+        pass  # a cache this user cannot write: nothing is pruned there by this user either
+    return image
 
 
 def write_initrd(directory: Path, userspace: Path, modules: list[Entry], firmware: Path | None = None) -> None:
@@ -152,39 +162,32 @@ def find_image(name: str = DEFAULT_RECIPE) -> Image | None:
             )
         return image
     wanted = recipe(name)
-    return load_image(_store() / f"{name}-{wanted.input_hash()}")
+    return load_image(store_dir() / f"{name}-{wanted.input_hash()}")
 
 
 def build_image(name: str = DEFAULT_RECIPE, progress: Progress = print, force: bool = False) -> Image:
     wanted = recipe(name)
-    target = _store() / f"{name}-{wanted.input_hash()}"
+    target = store_dir() / f"{name}-{wanted.input_hash()}"
     if not force and (existing := load_image(target)) is not None:
         return existing
-    if _store().is_dir() and not os.access(_store(), os.W_OK):
+    if store_dir().is_dir() and not os.access(store_dir(), os.W_OK):
         raise NiclabError(
-            f"{_store()} has no image for the current {name} recipe ({target.name}), and this user cannot build one "
+            f"{store_dir()} has no image for the current {name} recipe ({target.name}), and this user cannot build one "
             f"there: the recipe (images/{name}/) or the image builder changed since the cache was filled. Build it "
             "as the cache's owner; for the lab container, `make docker` rebuilds its image"
         )
     # an image that extends another is a layer on the other's image (layer.py), built first, outside the lock
     parent = ensure_image(wanted.parent.name, progress) if wanted.parent and not layer_obstacle(wanted) else None
-    with locked(_store() / ".lock"):
+    with locked(store_dir() / ".lock"):
         if not force and (existing := load_image(target)) is not None:
             return existing
         started = time.monotonic()
         on = f", a layer on image {parent.id}" if parent else ""
         progress(f"building image {target.name} (recipe {wanted.directory}{on})")
-        work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=_store()))
-        try:
+        with building(target) as work:
             manifest = _build_layer(wanted, parent, work, progress) if parent else _build_whole(wanted, work, progress)
             manifest["build_seconds"] = round(time.monotonic() - started, 1)
             (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-            if target.exists():
-                shutil.rmtree(target)
-            work.rename(target)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
         image = load_image(target)
         assert image is not None
         disk = f", disk {manifest['disk']['qcow2_bytes'] / 2**20:.0f} MiB" if "disk" in manifest else ""

@@ -90,3 +90,8 @@ class TarTree:
         """Every regular file below `path` (after its symlinks), as paths relative to it, sorted."""
         base = self.resolve(path).rstrip("/") + "/"
         return sorted(name[len(base) :] for name, m in self._members.items() if name.startswith(base) and m.isfile())
+
+    def names_under(self, path: str) -> list[str]:
+        """Every file and symlink below `path` (after its symlinks; not directories), relative to it, sorted."""
+        base = self.resolve(path).rstrip("/") + "/"
+        return sorted(name[len(base) :] for name, m in self._members.items() if name.startswith(base) and not m.isdir())

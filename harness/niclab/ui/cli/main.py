@@ -81,6 +81,7 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
     except KeyboardInterrupt:
         print(f"niclab: interrupted; the guests were stopped; partial results in {run_dir.results}", file=sys.stderr)
         write_run_report(run_dir.path, progress)
+        write_run_nipa(run_dir.path, progress)
         return EXIT_FAILED
     for cell in outcome.cells:
         print(cell_table(scenario_file.name, cell))
@@ -89,6 +90,8 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
         print(f"warning: {warning}")
     print(f"results: {run_dir.results}")
     print(f"report:  {write_run_report(run_dir.path, progress)}")
+    if (nipa := write_run_nipa(run_dir.path, progress)) is not None:
+        print(f"nipa:    {nipa}")
     return EXIT_OK if outcome.ok else EXIT_FAILED
 
 
@@ -102,6 +105,17 @@ def write_run_report(run_dir: Path, progress: Progress) -> Path | str:
         return "(not written; see the message above)"
 
 
+def write_run_nipa(run_dir: Path, progress: Progress) -> Path | None:
+    """The run's selftest results as NIPA reads them (nipa.json), when it ran any; None otherwise."""
+    from niclab.ui.nipa import write_nipa
+
+    try:
+        return write_nipa(run_dir)
+    except Exception as exc:  # an export problem must not hide the results already written
+        progress(f"nipa.json could not be written: {exc!r}")
+        return None
+
+
 def _recipe_name(name: str) -> str:
     from niclab.base.paths import images_dir
 
@@ -112,10 +126,33 @@ def _recipe_name(name: str) -> str:
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
-    from niclab.plumbing.image.store import build_image
+    from niclab.plumbing.image.addon import build_addon
+    from niclab.plumbing.image.store import build_image, recipe
 
-    image = build_image(_recipe_name(args.recipe), force=args.force, progress=ProgressLines())
-    print(image.directory)
+    name = _recipe_name(args.recipe)
+    build = build_addon if recipe(name).addon else build_image
+    print(build(name, force=args.force, progress=ProgressLines()).directory)
+    return EXIT_OK
+
+
+def _addon_info(name: str, as_json: bool) -> int:
+    from niclab.plumbing.image.addon import addon_recipe, find_addon
+
+    addon = find_addon(name)
+    if addon is None:
+        wanted = addon_recipe(name)
+        print(f"add-on {name}-{wanted.input_hash()} is not built; run `niclab image build {name}`", file=sys.stderr)
+        return EXIT_FAILED
+    m = addon.manifest
+    if as_json:
+        print(json.dumps(m, indent=2))
+        return EXIT_OK
+    print(
+        f"add-on     {addon.id}\ndirectory  {addon.directory}\nbuilt      {m['built_at']} in {m['build_seconds']} s\n"
+        f"suite      {m['suite']}\narchive    {m['archive_bytes'] / 2**20:.1f} MiB, "
+        f"{m['unpacked_bytes'] / 2**20:.0f} MiB unpacked\nmemory     {m['memory_mib']} MiB more per guest"
+    )
+    print("packages   " + "\n           ".join(f"{p} {v}" for p, v in m["addon_packages"].items()))
     return EXIT_OK
 
 
@@ -124,6 +161,8 @@ def cmd_image_info(args: argparse.Namespace) -> int:
     from niclab.plumbing.image.store import find_image, recipe
 
     name = _recipe_name(args.recipe)
+    if recipe(name).addon:
+        return _addon_info(name, args.json)
     image = find_image(name)
     if image is None:
         wanted = recipe(name)
@@ -244,24 +283,28 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from niclab.ui import compare
+    from niclab.ui.report.data import load_run
+    from niclab.ui.testchanges import compare_tests
 
     base = Path(args.base)
     new = Path(args.new) if args.new else base
     if args.cells:
-        from niclab.ui.report.data import load_run
-
         if args.new:  # two runs: nothing pairs their repeats
             a, b = load_run(base).cell(args.cells[0]), load_run(new).cell(args.cells[1])
             changes = compare.compare_pair(a, b, args.threshold, args.alpha, args.all, paired=False)
         else:
-            base_cell, new_cell = args.cells
-            changes = compare.compare_cells(load_run(base), base_cell, new_cell, args.threshold, args.alpha, args.all)
+            run = load_run(base)
+            a, b = run.cell(args.cells[0]), run.cell(args.cells[1])
+            changes = compare.compare_cells(run, a.id, b.id, args.threshold, args.alpha, args.all)
+        tests = compare_tests([(a, b)])
     elif not args.new:
         raise UsageError("compare needs two runs, or one run and --cells BASE_CELL NEW_CELL")
     else:
-        changes = compare.compare_dirs(base, new, args.threshold, args.alpha, every_metric=args.all)
+        base_run, new_run = load_run(base), load_run(new)
+        changes = compare.compare(base_run, new_run, args.threshold, args.alpha, every_metric=args.all)
+        tests = compare.selftest_changes(base_run, new_run)
     render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]
-    text = render(changes, base, new, args.threshold, args.alpha)
+    text = render(changes, base, new, args.threshold, args.alpha, tests)
     if args.out:
         from niclab.base.atomic import write_text
 
@@ -270,16 +313,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(text)
     worse = [c for c in changes if c.verdict == "worse"]
-    if not changes:
+    if not changes and tests is None:
         print("niclab: the runs share no cell and metric to compare", file=sys.stderr)
         return EXIT_FAILED
-    return EXIT_FAILED if worse else EXIT_OK
+    return EXIT_FAILED if worse or (tests is not None and tests.broke) else EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from niclab.ui.export import export
 
     run_dir = Path(args.run)
+    if args.format == "nipa":
+        from niclab.ui.nipa import write_nipa
+
+        if args.out:
+            raise UsageError("--format nipa writes nipa.json and nipa/ in the run directory; drop --out")
+        written = write_nipa(run_dir, args.branch, args.url)
+        if written is None:
+            raise UsageError(f"{run_dir} has no kernel selftest results (test records) to export for NIPA")
+        print(written)
+        return EXIT_OK
     out = Path(args.out) if args.out else run_dir / f"{args.what}.{args.format}"
     count = export(run_dir, args.format, out, args.what)
     print(f"{out} ({count} rows)")
@@ -425,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
         "build",
         help="build the image (if its recipe changed, or with --force)",
         description="Build a guest image for the current recipe: micro (a kernel and an initramfs, what "
-        "`niclab run` boots) or debian (a full Debian disk, the Vagrant box).",
+        "`niclab run` boots), lab, debian (a full Debian disk, the Vagrant box), or an add-on such as kselftest "
+        "(an archive added to the initramfs of the nodes whose benchmarks need it).",
     )
     build.add_argument("recipe", nargs="?", default="micro", metavar="RECIPE", help="micro (default) or debian")
     build.add_argument("--force", action="store_true", help="build even if the cache has it")
@@ -492,8 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="what changed between two runs, and whether it is real",
         description="Per metric and cell: the change in %% and a verdict from Welch's "
-        "t-test on the samples (a paired t-test for two cells of one run whose repeats alternated). "
-        "Exit 1 if a metric got worse.",
+        "t-test on the samples (a paired t-test for two cells of one run whose repeats alternated); "
+        "and the kernel selftests whose result changed. Exit 1 if a metric got worse or a selftest that passed "
+        "fails or crashes now.",
     )
     compare.add_argument("base", metavar="BASE_RUN")
     compare.add_argument("new", metavar="NEW_RUN", nargs="?", help="omitted: compare two cells of BASE_RUN (--cells)")
@@ -523,13 +578,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = verbs.add_parser(
         "export",
-        help="a run's results as CSV or Parquet",
-        description="One flat table for pandas: measurements (default) or summaries.",
+        help="a run's results as CSV or Parquet, or its selftests for NIPA",
+        description="One flat table for pandas: measurements (default) or summaries. --format nipa: the kernel "
+        "selftests' results in NIPA's format (RUN_DIR/nipa.json, the manifest, and nipa/<cell>.json).",
     )
     export.add_argument("run", metavar="RUN_DIR")
-    export.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    export.add_argument("--format", choices=("csv", "parquet", "nipa"), default="csv")
     export.add_argument("--what", choices=("measurements", "summaries"), default="measurements")
     export.add_argument("--out", metavar="FILE", help="default: RUN_DIR/<what>.<format>")
+    export.add_argument("--branch", help="nipa: the branch the run tested (default: the run directory's name)")
+    export.add_argument("--url", metavar="BASE_URL", help="nipa: where the run directory is published (links)")
     export.set_defaults(func=cmd_export)
 
     metrics = verbs.add_parser(

@@ -12,6 +12,7 @@ from niclab.run.records import ErrorRecord, ExpectationRecord
 from niclab.ui.report import cost, findings, plots, provenance
 from niclab.ui.report.data import RunData, merge_runs
 from niclab.ui.report.figures import Plot
+from niclab.ui.report.selftests import SelftestMap, selftest_map
 from niclab.ui.report.tables import Table, summary_table
 
 
@@ -31,6 +32,7 @@ class RunSection:
     expectations: list[ExpectationRecord]
     errors: list[ErrorRecord]
     cells: list[dict] = field(default_factory=list)  # provenance per cell
+    selftests: SelftestMap | None = None  # the kernel's selftests, test × card, when the run has any
 
 
 @dataclass
@@ -83,6 +85,7 @@ def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report
                     }
                     for c in run.cells
                 ],
+                selftests=selftest_map(run),
             )
         )
     names = list(dict.fromkeys(run.scenario for run in runs))

@@ -23,6 +23,7 @@ from niclab.run.records import (
     RunInfoRecord,
     RunRecord,
     SummaryRecord,
+    TestRecord,
     read_results,
     read_run_info,
 )
@@ -39,6 +40,7 @@ class CellData:
     runs: dict[str, RunRecord] = field(default_factory=dict)  # run id -> `run` record
     errors: list[ErrorRecord] = field(default_factory=list)
     expectations: list[ExpectationRecord] = field(default_factory=list)
+    tests: list[TestRecord] = field(default_factory=list)  # the kernel's selftests and their subtests
 
     @property
     def card(self) -> str:
@@ -130,6 +132,8 @@ def load_run(path: Path) -> RunData:
             cell.errors.append(record)
         elif isinstance(record, ExpectationRecord):
             cell.expectations.append(record)
+        elif isinstance(record, TestRecord):
+            cell.tests.append(record)
     return RunData(path, info, list(cells.values()))
 
 
@@ -155,7 +159,7 @@ def merge_runs(runs: list[RunData]) -> list[RunData]:
         cells: dict[str, CellData] = {}
         for run in group:
             for cell in run.cells:
-                if cell.summaries or cell.facts or cell.id not in cells:
+                if cell.summaries or cell.tests or cell.facts or cell.id not in cells:
                     cells[cell.id] = cell
         order = group[-1].info.order
         rank = {cell_id: n for n, cell_id in reversed(list(enumerate(order)))}  # the first place of each id
