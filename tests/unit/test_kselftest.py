@@ -355,3 +355,11 @@ def test_an_oops_keeps_its_trace_from_the_kernels_log(tmp_path):
 def test_kselftest_takes_no_peer_self():
     with pytest.raises(ValueError, match="takes no `peer: self`"):
         KselftestOptions(targets=["drivers/net"], peer="self")
+
+
+def test_counts_of_tests_are_shown_as_whole_numbers():
+    from niclab.ui.formats import format_value
+
+    assert (format_value(10.0, "tests"), format_value(3.0, "tests")) == ("10", "3")
+    assert format_value(1.5, "tests") == "1.5"  # a mean over repeats keeps its fraction
+    assert format_value(10.0, "Mbit/s") == "10.0"

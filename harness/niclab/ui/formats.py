@@ -7,15 +7,18 @@ from collections.abc import Sequence
 from niclab.run.records import CellRecord, SummaryRecord
 
 UNIT_SUFFIXES = {"Mbit/s": "_mbps", "MB/s": "_mb_s", "us": "_us", "ms": "_ms", "%": "_pct"}
+COUNTS = ("tests",)  # units of things counted: a whole number is shown as one (10 tests, not 10.0 tests)
 
 
-def format_value(value: float) -> str:
+def format_value(value: float, unit: str = "") -> str:
+    if unit in COUNTS and value == int(value):
+        return str(int(value))
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
 def value_with_unit(summary: SummaryRecord) -> str:
     """mean [± half-width of the interval], and the unit unless the metric's name says it."""
-    text = format_value(summary.mean)
+    text = format_value(summary.mean, summary.unit)
     if summary.n > 1 and summary.ci_low is not None and summary.ci_high is not None:
         text += f" ± {format_value((summary.ci_high - summary.ci_low) / 2)}"
     suffix = UNIT_SUFFIXES.get(summary.unit)
