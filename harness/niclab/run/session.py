@@ -182,14 +182,15 @@ class Session:
             node = self.node(client)
             return Endpoints(node, node, LOOPBACK, LOOPBACK, options.link, peer="self")
         server = options.to or next(n for n in link.between if n != client)
+        near, far = self.net.find(client, options.link), self.net.find(server, options.link)
         return Endpoints(
             client=self.node(client),
             server=self.node(server),
-            client_address=self.net.find(client, options.link).address,
-            server_address=self.net.find(server, options.link).address,
+            client_address=near.address,
+            server_address=far.address,
             link=options.link,
-            client_ifname=self.net.find(client, options.link).name,
-            server_ifname=self.net.find(server, options.link).name,
+            client_ifname=near.name,
+            server_ifname=far.name,
         )
 
     def nic_summary(self, node: str, link: int, loopback: bool = False) -> NicSummary:
@@ -238,18 +239,17 @@ class Session:
         before = netconf.parallel({n: partial(read, n) for n in ports})
         started = time.monotonic()
         boots = self.booted
-        rig = self.rig
         ctx = BenchContext(
             ends=ends,
             save_raw=self._save_raw,
             progress=self.progress,
             selftests=lambda node: self._selftests(node, spec),
             restart=partial(self._restart, spec) if self._rigs is not None else None,
+            gone=self._gone,  # the rig's as it is when asked: a restart replaces it
+            console=self._console,
             journal=self.workdir / "kselftest.attempted",
-            accel=str((rig.facts if rig is not None else {}).get("accel", "")),
+            accel=str(self.rig.facts.get("accel", "")) if self.rig is not None else "",
         )
-        if rig is not None:
-            ctx.gone, ctx.console = self._gone, self._console
         stopped: str | None = None
         with contention.watch(self.rig.host_pids() if self.rig is not None else {}) as host:
             try:

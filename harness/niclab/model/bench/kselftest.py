@@ -29,7 +29,7 @@ import re
 import secrets
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -375,26 +375,30 @@ def _dmesg(node: Node, marker: str) -> list[str]:
 
 def _oops_excerpt(dmesg: list[str]) -> list[str]:
     """An oops's lines of the kernel's log: from a little before its first line, with the trace after it."""
-    for index, line in enumerate(dmesg):
-        if CRASH.search(line):
-            return dmesg[max(0, index - 5) :][:CONSOLE_LINES]
-    return []
+    first = _first(dmesg, lambda line: bool(CRASH.search(line)))
+    return [] if first is None else dmesg[max(0, first - 5) :][:CONSOLE_LINES]
 
 
 def _excerpt(console: str) -> list[str]:
     """A crash's lines of the console: from a little before the first oops or panic line to the end."""
     lines = console.splitlines()
-    for index, line in enumerate(lines):
-        if CRASH.search(line) or "Kernel panic" in line or "sysrq: Trigger a crash" in line:
-            return lines[max(0, index - 5) :][-CONSOLE_LINES:]
-    return lines[-CONSOLE_LINES:]
+    first = _first(lines, lambda line: _panicked(line) or "sysrq: Trigger a crash" in line)
+    return lines[max(0, first - 5) if first is not None else 0 :][-CONSOLE_LINES:]
 
 
 def _crash_reason(lines: Sequence[str], fallback: str) -> str:
-    for line in lines:
-        if "Kernel panic" in line or CRASH.search(line):
-            return line.split("] ", 1)[-1].strip()[:300]
-    return fallback
+    first = _first(lines, _panicked)
+    return fallback if first is None else lines[first].split("] ", 1)[-1].strip()[:300]
+
+
+def _panicked(line: str) -> bool:
+    """An oops or panic line, with or without the kernel's time stamp before it."""
+    return "Kernel panic" in line or bool(CRASH.search(line))
+
+
+def _first(lines: Sequence[str], hit: Callable[[str], bool]) -> int | None:
+    """The index of the first line `hit` finds, or None."""
+    return next((index for index, line in enumerate(lines) if hit(line)), None)
 
 
 def _counts(outcomes: list[TestOutcome]) -> list[Measurement]:
