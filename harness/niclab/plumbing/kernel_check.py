@@ -20,6 +20,9 @@ from niclab.model import bench, nics
 from niclab.model.kernel_choice import KernelChoice
 from niclab.model.scenario import Cell, Scenario
 from niclab.model.scenario.template import cell_id
+from niclab.model.driver_choice import DriverChoice
+from niclab.model.lab.modalias import Alias, PciDevice, drivers_for
+from niclab.plumbing.drivers import ensure_driver
 from niclab.plumbing.image import Image
 from niclab.plumbing.image.kernels import pin_kernel_image
 
@@ -171,8 +174,38 @@ def check_kernels(cells: Sequence[Cell], progress: Callable[[str], None]) -> Non
                     f"{name!r}; {hint + ' ' if hint else ''}it takes: {', '.join(known[module]) or 'none'} "
                     "(modinfo's parm)"
                 )
+    problems += check_drivers(cells, progress)
     if problems:
         raise NiclabError("\n".join(problems))
+
+
+def check_drivers(cells: Sequence[Cell], progress: Callable[[str], None]) -> list[str]:
+    """Build (or find) every driver the cells' `driver:` settings ask for, for the kernel of each node that
+    boots it (a failed build raises, naming the module and its log); what would not bind its card."""
+    problems: list[str] = []
+    done: set[tuple[KernelChoice | None, DriverChoice, str]] = set()
+    for cell in cells:
+        topology = cell.scenario.topology()
+        for spec in topology.nodes:
+            for default, choice in spec.drivers:
+                models = sorted({p.model for p in spec.ports if p.driver == choice})
+                if (spec.kernel, choice, ",".join(models)) in done:
+                    continue
+                done.add((spec.kernel, choice, ",".join(models)))
+                built = ensure_driver(choice, spec.kernel, pin_kernel_image(spec.kernel, progress), progress)
+                aliases = [Alias(a, _norm(m.name)) for m in built.modules if _norm(m.name) == _norm(built.driver) for a in m.aliases]
+                for model in models:
+                    card = nics.get(model)
+                    if not drivers_for(PciDevice.parse(card.pci_id), aliases):
+                        problems.append(
+                            f"driver {choice} ({cell.id}, node {spec.name}): module {built.driver} has no alias for the "
+                            f"{card.name} card ({card.pci_id}), so it would not bind it; give it a driver for that card"
+                        )
+    return problems
+
+
+def _norm(name: str) -> str:
+    return name.replace("-", "_")
 
 
 def _lacking(choice: KernelChoice | None, image: Image, lacking: list[Missing], who: str) -> str:

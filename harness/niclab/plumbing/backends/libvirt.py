@@ -77,6 +77,7 @@ from niclab.plumbing.backends.qemu_cmd import MAX_NICS, port_macs
 from niclab.plumbing.backends.qemu_nics import emulated_model, qemu_nic, stand_ins
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
+from niclab.plumbing.drivers.layer import driver_images, rig_modules
 from niclab.plumbing.image.kernels import image_facts, node_images
 from niclab.plumbing.image.store import LAB_RECIPE, find_image
 from niclab.plumbing.lab.drivers import DriverTable, GuestDriver, guest_driver_lines, placed_drivers
@@ -314,7 +315,7 @@ class LibvirtBackend:
             # a lab run's guests carry every Ethernet driver and its firmware; an emulated run's, the catalog's
             on_cards = isinstance(placement, Placement)
             base = self._image or (ensure_image(LAB_RECIPE, progress) if on_cards else None)
-            images = node_images(topology.nodes, base, progress)
+            images = driver_images(topology.nodes, node_images(topology.nodes, base, progress), progress)
             image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
         if isinstance(placement, Placement):
             assert self.lab is not None
@@ -377,6 +378,7 @@ class LibvirtBackend:
                 nodes=dict(nodes),
                 macs=macs,
                 drivers=drivers,
+                modules=rig_modules(topology, images),
                 facts={
                     "backend": self.name,
                     **accel_facts(node_uri, accels, choices),
