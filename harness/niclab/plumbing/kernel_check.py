@@ -22,7 +22,7 @@ from niclab.model.scenario import Cell, Scenario
 from niclab.model.scenario.template import cell_id
 from niclab.model.driver_choice import DriverChoice
 from niclab.model.lab.modalias import Alias, PciDevice, drivers_for
-from niclab.plumbing.drivers import ensure_driver
+from niclab.plumbing.drivers.build import ensure_driver
 from niclab.plumbing.image import Image
 from niclab.plumbing.image.kernels import pin_kernel_image
 

@@ -214,7 +214,8 @@ class LibvirtBackend:
         if not isinstance(placement, Placement) or self.lab is None or image is None:
             return []
         table = DriverTable(image)
-        return placed_drivers(self.lab, placement, {spec.name: table for spec in topology.nodes})[1]
+        asked = {p.key for p in topology.ports if p.driver is not None}
+        return placed_drivers(self.lab, placement, {spec.name: table for spec in topology.nodes}, asked)[1]
 
     def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
         placement = self.placement(topology)
@@ -235,7 +236,9 @@ class LibvirtBackend:
             lines = placement.lines(topology, self.lab)
         elif placement is not None:
             assert self.lab is not None
-            lines = placement.lines(topology) + guest_driver_lines(self.lab, placement, lab_image)
+            lines = placement.lines(topology) + guest_driver_lines(
+                self.lab, placement, lab_image, {p.key: str(p.driver) for p in topology.ports if p.driver is not None}
+            )
         for node, (uri, _plan) in plans.items():
             where = f"{node}: domain on {uri}"
             if workdir is not None:
@@ -320,7 +323,7 @@ class LibvirtBackend:
         if isinstance(placement, Placement):
             assert self.lab is not None
             tables = {node: DriverTable(i) for node, i in images.items()}
-            guest_drivers, problems = placed_drivers(self.lab, placement, tables)
+            guest_drivers, problems = placed_drivers(self.lab, placement, tables)  # the new modules' aliases too
             if problems:
                 raise NiclabError("; ".join(problems))
         workdir.mkdir(parents=True, exist_ok=True)

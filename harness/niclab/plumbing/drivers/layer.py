@@ -37,7 +37,7 @@ from niclab.base.filelock import locked
 from niclab.base.node import Progress
 from niclab.model.topology import NodeSpec, Topology
 from niclab.model import nics
-from niclab.plumbing.drivers import BuiltDriver, ensure_driver
+from niclab.plumbing.drivers.build import BuiltDriver, ensure_driver
 from niclab.plumbing.image.addons import link_file
 from niclab.plumbing.image.assemble import Tree
 from niclab.plumbing.image.cpio import Entry, read_entries
