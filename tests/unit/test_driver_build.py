@@ -266,3 +266,26 @@ def test_headers_gone_from_the_mirror_say_how_to_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(build_mod, "debian_mirror", lambda suite: "http://m/debian")
     with pytest.raises(NiclabError, match=rf"no longer has linux-headers-{KVER} .*fix: `niclab image build --force`"):
         build_mod.ensure_driver(DriverChoice("dkms", "r8168-dkms"), None, image, lambda line: None)
+
+
+def test_a_build_trees_kernel_source_is_built_with_the_tree_on_the_host(tmp_path, monkeypatch):
+    """A fake tree whose `make M=DIR modules` makes DIR/<the object Makefile's obj-m names>.ko from a template."""
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    tree = tmp_path / "linux"
+    driver_dir = tree / "drivers/net/ethernet/intel/e1000e"
+    driver_dir.mkdir(parents=True)
+    (driver_dir / "Makefile").write_text(E1000E_MAKEFILE)
+    (driver_dir / "netdev.c").write_text("int x;\n")
+    (tree / "template.ko").write_bytes(fake_ko("e1000e_vendor"))
+    (tree / "Makefile").write_text(
+        "modules:\n\tgrep -q '^obj-m += e1000e_vendor.o' $(M)/Makefile\n\tcp template.ko $(M)/e1000e_vendor.ko\n"
+    )
+    image = Image("micro", "x", tmp_path, "", {"kernel_version": "6.9.0", "suite": "bookworm"})
+    choice = DriverChoice("kernel-source", "drivers/net/ethernet/intel/e1000e", "e1000e_vendor")
+    built = build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
+    assert built.driver == "e1000e_vendor" and built.origin == f"build tree {tree} {choice.source}"
+    assert built.modules[0].file.read_bytes() == fake_ko("e1000e_vendor")
+    (tree / "Makefile").write_text("modules:\n\t@echo 'netdev.c:3:1: error: nope'; false\n")
+    monkeypatch.setattr(build_mod, "_key", lambda *args: "another")
+    with pytest.raises(NiclabError, match=r"the build failed: netdev.c:3:1: error: nope; whole log: "):
+        build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)

@@ -69,8 +69,8 @@ def dkms_script(choice: DriverChoice, kernel_version: str, suite: str) -> str:
         f"dpkg-deb -x {package}_*.deb /; rm -f {package}_*.deb; "
         "conf=$(ls /usr/src/*/dkms.conf 2>/dev/null | head -n 1); "
         f'[ -n "$conf" ] || {{ echo {not_dkms}; exit 1; }}; '
-        f'M=$(kernelver={kver}; . "$conf" > /dev/null 2>&1; echo "$PACKAGE_NAME"); '
-        f'V=$(kernelver={kver}; . "$conf" > /dev/null 2>&1; echo "$PACKAGE_VERSION"); '
+        f'M=$(set +e; kernelver={kver}; . "$conf" > /dev/null 2>&1; echo "$PACKAGE_NAME"); '
+        f'V=$(set +e; kernelver={kver}; . "$conf" > /dev/null 2>&1; echo "$PACKAGE_VERSION"); '
         'echo "$M $V" > /build/out/dkms-module; cp -a "$(dirname "$conf")" /build/out/src; '
         'rc=0; { dkms add -m "$M" -v "$V" && '
         f'dkms build -m "$M" -v "$V" -k {kver}; }} > /build/out/dkms.log 2>&1 || rc=$?; '
