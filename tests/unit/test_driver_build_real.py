@@ -2,6 +2,7 @@
 a directory of the kernel's own source renamed, and a failing module source go through mmdebstrap as they should.
 Each takes about a minute (a root with the kernel's headers); the image is the session's (built once, cached)."""
 
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -66,9 +67,9 @@ def test_a_module_that_does_not_compile_says_the_compilers_first_error(image, ca
         timed(DriverChoice("module", str(source)), image)
     message = str(caught.value)
     assert "\n" not in message
-    assert "the build failed: broken.c:4:9: error: 'foo' undeclared" in message
+    assert re.search(r"the build failed: broken\.c:4:\d+: error: .foo. undeclared .*; whole log: ", message)
     log = Path(message.rpartition("whole log: ")[2])
-    assert "error: 'foo' undeclared" in log.read_text()
+    assert "broken.c:4" in log.read_text()
     assert not [p for p in (cache / "drivers").iterdir() if p.is_dir()]  # nothing cached
 
 
