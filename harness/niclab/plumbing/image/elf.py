@@ -1,7 +1,8 @@
-"""Read what an ELF executable needs to run: its interpreter and DT_NEEDED libraries.
+"""Read what an ELF file says of itself: an executable's interpreter and DT_NEEDED libraries, a section.
 
 This lets the image build collect shared libraries from the guest root without
-running any of its programs on the host.
+running any of its programs on the host, and read a kernel module's sections
+(.modinfo, its build ID) without the kernel's tools.
 """
 
 from __future__ import annotations
@@ -22,6 +23,46 @@ class Dynamic:
 
 def is_elf(data: bytes) -> bool:
     return data[:4] == b"\x7fELF"
+
+
+def section(data: bytes, wanted: str) -> bytes:
+    """The contents of the section named `wanted` of a little-endian ELF64 file; ValueError if it has none."""
+    if not is_elf(data) or data[4] != 2 or data[5] != 1:
+        raise ValueError("not a little-endian ELF64 module")
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i: int) -> tuple[int, int, int]:
+        name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+        return name, offset, size
+
+    _, names_at, _ = header(shstrndx)
+    for i in range(shnum):
+        name, offset, size = header(i)
+        end = data.index(b"\0", names_at + name)
+        if data[names_at + name : end].decode() == wanted:
+            return data[offset : offset + size]
+    raise ValueError(f"no {wanted} section")
+
+
+NT_GNU_BUILD_ID = 3
+
+
+def build_id(data: bytes) -> str:
+    """The hex of the file's GNU build ID note (what /sys/module/M/notes/.note.gnu.build-id holds), "" if none."""
+    try:
+        notes = section(data, ".note.gnu.build-id")
+    except ValueError:
+        return ""
+    pos = 0
+    while pos + 12 <= len(notes):
+        namesz, descsz, kind = struct.unpack_from("<III", notes, pos)
+        name_at = pos + 12
+        desc_at = name_at + (namesz + 3) // 4 * 4
+        if kind == NT_GNU_BUILD_ID and notes[name_at : name_at + namesz].rstrip(b"\0") == b"GNU":
+            return notes[desc_at : desc_at + descsz].hex()
+        pos = desc_at + (descsz + 3) // 4 * 4
+    return ""
 
 
 def read_dynamic(data: bytes) -> Dynamic:
