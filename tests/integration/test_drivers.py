@@ -67,7 +67,7 @@ def test_a_driver_that_does_not_bind_the_card_fails_its_cell_naming_both(image, 
         "name: wrong-driver\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: rtl8139\n"
         "    driver: {a: 8139too, b: in-tree}\nbenchmarks:\n  - netperf: {test: TCP_RR, seconds: 2}\n"
     )
-    code, out, err = run(str(scenario), "--out", str(tmp_path / "runs"))
+    code, _out, err = run(str(scenario), "--out", str(tmp_path / "runs"))
     assert code != 0
     line = next(line for line in err.splitlines() if "a/link0 (rtl8139 card" in line)
     assert "no driver is bound; 8139too is loaded but did not take it" in line, err

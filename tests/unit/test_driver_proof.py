@@ -75,8 +75,10 @@ def test_a_card_no_driver_took_says_so_with_the_kernels_words():
     )
     _, (problem,) = modules.check("a", {port: ("m", asked)}, text)
     assert problem.startswith("a/link0 (rtl8139 card 0000:00:03.0): no driver is bound; 8139too is loaded but did ")
-    assert problem.endswith("the kernel said: [    1.2] 8139too 0000:00:03.0: This (id 10ec:8139 rev 20) is an "
-                            "enhanced 8139C+ chip, use 8139cp")
+    assert problem.endswith(
+        "the kernel said: [    1.2] 8139too 0000:00:03.0: This (id 10ec:8139 rev 20) is an "
+        "enhanced 8139C+ chip, use 8139cp"
+    )
     _, (problem,) = modules.check("a", {port: ("m", asked)}, guest(iface="", pci="", loaded="0"))
     assert problem == "a/link0 (rtl8139 card): no driver is bound; 8139too is not loaded"
 
@@ -90,7 +92,7 @@ def test_another_build_of_the_module_is_not_the_one_asked_for():
 
 def test_the_proof_script_finds_the_card_by_mac_or_by_its_pci_id_and_quotes_what_it_is_given():
     script = modules.proof_script({PORT: ("52:54:00:00:00:01", ASKED)})
-    assert "[ \"$(cat \"$f\" 2>/dev/null)\" = 52:54:00:00:00:01 ]" in script
+    assert '[ "$(cat "$f" 2>/dev/null)" = 52:54:00:00:00:01 ]' in script
     assert "= 0x8086:0x10d3 ]" in script and "module_facts()" in script
     assert "echo '[port link0]'" in script and 'grep -c "^e1000e_vendor " /proc/modules' in script
 

@@ -17,11 +17,11 @@ from pathlib import Path
 from niclab.base.errors import NiclabError
 from niclab.base.problems import did_you_mean
 from niclab.model import bench, nics
+from niclab.model.driver_choice import DriverChoice
 from niclab.model.kernel_choice import KernelChoice
+from niclab.model.lab.modalias import Alias, PciDevice, drivers_for
 from niclab.model.scenario import Cell, Scenario
 from niclab.model.scenario.template import cell_id
-from niclab.model.driver_choice import DriverChoice
-from niclab.model.lab.modalias import Alias, PciDevice, drivers_for
 from niclab.plumbing.drivers.build import ensure_driver
 from niclab.plumbing.image import Image
 from niclab.plumbing.image.kernels import pin_kernel_image
@@ -187,19 +187,25 @@ def check_drivers(cells: Sequence[Cell], progress: Callable[[str], None]) -> lis
     for cell in cells:
         topology = cell.scenario.topology()
         for spec in topology.nodes:
-            for default, choice in spec.drivers:
+            for _default, choice in spec.drivers:
                 models = sorted({p.model for p in spec.ports if p.driver == choice})
                 if (spec.kernel, choice, ",".join(models)) in done:
                     continue
                 done.add((spec.kernel, choice, ",".join(models)))
                 built = ensure_driver(choice, spec.kernel, pin_kernel_image(spec.kernel, progress), progress)
-                aliases = [Alias(a, _norm(m.name)) for m in built.modules if _norm(m.name) == _norm(built.driver) for a in m.aliases]
+                aliases = [
+                    Alias(a, _norm(m.name))
+                    for m in built.modules
+                    if _norm(m.name) == _norm(built.driver)
+                    for a in m.aliases
+                ]
                 for model in models:
                     card = nics.get(model)
                     if not drivers_for(PciDevice.parse(card.pci_id), aliases):
                         problems.append(
-                            f"driver {choice} ({cell.id}, node {spec.name}): module {built.driver} has no alias for the "
-                            f"{card.name} card ({card.pci_id}), so it would not bind it; give it a driver for that card"
+                            f"driver {choice} ({cell.id}, node {spec.name}): module {built.driver} has no alias for "
+                            f"the {card.name} card ({card.pci_id}), so it would not bind it; give it a driver for "
+                            "that card"
                         )
     return problems
 

@@ -75,9 +75,9 @@ from niclab.plumbing.backends.libvirt_volumes import image_volumes
 from niclab.plumbing.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, port_macs
 from niclab.plumbing.backends.qemu_nics import emulated_model, qemu_nic, stand_ins
+from niclab.plumbing.drivers.layer import driver_images, rig_modules
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
-from niclab.plumbing.drivers.layer import driver_images, rig_modules
 from niclab.plumbing.image.kernels import image_facts, node_images
 from niclab.plumbing.image.store import LAB_RECIPE, find_image
 from niclab.plumbing.lab.drivers import DriverTable, GuestDriver, guest_driver_lines, placed_drivers

@@ -49,9 +49,9 @@ from niclab.plumbing.backends.boot import (
 )
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, NicPlan, VmPlan, mac_address, qemu_argv
 from niclab.plumbing.backends.qemu_nics import emulated_model, stand_ins
+from niclab.plumbing.drivers.layer import driver_images, rig_modules
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
-from niclab.plumbing.drivers.layer import driver_images, rig_modules
 from niclab.plumbing.image.kernels import image_facts, node_images
 
 # A KVM guest answers its agent in 1-3 s. Past this (s), it is hung, not slow: fall back to TCG.

@@ -35,8 +35,8 @@ from pathlib import Path
 from niclab.base.errors import NiclabError
 from niclab.base.filelock import locked
 from niclab.base.node import Progress
-from niclab.model.topology import NodeSpec, Topology
 from niclab.model import nics
+from niclab.model.topology import NodeSpec, Topology
 from niclab.plumbing.drivers.build import BuiltDriver, ensure_driver
 from niclab.plumbing.image.addons import link_file
 from niclab.plumbing.image.assemble import Tree
@@ -82,7 +82,7 @@ def with_drivers(image: Image, drivers: Mapping[str, BuiltDriver], progress: Pro
             f"image {image.id} boots from its disk, so modules behind its initramfs would be gone after the switch "
             "to the disk: give the node the micro or the lab image"
         )
-    for default, built in drivers.items():
+    for built in drivers.values():
         if built.kernel_version != image.manifest.get("kernel_version"):
             raise NiclabError(
                 f"driver {built.choice} was built for kernel {built.kernel_version}, and image {image.id} boots "
@@ -127,9 +127,9 @@ def driver_entries(image: Image, drivers: Mapping[str, BuiltDriver]) -> tuple[li
         raise NiclabError(f"image {image.id} has no modules.dep and modules.alias for kernel {version} in its initrd")
     deps: dict[str, tuple[str, list[str]]] = {}  # module -> (its path, the paths it needs first)
     for line in dep_text.decode(errors="replace").splitlines():
-        path, sep, needs = line.partition(":")
+        path, sep, first = line.partition(":")
         if sep:
-            deps[module_name(path)] = (path.strip(), needs.split())
+            deps[module_name(path)] = (path.strip(), first.split())
     replaced = {_norm(default) for default in drivers}
     added: dict[str, tuple[str, bytes]] = {}  # module -> (path, content)
     new_aliases: list[str] = []
@@ -192,9 +192,7 @@ def _derive(image: Image, drivers: Mapping[str, BuiltDriver], work: Path, tag: s
                 "module": _norm(built.driver),
                 "build_id": next((m.build_id for m in built.modules if _norm(m.name) == _norm(built.driver)), ""),
                 "version": next((m.version for m in built.modules if _norm(m.name) == _norm(built.driver)), ""),
-                "srcversion": next(
-                    (m.srcversion for m in built.modules if _norm(m.name) == _norm(built.driver)), ""
-                ),
+                "srcversion": next((m.srcversion for m in built.modules if _norm(m.name) == _norm(built.driver)), ""),
                 "choice": str(built.choice),
                 "origin": built.origin,
                 "source_hash": built.source_hash,
@@ -228,14 +226,16 @@ def asked_modules(spec: NodeSpec, image: Image, defaults: Mapping[tuple[str, int
     return out
 
 
-
 def driver_images(nodes: Iterable[NodeSpec], images: Mapping[str, Image], progress: Progress) -> dict[str, Image]:
     """Each node's image with the drivers its `driver:` settings ask for (built for its kernel first, if the
     cache lacks them: the run's checks built them before anything booted)."""
     out = dict(images)
     for spec in nodes:
         if spec.drivers:
-            built = {default: ensure_driver(choice, spec.kernel, images[spec.name], progress) for default, choice in spec.drivers}
+            built = {
+                default: ensure_driver(choice, spec.kernel, images[spec.name], progress)
+                for default, choice in spec.drivers
+            }
             out[spec.name] = with_drivers(images[spec.name], built, progress)
     return out
 
@@ -243,4 +243,6 @@ def driver_images(nodes: Iterable[NodeSpec], images: Mapping[str, Image], progre
 def rig_modules(topology: Topology, images: Mapping[str, Image]) -> dict[tuple[str, int, int], AskedModule]:
     """Port.key -> the module its card must bind, for the ports a `driver:` gives another driver (Rig.modules)."""
     defaults = {p.key: nics.get(p.model).module for p in topology.ports if p.driver is not None}
-    return {key: asked for spec in topology.nodes for key, asked in asked_modules(spec, images[spec.name], defaults).items()}
+    return {
+        key: asked for spec in topology.nodes for key, asked in asked_modules(spec, images[spec.name], defaults).items()
+    }

@@ -8,8 +8,8 @@ walks archives one after the other, as the kernel unpacks an initramfs.
 from __future__ import annotations
 
 import stat
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 

@@ -215,11 +215,11 @@ def configure(
             text = rig.node(node).run(modules.proof_script(asked), timeout=30).stdout
             proven, problems = modules.check(node, asked, text)
             if problems:
-                raise NetconfError(f"{node}: a card is not on the driver the scenario asks:\n  " + "\n  ".join(problems))
+                raise NetconfError(
+                    f"{node}: a card is not on the driver the scenario asks:\n  " + "\n  ".join(problems)
+                )
         apply_node(rig.node(node), ifaces, {port.key: rig.mac(port) for iface in ifaces for port in iface.ports})
-        observed = check_node(
-            rig.node(node), ifaces, rig.drivers, (baseline or {}).get(node), {p.key for p in asked}
-        )
+        observed = check_node(rig.node(node), ifaces, rig.drivers, (baseline or {}).get(node), {p.key for p in asked})
         for section, values in proven.items():
             observed.setdefault(section, {})["driver_proof"] = values
         if wanted := params.asked(rig.topology.node(node).cmdline):

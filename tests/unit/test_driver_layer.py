@@ -1,0 +1,124 @@
+"""The driver layer: built modules behind a node image's initramfs, with modules.dep and modules.alias rewritten."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from niclab.base.errors import NiclabError
+from niclab.model.driver_choice import DriverChoice
+from niclab.model.topology import NodeSpec, Port
+from niclab.plumbing.drivers.build import BuiltDriver
+from niclab.plumbing.drivers.layer import asked_modules, driver_entries, with_drivers
+from niclab.plumbing.drivers.modules import BuiltModule
+from niclab.plumbing.image.cpio import Entry, read_entries
+from niclab.plumbing.image.store import load_image, write_cpio
+
+KVER = "6.1.0-50-amd64"
+BASE = f"usr/lib/modules/{KVER}"
+DEP = (
+    "kernel/drivers/pps/pps_core.ko:\n"
+    "kernel/drivers/ptp/ptp.ko: kernel/drivers/pps/pps_core.ko\n"
+    "kernel/drivers/net/ethernet/intel/e1000e/e1000e.ko: kernel/drivers/ptp/ptp.ko kernel/drivers/pps/pps_core.ko\n"
+    "kernel/drivers/net/ethernet/intel/e1000/e1000.ko:\n"
+)
+ALIAS = "alias pci:v00008086d000010D3sv*sd*bc*sc*i* e1000e\nalias pci:v00008086d0000100Esv*sd*bc*sc*i* e1000\n"
+CHOICE = DriverChoice("kernel-source", "drivers/net/ethernet/intel/e1000e", "e1000e_vendor")
+
+
+def image(tmp_path: Path, name: str = "micro-abc") -> Path:
+    directory = tmp_path / "images" / name
+    directory.mkdir(parents=True)
+    (directory / "vmlinuz").write_bytes(b"kernel")
+    entries = [
+        Entry(f"{BASE}/kernel/drivers/net/ethernet/intel/e1000e/e1000e.ko", stat.S_IFREG | 0o644, b"old e1000e"),
+        Entry(f"{BASE}/modules.dep", stat.S_IFREG | 0o644, DEP.encode()),
+        Entry(f"{BASE}/modules.alias", stat.S_IFREG | 0o644, ALIAS.encode()),
+    ]
+    write_cpio(directory / "initrd.img", entries)
+    manifest = {"recipe": "micro", "input_hash": "abc", "cmdline": "console=ttyS0", "kernel_version": KVER}
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory
+
+
+def built(tmp_path: Path, name: str = "e1000e_vendor", depends: tuple[str, ...] = ("ptp",)) -> BuiltDriver:
+    ko = tmp_path / f"{name}.ko"
+    ko.write_bytes(b"new module " + name.encode())
+    module = BuiltModule(
+        name, ko, "", "", "ab" * 20, "6.1.0-50-amd64 SMP", ("pci:v00008086d000010D3sv*sd*bc*sc*i*",), depends
+    )
+    return BuiltDriver(CHOICE, KVER, tmp_path, "cd" * 32, "Debian linux-source-6.1", (module,), name, tmp_path / "log")
+
+
+def test_the_new_module_takes_the_cards_aliases_and_the_default_loses_them(tmp_path):
+    base = load_image(image(tmp_path))
+    assert base is not None
+    entries, aliases = driver_entries(base, {"e1000e": built(tmp_path)})
+    files = {e.name: e.data for e in entries if stat.S_ISREG(e.mode)}
+    assert files[f"{BASE}/updates/niclab/e1000e_vendor.ko"] == b"new module e1000e_vendor"
+    assert aliases.splitlines() == [
+        "alias pci:v00008086d0000100Esv*sd*bc*sc*i* e1000",
+        "alias pci:v00008086d000010D3sv*sd*bc*sc*i* e1000e_vendor",
+    ]
+    dep = files[f"{BASE}/modules.dep"].decode().splitlines()
+    # what the module needs comes first, as depmod writes it; the kernel's own modules stay as they were
+    assert "updates/niclab/e1000e_vendor.ko: kernel/drivers/pps/pps_core.ko kernel/drivers/ptp/ptp.ko" in dep
+    assert "kernel/drivers/net/ethernet/intel/e1000/e1000.ko:" in dep
+    assert {e.name for e in entries if stat.S_ISDIR(e.mode)} >= {"usr", f"{BASE}/updates/niclab"}
+
+
+def test_a_module_of_the_defaults_own_name_replaces_its_line(tmp_path):
+    base = load_image(image(tmp_path))
+    assert base is not None
+    entries, aliases = driver_entries(base, {"e1000e": built(tmp_path, "e1000e")})
+    dep = next(e.data for e in entries if e.name.endswith("modules.dep")).decode().splitlines()
+    assert [line for line in dep if "e1000e.ko" in line] == [
+        "updates/niclab/e1000e.ko: kernel/drivers/pps/pps_core.ko kernel/drivers/ptp/ptp.ko"
+    ]
+    assert aliases.count(" e1000e\n") == 1
+
+
+def test_a_dependency_the_image_lacks_is_named(tmp_path):
+    base = load_image(image(tmp_path))
+    assert base is not None
+    with pytest.raises(NiclabError, match=r"module e1000e_vendor needs mdio, which kernel 6\.1\.0-50-amd64 of image"):
+        driver_entries(base, {"e1000e": built(tmp_path, depends=("mdio",))})
+
+
+def test_the_derived_image_boots_the_layer_after_the_initrd_and_says_what_it_carries(tmp_path, monkeypatch):
+    base = load_image(image(tmp_path))
+    assert base is not None
+    derived = with_drivers(base, {"e1000e": built(tmp_path)}, lambda line: None)
+    assert derived.directory.name.startswith("micro-abc+drv-") and derived.id.startswith("micro-abc+drv-")
+    unpacked = list(read_entries(gzip.decompress(derived.initrd.read_bytes())))
+    names = [e.name for e in unpacked]
+    # the image's own archive first, the layer after it: its modules.alias is the one the kernel keeps
+    assert names.index(f"{BASE}/modules.alias") < len(names) - 1 - names[::-1].index(f"{BASE}/modules.alias")
+    assert (derived.directory / "vmlinuz").samefile(base.directory / "vmlinuz")
+    assert "e1000e_vendor" in (derived.directory / "modules.alias").read_text()
+    entry = derived.manifest["drivers"]["e1000e"]
+    assert entry["module"] == "e1000e_vendor" and entry["build_id"] == "ab" * 20 and entry["source_hash"] == "cd" * 32
+    assert with_drivers(base, {"e1000e": built(tmp_path)}, lambda line: None) == derived  # built once
+    assert with_drivers(base, {}, lambda line: None) is base
+    port = Port("a", 0, 0, "e1000e", "link0", driver=CHOICE)
+    spec = NodeSpec("a", 0, 1, 256, (port, Port("a", 1, 0, "e1000", "link1")), drivers=(("e1000e", CHOICE),))
+    asked = asked_modules(spec, derived, {port.key: "e1000e"})
+    assert list(asked) == [port.key] and asked[port.key].module == "e1000e_vendor"
+    assert asked[port.key].replaces == "e1000e" and asked[port.key].choice == str(CHOICE)
+
+
+def test_a_driver_built_for_another_kernel_is_refused(tmp_path):
+    base = load_image(image(tmp_path))
+    assert base is not None
+    other = built(tmp_path)
+    wrong = BuiltDriver(
+        other.choice,
+        "6.12.57+deb13-amd64",
+        *[getattr(other, f) for f in ("directory", "source_hash", "origin", "modules", "driver", "log")],
+    )
+    with pytest.raises(NiclabError, match=r"was built for kernel 6\.12\.57"):
+        with_drivers(base, {"e1000e": wrong}, lambda line: None)
