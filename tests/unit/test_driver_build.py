@@ -4,8 +4,10 @@ command lines, the choice of the driver module, the cache."""
 import json
 import os
 import shlex
+import shutil
 import struct
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -268,10 +270,13 @@ def test_headers_gone_from_the_mirror_say_how_to_fix(tmp_path, monkeypatch):
         build_mod.ensure_driver(DriverChoice("dkms", "r8168-dkms"), None, image, lambda line: None)
 
 
-def test_a_build_trees_kernel_source_is_built_with_the_tree_on_the_host(tmp_path, monkeypatch):
+def test_a_build_trees_kernel_source_is_built_with_the_tree_on_the_host(tmp_path, monkeypatch, request):
     """A fake tree whose `make M=DIR modules` makes DIR/<the object Makefile's obj-m names>.ko from a template."""
     monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
-    tree = tmp_path / "linux"
+    shared = Path(tempfile.mkdtemp(prefix="niclab-test-tree-"))  # as root the build runs as nobody, who reads it
+    shared.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    tree = shared / "linux"
     driver_dir = tree / "drivers/net/ethernet/intel/e1000e"
     driver_dir.mkdir(parents=True)
     (driver_dir / "Makefile").write_text(E1000E_MAKEFILE)
@@ -279,13 +284,36 @@ def test_a_build_trees_kernel_source_is_built_with_the_tree_on_the_host(tmp_path
     (tree / "template.ko").write_bytes(fake_ko("e1000e_vendor"))
     (tree / "Makefile").write_text(
         "modules:\n\tgrep -q '^obj-m += e1000e_vendor.o' $(M)/Makefile\n\tcp template.ko $(M)/e1000e_vendor.ko\n"
+        "\t@echo built by uid $$(id -u)\n"
     )
     image = Image("micro", "x", tmp_path, "", {"kernel_version": "6.9.0", "suite": "bookworm"})
     choice = DriverChoice("kernel-source", "drivers/net/ethernet/intel/e1000e", "e1000e_vendor")
     built = build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
     assert built.driver == "e1000e_vendor" and built.origin == f"build tree {tree} {choice.source}"
     assert built.modules[0].file.read_bytes() == fake_ko("e1000e_vendor")
+    # the scenario's Makefiles never run as root: as root, nobody builds
+    assert f"built by uid {65534 if os.geteuid() == 0 else os.geteuid()}" in built.log.read_text()
     (tree / "Makefile").write_text("modules:\n\t@echo 'netdev.c:3:1: error: nope'; false\n")
     monkeypatch.setattr(build_mod, "_key", lambda *args: "another")
     with pytest.raises(NiclabError, match=r"the build failed: netdev.c:3:1: error: nope; whole log: "):
         build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
+
+
+def test_as_root_a_tree_nobody_can_read_is_refused_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    tree = tmp_path / "private" / "linux"  # pytest's folders are their owner's alone
+    driver_dir = tree / "drivers/net/ethernet/intel/e1000e"
+    driver_dir.mkdir(parents=True)
+    (driver_dir / "Makefile").write_text(E1000E_MAKEFILE)
+    (tree / "template.ko").write_bytes(fake_ko("e1000e"))
+    (tree / "Makefile").write_text("modules:\n\tcp template.ko $(M)/e1000e.ko\n")
+    (tmp_path / "private").chmod(0o700)
+    image = Image("micro", "x", tmp_path, "", {"kernel_version": "6.9.0", "suite": "bookworm"})
+    choice = DriverChoice("kernel-source", "drivers/net/ethernet/intel/e1000e")
+    if os.geteuid() == 0:
+        with pytest.raises(NiclabError, match=rf"who cannot read {tree}/Makefile; fix: let others read the tree"):
+            build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
+    else:  # a user's build runs as that user, who reads the tree
+        assert (
+            build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None).driver == "e1000e"
+        )

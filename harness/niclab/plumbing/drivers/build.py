@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from niclab.plumbing.image.tartree import TarTree
 
 MANIFEST = "driver.json"
 LOG = "build.log"
+NOBODY_ID = 65534  # who builds a source as root: nobody
 MAKE_TIMEOUT = 1800  # a host build of a vendor driver's tree: minutes at most
 
 
@@ -114,6 +116,23 @@ def ensure_driver(choice: DriverChoice, kernel: KernelChoice | None, image: Imag
     assert built is not None
     progress(f"driver {choice} for kernel {kver} ready in {manifest['build_seconds']:.0f} s ({target})")
     return built
+
+
+def _unprivileged(scratch: Path, tree: Path, where: str) -> list[str]:
+    """As root, the command prefix that runs a build as nobody (its Makefiles come from a scenario file), with
+    `scratch` made nobody's; as another user, nothing: the build runs as that user."""
+    if os.geteuid() != 0:
+        return []
+    for path in (scratch, *scratch.rglob("*")):
+        os.lchown(path, NOBODY_ID, NOBODY_ID)
+    prefix = ["setpriv", f"--reuid={NOBODY_ID}", f"--regid={NOBODY_ID}", "--clear-groups", "--no-new-privs"]
+    if subprocess.run([*prefix, "test", "-r", str(tree / "Makefile")], capture_output=True).returncode != 0:
+        raise NiclabError(
+            f"{where}: as root, niclab builds a scenario's module as nobody, who cannot read {tree}/Makefile; "
+            f"fix: let others read the tree (chmod -R o+rX {tree}, and o+x on the folders above it), "
+            "or run niclab as its owner"
+        )
+    return prefix
 
 
 def _key(choice: DriverChoice, kver: str, kernel: Path | str) -> str:
@@ -291,40 +310,43 @@ def _build_on_host(
         result = _take_named(choice, from_build_tree(tree), image, work, where)
         (work / LOG).write_text(f"taken from {tree}\n")
         return result
-    src = work / "src"
-    if choice.kind == "module":
-        origin = f"module {choice.source}"
-        built_source = copy_source(Path(choice.source), src, f"driver {choice}")
-    else:
-        found = next(
-            (base / choice.source for base in (tree, tree / "source") if (base / choice.source).is_dir()), None
-        )
-        if found is None:
-            raise NiclabError(f"{where}: kernel tree {tree} has no directory {choice.source}")
-        copy_source(found, src, f"driver {choice}")
-        if choice.name:
-            makefile = src / "Makefile"
-            try:
-                makefile.write_text(rename_module(makefile.read_text(), choice.name, directory=found.name))
-            except (OSError, ValueError) as exc:
-                raise NiclabError(f"{where}: renaming the module of {choice.source} to {choice.name}: {exc}") from None
-        built_source = source_hash(src, f"driver {choice}")
-        origin = f"build tree {tree} {choice.source}"
-    progress(f"building {where} with {tree} on this host (make M=...); log: {work / LOG}")
-    with (work / LOG).open("w") as sink:
-        try:
-            done = subprocess.run(
-                ["make", "-C", str(tree), f"M={src}", "modules"],
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                timeout=MAKE_TIMEOUT,
-                env={**os.environ, "LC_ALL": "C"},
+    with tempfile.TemporaryDirectory(prefix="niclab-driver-") as scratch:  # where nobody may build, as root
+        src = Path(scratch) / "src"
+        if choice.kind == "module":
+            origin = f"module {choice.source}"
+            built_source = copy_source(Path(choice.source), src, f"driver {choice}")
+        else:
+            found = next(
+                (base / choice.source for base in (tree, tree / "source") if (base / choice.source).is_dir()), None
             )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise NiclabError(f"{where}: make did not run to its end ({exc}); whole log: {failed_log}") from None
-    if done.returncode != 0:
-        raise _failed(where, work / LOG, failed_log)
-    for ko in sorted(src.rglob("*.ko")):
-        _take_module(ko, work)
-    shutil.rmtree(src)
+            if found is None:
+                raise NiclabError(f"{where}: kernel tree {tree} has no directory {choice.source}")
+            copy_source(found, src, f"driver {choice}")
+            if choice.name:
+                makefile = src / "Makefile"
+                try:
+                    makefile.write_text(rename_module(makefile.read_text(), choice.name, directory=found.name))
+                except (OSError, ValueError) as exc:
+                    raise NiclabError(
+                        f"{where}: renaming the module of {choice.source} to {choice.name}: {exc}"
+                    ) from None
+            built_source = source_hash(src, f"driver {choice}")
+            origin = f"build tree {tree} {choice.source}"
+        prefix = _unprivileged(Path(scratch), tree, where)
+        progress(f"building {where} with {tree} on this host (make M=...); log: {work / LOG}")
+        with (work / LOG).open("w") as sink:
+            try:
+                done = subprocess.run(
+                    [*prefix, "make", "-C", str(tree), f"M={src}", "modules"],
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    timeout=MAKE_TIMEOUT,
+                    env={**os.environ, "LC_ALL": "C"},
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise NiclabError(f"{where}: make did not run to its end ({exc}); whole log: {failed_log}") from None
+        if done.returncode != 0:
+            raise _failed(where, work / LOG, failed_log)
+        for ko in sorted(src.rglob("*.ko")):
+            _take_module(ko, work)
     return _Result(built_source, origin)

@@ -26,12 +26,17 @@ def source_package(kernel_version: str) -> str:
     return f"linux-source-{major}.{minor}"
 
 
+NOBODY = "65534:65534"  # who runs a source's Makefile: it comes from a scenario file, and may be anyone's
+
+
 def make_script(kernel_version: str) -> str:
-    """Build /build/src as an out-of-tree module of the installed headers; status and log to /build/out."""
+    """Build /build/src as an out-of-tree module of the installed headers, as nobody (the Makefile is the
+    scenario's, and a root that runs it could leave the chroot); status and log to /build/out."""
     build = shlex.quote(f"/lib/modules/{kernel_version}/build")
     return (
-        "cp -a /build/src /build/out/src; "
-        f"rc=0; make -C {build} M=/build/src modules > /build/out/build.log 2>&1 || rc=$?; "
+        f"cp -a /build/src /build/out/src; chown -R {NOBODY} /build/src; "
+        f"rc=0; chroot --userspec={NOBODY} / make -C {build} M=/build/src modules > /build/out/build.log 2>&1 "
+        "|| rc=$?; "
         "echo $rc > /build/out/status; "
         "find /build/src -name '*.ko' -exec cp {} /build/out/ko/ \\;"
     )
