@@ -1,18 +1,18 @@
 """Real driver builds for the micro image's kernel (Debian bookworm's), none booted: the proof that a DKMS package,
 a directory of the kernel's own source renamed, and a failing module source go through mmdebstrap as they should.
-Each takes about a minute (a root with the kernel's headers); the image is the session's (built once, cached)."""
+Each takes about a minute (a root with the kernel's headers); the image and the driver cache are the session's (built
+once: tests/integration/test_drivers.py boots the same e1000e_vendor build)."""
 
 import re
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from niclab.base.errors import NiclabError
 from niclab.model.driver_choice import DriverChoice
-from niclab.plumbing.drivers.build import BuiltDriver, ensure_driver
+from niclab.plumbing.drivers.build import BuiltDriver, ensure_driver, store
 from niclab.plumbing.image.store import Image, ensure_image
 
 
@@ -25,14 +25,6 @@ def image() -> Image:
     return ensure_image(progress=say)
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with pytest.MonkeyPatch.context() as patch:
-        path = tmp_path_factory.mktemp("cache")
-        patch.setenv("NICLAB_CACHE", str(path))
-        yield path
-
-
 def timed(choice: DriverChoice, image: Image) -> BuiltDriver:
     started = time.monotonic()
     built = ensure_driver(choice, None, image, say)
@@ -40,7 +32,7 @@ def timed(choice: DriverChoice, image: Image) -> BuiltDriver:
     return built
 
 
-def test_a_dkms_package_of_the_suite_is_built_for_the_images_kernel(image, cache):
+def test_a_dkms_package_of_the_suite_is_built_for_the_images_kernel(image):
     choice = DriverChoice("dkms", "r8168-dkms")
     built = timed(choice, image)
     kver = image.manifest["kernel_version"]
@@ -55,7 +47,7 @@ def test_a_dkms_package_of_the_suite_is_built_for_the_images_kernel(image, cache
     assert time.monotonic() - started < 5
 
 
-def test_a_module_that_does_not_compile_says_the_compilers_first_error(image, cache, tmp_path):
+def test_a_module_that_does_not_compile_says_the_compilers_first_error(image, tmp_path):
     source = tmp_path / "broken"
     source.mkdir()
     (source / "Kbuild").write_text("obj-m += broken.o\n")
@@ -71,10 +63,10 @@ def test_a_module_that_does_not_compile_says_the_compilers_first_error(image, ca
     assert re.search(r"the build failed: broken\.c:4:\d+: error: .foo. undeclared .*; whole log: ", message)
     log = Path(message.rpartition("whole log: ")[2])
     assert "broken.c:4" in log.read_text()
-    assert not [p for p in (cache / "drivers").glob(f"*{choice.slug}*") if p.is_dir()]  # nothing cached
+    assert not [p for p in store().glob(f"*{choice.slug}*") if p.is_dir()]  # nothing cached
 
 
-def test_a_kernel_source_directory_is_built_under_another_name(image, cache):
+def test_a_kernel_source_directory_is_built_under_another_name(image):
     choice = DriverChoice("kernel-source", "drivers/net/ethernet/intel/e1000e", "e1000e_vendor")
     built = timed(choice, image)
     assert [m.name for m in built.modules] == ["e1000e_vendor"] and built.driver == "e1000e_vendor"

@@ -463,3 +463,19 @@ def test_module_params_of_two_links_meet_at_the_module_that_drives_the_cards():
         "s.yaml:11:32: links[1].module_params.a.debug: node a's 8139too driver gets debug=2 here and debug=1 on "
         "link 0; a module parameter has one value per node: give both links the same"
     ]
+
+
+def test_the_plan_counts_the_driver_builds_before_anything_boots(tmp_path):
+    from niclab.run.plan import plan_table
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nnodes: [a, b]\nkernel: ${k}\nlinks:\n  - between: [a, b]\n    nic: e1000e\n    driver: ${drv}\n"
+        "matrix:\n  k: [bookworm, trixie]\n  drv: [in-tree, {dkms: r8168-dkms}, 8139too]\n"
+        "benchmarks:\n  - netperf: {test: TCP_RR, seconds: 2}\n"
+    )
+    table = plan_table("s", load_scenario(path).cells)
+    # one per kernel and driver, whatever the nodes and cells that boot it
+    assert table.splitlines()[-1].startswith("and 4 driver builds before anything boots (about 4 min 00 s the first")
+    path.write_text(path.read_text().replace("[in-tree, {dkms: r8168-dkms}, 8139too]", "[in-tree]"))
+    assert "driver build" not in plan_table("s", load_scenario(path).cells)
