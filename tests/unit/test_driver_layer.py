@@ -27,7 +27,11 @@ DEP = (
     "kernel/drivers/net/ethernet/intel/e1000e/e1000e.ko: kernel/drivers/ptp/ptp.ko kernel/drivers/pps/pps_core.ko\n"
     "kernel/drivers/net/ethernet/intel/e1000/e1000.ko:\n"
 )
-ALIAS = "alias pci:v00008086d000010D3sv*sd*bc*sc*i* e1000e\nalias pci:v00008086d0000100Esv*sd*bc*sc*i* e1000\n"
+ALIAS = (
+    "alias pci:v00008086d000010D3sv*sd*bc*sc*i* e1000e\n"
+    "alias pci:v00008086d000010D4sv*sd*bc*sc*i* e1000e\n"
+    "alias pci:v00008086d0000100Esv*sd*bc*sc*i* e1000\n"
+)
 CHOICE = DriverChoice("kernel-source", "drivers/net/ethernet/intel/e1000e", "e1000e_vendor")
 
 
@@ -59,16 +63,19 @@ def built(tmp_path: Path, name: str = "e1000e_vendor", depends: tuple[str, ...] 
 def test_the_new_module_takes_the_cards_aliases_and_the_default_loses_them(tmp_path):
     base = load_image(image(tmp_path))
     assert base is not None
-    entries, aliases = driver_entries(base, {"e1000e": built(tmp_path)})
+    entries, aliases, replaced = driver_entries(base, {"8086:10d3": built(tmp_path)})
+    assert replaced == {"8086:10d3": ["e1000e"]}  # the kernel's module for that ID, named for the proof
     files = {e.name: e.data for e in entries if stat.S_ISREG(e.mode)}
     assert files[f"{BASE}/updates/niclab/e1000e_vendor.ko"] == b"new module e1000e_vendor"
-    assert aliases.splitlines() == [
+    assert aliases.splitlines() == [  # e1000e keeps the cards of other IDs
+        "alias pci:v00008086d000010D4sv*sd*bc*sc*i* e1000e",
         "alias pci:v00008086d0000100Esv*sd*bc*sc*i* e1000",
         "alias pci:v00008086d000010D3sv*sd*bc*sc*i* e1000e_vendor",
     ]
     dep = files[f"{BASE}/modules.dep"].decode().splitlines()
-    # what the module needs comes first, as depmod writes it; the kernel's own modules stay as they were
-    assert "updates/niclab/e1000e_vendor.ko: kernel/drivers/pps/pps_core.ko kernel/drivers/ptp/ptp.ko" in dep
+    # nearest first, as depmod writes it (busybox modprobe loads from the end); the kernel's own lines stay
+    assert "updates/niclab/e1000e_vendor.ko: kernel/drivers/ptp/ptp.ko kernel/drivers/pps/pps_core.ko" in dep
+    assert "kernel/drivers/ptp/ptp.ko: kernel/drivers/pps/pps_core.ko" in dep
     assert "kernel/drivers/net/ethernet/intel/e1000/e1000.ko:" in dep
     assert {e.name for e in entries if stat.S_ISDIR(e.mode)} >= {"usr", f"{BASE}/updates/niclab"}
 
@@ -76,10 +83,10 @@ def test_the_new_module_takes_the_cards_aliases_and_the_default_loses_them(tmp_p
 def test_a_module_of_the_defaults_own_name_replaces_its_line(tmp_path):
     base = load_image(image(tmp_path))
     assert base is not None
-    entries, aliases = driver_entries(base, {"e1000e": built(tmp_path, "e1000e")})
+    entries, aliases, _ = driver_entries(base, {"8086:10d3": built(tmp_path, "e1000e")})
     dep = next(e.data for e in entries if e.name.endswith("modules.dep")).decode().splitlines()
     assert [line for line in dep if "e1000e.ko" in line] == [
-        "updates/niclab/e1000e.ko: kernel/drivers/pps/pps_core.ko kernel/drivers/ptp/ptp.ko"
+        "updates/niclab/e1000e.ko: kernel/drivers/ptp/ptp.ko kernel/drivers/pps/pps_core.ko"
     ]
     assert aliases.count(" e1000e\n") == 1
 
@@ -88,13 +95,13 @@ def test_a_dependency_the_image_lacks_is_named(tmp_path):
     base = load_image(image(tmp_path))
     assert base is not None
     with pytest.raises(NiclabError, match=r"module e1000e_vendor needs mdio, which kernel 6\.1\.0-50-amd64 of image"):
-        driver_entries(base, {"e1000e": built(tmp_path, depends=("mdio",))})
+        driver_entries(base, {"8086:10d3": built(tmp_path, depends=("mdio",))})
 
 
 def test_the_derived_image_boots_the_layer_after_the_initrd_and_says_what_it_carries(tmp_path, monkeypatch):
     base = load_image(image(tmp_path))
     assert base is not None
-    derived = with_drivers(base, {"e1000e": built(tmp_path)}, lambda line: None)
+    derived = with_drivers(base, {"8086:10d3": built(tmp_path)}, lambda line: None)
     assert derived.directory.name.startswith("micro-abc+drv-") and derived.id.startswith("micro-abc+drv-")
     unpacked = list(read_entries(gzip.decompress(derived.initrd.read_bytes())))
     names = [e.name for e in unpacked]
@@ -104,13 +111,14 @@ def test_the_derived_image_boots_the_layer_after_the_initrd_and_says_what_it_car
     # a lab run finds the card's driver in the image's alias table: now the new module
     assert DriverTable(derived).resolve("8086:10d3").module == "e1000e_vendor"
     assert DriverTable(base).resolve("8086:10d3").module == "e1000e"
-    entry = derived.manifest["drivers"]["e1000e"]
+    entry = derived.manifest["drivers"][str(CHOICE)]
     assert entry["module"] == "e1000e_vendor" and entry["build_id"] == "ab" * 20 and entry["source_hash"] == "cd" * 32
-    assert with_drivers(base, {"e1000e": built(tmp_path)}, lambda line: None) == derived  # built once
+    assert entry["pci_ids"] == ["8086:10d3"] and entry["replaces"] == "e1000e"
+    assert with_drivers(base, {"8086:10d3": built(tmp_path)}, lambda line: None) == derived  # built once
     assert with_drivers(base, {}, lambda line: None) is base
     port = Port("a", 0, 0, "e1000e", "link0", driver=CHOICE)
-    spec = NodeSpec("a", 0, 1, 256, (port, Port("a", 1, 0, "e1000", "link1")), drivers=(("e1000e", CHOICE),))
-    asked = asked_modules(spec, derived, {port.key: "e1000e"})
+    spec = NodeSpec("a", 0, 1, 256, (port, Port("a", 1, 0, "e1000", "link1")), drivers=(("8086:10d3", CHOICE),))
+    asked = asked_modules(spec, derived)
     assert list(asked) == [port.key] and asked[port.key].module == "e1000e_vendor"
     assert asked[port.key].replaces == "e1000e" and asked[port.key].choice == str(CHOICE)
 
@@ -125,4 +133,37 @@ def test_a_driver_built_for_another_kernel_is_refused(tmp_path):
         *[getattr(other, f) for f in ("directory", "source_hash", "origin", "modules", "driver", "log")],
     )
     with pytest.raises(NiclabError, match=r"was built for kernel 6\.12\.57"):
-        with_drivers(base, {"e1000e": wrong}, lambda line: None)
+        with_drivers(base, {"8086:10d3": wrong}, lambda line: None)
+
+
+def module(tmp_path: Path, name: str, depends: tuple[str, ...] = (), data: bytes = b"") -> BuiltModule:
+    tmp_path.mkdir(exist_ok=True)
+    ko = tmp_path / f"{name}.ko"
+    ko.write_bytes(data or f"module {name}".encode())
+    return BuiltModule(name, ko, "", "", "", "", (f"pci:v0000ABCDd0000{len(name):04X}sv*sd*bc*sc*i*",), depends)
+
+
+def test_a_build_of_several_modules_that_need_each_other_loads_them_in_order(tmp_path):
+    base = load_image(image(tmp_path))
+    assert base is not None
+    # the driver needs a helper built with it, which needs the kernel's ptp (and so pps_core)
+    mods = (module(tmp_path, "vdrv", ("vhelper", "pps_core")), module(tmp_path, "vhelper", ("ptp",)))
+    driver = BuiltDriver(CHOICE, KVER, tmp_path, "cd" * 32, "a vendor's", mods, "vdrv", tmp_path / "log")
+    entries, _, _ = driver_entries(base, {"8086:10d3": driver})
+    dep = next(e.data for e in entries if e.name.endswith("modules.dep")).decode().splitlines()
+    assert "updates/niclab/vhelper.ko: kernel/drivers/ptp/ptp.ko kernel/drivers/pps/pps_core.ko" in dep
+    # pps_core, which the driver needs itself and through the helper, comes last: it loads first
+    assert (
+        "updates/niclab/vdrv.ko: updates/niclab/vhelper.ko kernel/drivers/ptp/ptp.ko kernel/drivers/pps/pps_core.ko"
+        in dep
+    )
+
+
+def test_two_drivers_of_a_node_that_build_different_modules_of_one_name_are_refused(tmp_path):
+    base = load_image(image(tmp_path))
+    assert base is not None
+    one = BuiltDriver(CHOICE, KVER, tmp_path, "", "", (module(tmp_path / "x", "vdrv", data=b"one"),), "vdrv", tmp_path)
+    other = DriverChoice("dkms", "vendor-dkms")
+    two = BuiltDriver(other, KVER, tmp_path, "", "", (module(tmp_path / "y", "vdrv", data=b"two"),), "vdrv", tmp_path)
+    with pytest.raises(NiclabError, match=r"both build a module vdrv, not the same one"):
+        driver_entries(base, {"8086:10d3": one, "8086:100e": two})

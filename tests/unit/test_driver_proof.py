@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
 from niclab.model.driver_choice import DriverChoice
 from niclab.model.topology import Port
-from niclab.plumbing.drivers.layer import AskedModule
+from niclab.plumbing.drivers.asked import AskedModule
 from niclab.plumbing.facts import parse_node_facts
 from niclab.plumbing.guestsh import note_build_id
 from niclab.plumbing.netconf import modules
 from niclab.run.records import NicFacts
 from niclab.ui.formats import _driver
 
+MAC = "52:54:00:00:00:01"
 BUILD_ID = "5f1c2a9e0b7d44c1a3e2f60718293a4b5c6d7e8f"
 NOTE = (4).to_bytes(4, "little") + (20).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"GNU\0"
 NOTE_HEX = " ".join(f"{b:02x}" for b in NOTE + bytes.fromhex(BUILD_ID))
@@ -90,11 +96,77 @@ def test_another_build_of_the_module_is_not_the_one_asked_for():
     assert f"its build id is {other}, not the one built from {CHOICE} ({BUILD_ID})" in problem
 
 
-def test_the_proof_script_finds_the_card_by_mac_or_by_its_pci_id_and_quotes_what_it_is_given():
-    script = modules.proof_script({PORT: ("52:54:00:00:00:01", ASKED)})
-    assert '[ "$(cat "$f" 2>/dev/null)" = 52:54:00:00:00:01 ]' in script
-    assert "= 0x8086:0x10d3 ]" in script and "module_facts()" in script
-    assert "echo '[port link0]'" in script and 'grep -c "^e1000e_vendor " /proc/modules' in script
+def fake_guest(root: Path, cards: dict[str, tuple[str, str, str | None]], dmesg: str = "") -> dict[str, str]:
+    """A guest's sysfs and procfs as far as the proof reads them: PCI address -> (PCI ID, MAC or "", module or None);
+    the environment that runs the script against them (dmesg on PATH prints `dmesg`)."""
+    sys, proc, bin_ = root / "sys", root / "proc", root / "bin"
+    for path in (sys / "class/net", sys / "bus/pci/devices", proc, bin_):
+        path.mkdir(parents=True, exist_ok=True)
+    loaded = []
+    for n, (address, (pci_id, mac, module)) in enumerate(cards.items()):
+        device = sys / "devices/pci0000:00" / address
+        device.mkdir(parents=True)
+        vendor, dev = pci_id.split(":")
+        (device / "vendor").write_text(f"0x{vendor}\n")
+        (device / "device").write_text(f"0x{dev}\n")
+        (sys / "bus/pci/devices" / address).symlink_to(device)
+        if module is not None:
+            driver = sys / "bus/pci/drivers" / module.replace("_vendor", "")
+            driver.mkdir(parents=True, exist_ok=True)
+            (driver / "module").unlink(missing_ok=True)
+            (driver / "module").symlink_to(sys / "module" / module)
+            (device / "driver").symlink_to(driver)
+            notes = sys / "module" / module / "notes"
+            notes.mkdir(parents=True, exist_ok=True)
+            (notes / ".note.gnu.build-id").write_bytes(NOTE + bytes.fromhex(BUILD_ID))
+            (sys / "module" / module / "taint").write_text("OE\n")
+            loaded.append(f"{module} 61440 0 - Live 0x0000000000000000 (OE)\n")
+        if mac:
+            net = sys / "class/net" / f"eth{n}"
+            net.mkdir()
+            (net / "address").write_text(mac + "\n")
+            (net / "device").symlink_to(device)
+    (proc / "modules").write_text("".join(loaded))
+    (bin_ / "dmesg").write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(dmesg)}\n")
+    (bin_ / "dmesg").chmod(0o755)
+    return {"PATH": f"{bin_}:{os.environ['PATH']}"}
+
+
+def run_proof(root: Path, ports: dict, env: dict[str, str]) -> str:
+    script = modules.proof_script(ports, sys=str(root / "sys"), proc=str(root / "proc"))
+    return subprocess.run(["dash", "-c", script], capture_output=True, text=True, env=env, check=True).stdout
+
+
+def test_the_proof_script_finds_the_card_by_mac_and_reads_its_module_and_build_id(tmp_path):
+    env = fake_guest(tmp_path, {"0000:00:03.0": ("8086:10d3", MAC, "e1000e_vendor")})
+    observed, problems = modules.check("a", {PORT: (MAC, ASKED)}, run_proof(tmp_path, {PORT: (MAC, ASKED)}, env))
+    assert problems == []
+    assert observed["port link0"]["module"] == "e1000e_vendor" and observed["port link0"]["build_id"] == BUILD_ID
+    assert observed["port link0"]["bound"] == "e1000e" and observed["port link0"]["taint"] == "OE"
+
+
+def test_two_unbound_cards_of_one_pci_id_are_two_ports_and_the_log_is_only_about_them(tmp_path):
+    said = (
+        "[    0.9] e1000: Intel(R) PRO/1000 Network Driver\n"
+        "[    1.2] 8139too 0000:00:03.0: This (id 10ec:8139 rev 20) is an enhanced 8139C+ chip, use 8139cp\n"
+        "[    1.3] 8139too 0000:00:04.0: This (id 10ec:8139 rev 20) is an enhanced 8139C+ chip, use 8139cp\n"
+    )
+    env = fake_guest(tmp_path, {"0000:00:03.0": ("10ec:8139", "", None), "0000:00:04.0": ("10ec:8139", "", None)}, said)
+    asked = AskedModule("8139too", "", "8139too", "Debian linux-image-6.1.0-50-amd64", "", "8139cp")
+    choice = DriverChoice("named", "8139too", "8139too")
+    ports = {Port("a", i, 0, "rtl8139", f"link{i}", driver=choice): (f"52:54:00:00:00:0{i}", asked) for i in (0, 1)}
+    _, problems = modules.check("a", ports, run_proof(tmp_path, ports, env))
+    assert problems[0].startswith("a/link0 (rtl8139 card 0000:00:03.0): no driver is bound; ")
+    assert problems[1].startswith("a/link1 (rtl8139 card 0000:00:04.0): no driver is bound; ")
+    assert all("8139too is not loaded; the kernel said: " in p and "e1000:" not in p for p in problems)
+    assert problems[1].endswith("0000:00:04.0: This (id 10ec:8139 rev 20) is an enhanced 8139C+ chip, use 8139cp")
+    assert "0000:00:03.0: This" not in problems[1]
+
+
+def test_the_proof_script_quotes_what_it_is_given():
+    odd = AskedModule("e1000e_vendor", "", "x'; reboot; '", "", "", "e1000e")
+    script = modules.proof_script({PORT: ("52:54:00:00:00:01'; reboot #", odd)})
+    assert "'52:54:00:00:00:01'\"'\"'; reboot #'" in script and "= 0x8086:0x10d3 ]" in script
 
 
 def test_every_cells_facts_name_the_module_its_taint_and_build_id():
@@ -109,4 +181,13 @@ def test_every_cells_facts_name_the_module_its_taint_and_build_id():
     assert _driver(NicFacts(driver="e1000e", version="6.1", module="e1000e", taint="")) == "e1000e 6.1"
     assert _driver(NicFacts(driver="r8168", version="8.051.02-NAPI", module="r8168", taint="OE")) == (
         "r8168 8.051.02-NAPI (out of tree)"
+    )
+
+
+def test_a_card_a_built_in_driver_holds_says_to_build_it_as_a_module():
+    text = guest(pci="0000:00:03.0", module="", bound="e1000e")
+    _, (problem,) = modules.check("a", {PORT: ("m", ASKED)}, text)
+    assert problem == (
+        f"a/link0 (e1000e card 0000:00:03.0): driver e1000e, built into the kernel, drives it; the scenario asks "
+        f"e1000e_vendor ({CHOICE}): build the kernel with e1000e as a module (=m)"
     )

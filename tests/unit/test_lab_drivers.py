@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from niclab.base.errors import NiclabError
+from niclab.model.driver_choice import DriverChoice
 from niclab.model.lab.inventory import InventoryError, load_inventory, parse_inventory
 from niclab.model.lab.match import place
 from niclab.model.scenario import parse
@@ -292,3 +293,14 @@ def test_a_card_a_scenarios_driver_gives_a_module_is_not_refused_and_the_dry_run
         plain = parse(text.replace(", driver: {a: {dkms: r8168-dkms}, b: in-tree}", ""), "s.yaml")
         refused = backend.check(plain.cells[0].scenario.topology()) or ""
         assert "card 88e8056 (11ab:4364, 0000:12:00.0 on rig1): the lab image" in refused
+
+
+def test_a_driver_for_cards_named_by_their_pci_id_alone_goes_with_that_id(data_dir):
+    lab = load_inventory(data_dir / "lab" / "real-cards.yaml")
+    text = SCENARIO.format(a="pci-10ec-8168", b="pci-10ec-8168").replace(
+        "}}\nbenchmarks", "}, driver: {dkms: r8168-dkms}}\nbenchmarks"
+    )
+    with lab.classes_known():
+        topology = parse(text, "s.yaml").cells[0].scenario.topology()
+    # the guest binds the cards of that ID to r8168, whatever module the kernel has for them (r8169)
+    assert topology.node("a").drivers == (("10ec:8168", DriverChoice("dkms", "r8168-dkms")),)

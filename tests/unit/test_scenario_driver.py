@@ -310,7 +310,7 @@ def test_a_driver_for_every_end_goes_on_every_port_and_node(vendor, monkeypatch)
     assert s.driver_of("a", 0) == s.driver_of("b", 0) == choice
     topology = s.topology()
     assert [port.driver for port in topology.ports] == [choice] * 4
-    assert [node.drivers for node in topology.nodes] == [(("e1000e", choice),)] * 2
+    assert [node.drivers for node in topology.nodes] == [(("8086:10d3", choice),)] * 2
 
 
 def test_a_driver_per_end_is_told_by_its_keys_being_the_links_ends(vendor):
@@ -321,7 +321,7 @@ def test_a_driver_per_end_is_told_by_its_keys_being_the_links_ends(vendor):
     assert (s.driver_of("a", 0), s.driver_of("b", 0)) == (choice, None)
     topology = s.topology()
     assert [(port.node, port.driver) for port in topology.ports] == [("a", choice), ("b", None)]
-    assert [node.drivers for node in topology.nodes] == [(("e1000e", choice),), ()]
+    assert [node.drivers for node in topology.nodes] == [(("8086:10d3", choice),), ()]
     only_b = scenario(E1000E + "    driver: {b: {dkms: e1000e-dkms}}\n")
     assert only_b.links[0].driver == {"b": DriverChoice("dkms", "e1000e-dkms")}
 
@@ -339,7 +339,7 @@ def test_no_driver_or_in_tree_or_the_cards_own_module_by_name_is_no_driver():
 def test_another_in_tree_module_by_name():
     s = scenario(PAIR.replace("nic: e1000", "nic: rtl8139") + "    driver: {b: 8139too}\n")
     assert s.driver_of("b", 0) == DriverChoice("named", "8139too", "8139too")
-    assert s.topology().node("b").drivers == (("8139cp", DriverChoice("named", "8139too", "8139too")),)
+    assert s.topology().node("b").drivers == (("10ec:8139", DriverChoice("named", "8139too", "8139too")),)
 
 
 def test_driver_mistakes_each_at_its_place(vendor):
@@ -414,16 +414,15 @@ links:
 """
 
 
-def test_a_nodes_cards_of_one_default_module_take_one_driver():
+def test_a_nodes_cards_of_one_pci_id_take_one_driver():
     assert error_lines(RTL_TRIO + "    driver: {a: 8139too}\n") == [
-        "s.yaml:8:17: links[1].driver.a: node a's cards that 8139cp drives get driver 8139too here and in-tree on "
-        "link 0; 8139cp is kept from binding any of them on that node, so they all take one driver: give both "
-        "links the same"
+        "s.yaml:8:17: links[1].driver.a: node a's 10ec:8139 cards get driver 8139too here and in-tree on link 0; "
+        "the guest binds a card by its PCI ID, so a node's cards of one ID take one driver: give both links the same"
     ]
     # pointing at the setting when the earlier link has it and the later one is on the kernel's own module
     text = RTL_TRIO.replace("nic: rtl8139\n  -", "nic: rtl8139\n    driver: 8139too\n  -", 1)
     (line,) = error_lines(text)
-    assert line.startswith("s.yaml:6:13: links[0].driver: node a's cards that 8139cp drives get driver 8139too here")
+    assert line.startswith("s.yaml:6:13: links[0].driver: node a's 10ec:8139 cards get driver 8139too here")
     assert line.split("; ")[0].endswith("and in-tree on link 1")
     # two different drivers
     text = RTL_TRIO.replace("nic: rtl8139\n  -", "nic: rtl8139\n    driver: {dkms: x-dkms}\n  -", 1)
@@ -432,13 +431,13 @@ def test_a_nodes_cards_of_one_default_module_take_one_driver():
 
 def test_one_driver_on_every_link_of_a_node_or_on_other_nodes_is_no_conflict():
     s = scenario(RTL_TRIO.replace("    nic: rtl8139\n", "    nic: rtl8139\n    driver: 8139too\n"))
-    assert s.topology().node("a").drivers == (("8139cp", DriverChoice("named", "8139too", "8139too")),)
+    assert s.topology().node("a").drivers == (("10ec:8139", DriverChoice("named", "8139too", "8139too")),)
     # b and c are on one link each: their drivers do not meet
     s = scenario(RTL_TRIO + "    driver: {c: 8139too}\n")
     assert s.topology().node("c").drivers and not s.topology().node("a").drivers
     # cards of another default module on the same node keep theirs
     s = scenario(RTL_TRIO.replace("nic: rtl8139\n  -", "nic: e1000\n  -", 1) + "    driver: 8139too\n")
-    assert s.topology().node("a").drivers == (("8139cp", DriverChoice("named", "8139too", "8139too")),)
+    assert s.topology().node("a").drivers == (("10ec:8139", DriverChoice("named", "8139too", "8139too")),)
 
 
 def test_module_params_go_to_the_module_that_drives_the_card(vendor):
@@ -446,8 +445,13 @@ def test_module_params_go_to_the_module_that_drives_the_card(vendor):
     s = load(vendor, text + "    driver: {a: {module: ../e1000e-vendor, name: e1000e-vendor}}\n").cells[0].scenario
     assert s.topology().node("a").cmdline == ("e1000e_vendor.InterruptThrottleRate=8000",)
     assert s.topology().node("b").cmdline == ("e1000e.InterruptThrottleRate=8000",)
-    # without a name, the module keeps the card's default module's name as far as the scenario can tell
-    s = scenario(text + "    driver: {dkms: e1000e-dkms}\n")
+    # without a name, which module takes them is only known once it is built: the file says to name it
+    assert error_lines(text + "    driver: {dkms: e1000e-dkms}\n")[0] == (
+        "s.yaml:7:13: links[0].driver: module_params go to the module that drives node a's card, and driver "
+        "dkms:e1000e-dkms does not say which module that is; give it name: (the module it builds, e.g. name: "
+        "e1000e), or drop module_params"
+    )
+    s = scenario(text + "    driver: {dkms: e1000e-dkms, name: e1000e}\n")  # a vendor's release of the same name
     assert s.topology().node("a").cmdline == ("e1000e.InterruptThrottleRate=8000",)
     s = scenario(PAIR.replace("e1000", "rtl8139") + "    driver: 8139too\n    module_params: {debug: 1}\n")
     assert s.module_params("a") == {("8139too", "debug"): 1}

@@ -50,8 +50,8 @@ class NodeSpec:
     # add-on archives behind the image's initramfs (images/<name>/, `addon = true`): what the benchmarks of the
     # node's scenario ask for in GuestNeeds.addons
     addons: tuple[str, ...] = ()
-    # (default module, the driver its cards take instead), sorted: the node's image carries the driver, and the
-    # default module is kept from binding them
+    # (card PCI ID, the driver those cards take instead), sorted: the node's image carries the driver, and the
+    # guest binds cards of that ID to it (no other module's alias for the ID is left in its modules.alias)
     drivers: tuple[tuple[str, DriverChoice], ...] = ()
 
 

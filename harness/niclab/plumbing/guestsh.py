@@ -18,11 +18,13 @@ PCI_DIR = (
 
 # module_facts DEVICE: the module that owns the driver bound to a device (a sysfs directory), its version,
 # srcversion, taint flags and the bytes of its GNU build-id note, as key=value lines (none but module= if unbound).
+# $SYS is sysfs (/sys unless a test points it at a tree of its own).
 MODULE_FACTS = (
     'module_facts() { m=$(readlink "$1/driver/module"); m=${m##*/}; echo "module=$m"; [ -n "$m" ] || return 0; '
-    'echo "module_version=$(cat "/sys/module/$m/version" 2>/dev/null)"; '
-    'for k in srcversion taint; do echo "$k=$(cat "/sys/module/$m/$k" 2>/dev/null)"; done; '
-    'echo "build_note=$(od -An -tx1 -v "/sys/module/$m/notes/.note.gnu.build-id" 2>/dev/null | tr -d " \\n")"; }'
+    'echo "module_version=$(cat "${SYS:-/sys}/module/$m/version" 2>/dev/null)"; '
+    'for k in srcversion taint; do echo "$k=$(cat "${SYS:-/sys}/module/$m/$k" 2>/dev/null)"; done; '
+    'n="${SYS:-/sys}/module/$m/notes/.note.gnu.build-id"; '
+    'echo "build_note=$(od -An -tx1 -v "$n" 2>/dev/null | tr -d " \\n")"; }'
 )
 
 

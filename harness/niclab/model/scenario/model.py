@@ -545,8 +545,8 @@ class Scenario(_Strict):
         return problems
 
     def _driver_conflicts(self) -> list[Problem]:
-        """One driver per node and default module: the kernel's own module is kept from binding any of the node's
-        cards it would drive, so two links of such cards cannot ask two drivers (or one a driver, one in-tree)."""
+        """One driver per node and card PCI ID: the guest binds a card by its ID, so two links of cards with one
+        ID on a node cannot ask two drivers (or one a driver, one in-tree); module_params need the module named."""
         problems: list[Problem] = []
         seen: dict[tuple[str, str], tuple[int, DriverChoice]] = {}
         for i, link in enumerate(self.links):
@@ -554,7 +554,17 @@ class Scenario(_Strict):
                 found = nics.lookup(_model_of(link, node) or "")
                 if found is None:
                     continue
-                key, choice = (node, module_key(found.module)), link.driver.get(node, DriverChoice())
+                key, choice = (node, found.pci_id.lower()), link.driver.get(node, DriverChoice())
+                end = (node,) if "driver" in link._given_per_end else ()
+                if not choice.is_default and link.module_params.get(node) and not choice.name:
+                    problems.append(
+                        Problem(
+                            ("links", i, "driver", *end),
+                            f"module_params go to the module that drives node {node}'s card, and driver {choice} "
+                            "does not say which module that is",
+                            "give it name: (the module it builds, e.g. name: e1000e), or drop module_params",
+                        )
+                    )
                 if key not in seen:
                     seen[key] = (i, choice)
                     continue
@@ -569,9 +579,8 @@ class Scenario(_Strict):
                 problems.append(
                     Problem(
                         ("links", here, "driver", *end),
-                        f"node {node}'s cards that {found.module} drives get driver {mine} here and {theirs} "
-                        f"on link {there}",
-                        f"{found.module} is kept from binding any of them on that node, so they all take one driver: "
+                        f"node {node}'s {found.pci_id} cards get driver {mine} here and {theirs} on link {there}",
+                        "the guest binds a card by its PCI ID, so a node's cards of one ID take one driver: "
                         "give both links the same",
                     )
                 )
@@ -635,11 +644,11 @@ class Scenario(_Strict):
         return self.links[link].driver.get(node)
 
     def drivers(self, node: str) -> tuple[tuple[str, DriverChoice], ...]:
-        """(default module, the driver its cards take instead) on the node, sorted; checked to be one per module."""
+        """(card PCI ID, the driver those cards take instead) on the node, sorted; checked to be one per ID."""
         found: dict[str, DriverChoice] = {}
         for link in self.links:
             if (choice := link.driver.get(node)) is not None:
-                found.setdefault(nics.get(link.model_for(node)).module, choice)
+                found.setdefault(nics.get(link.model_for(node)).pci_id.lower(), choice)
         return tuple(sorted(found.items(), key=lambda item: item[0]))
 
     def kernel_of(self, node: str) -> KernelChoice | None:

@@ -18,7 +18,7 @@ from niclab.base.node import Node, Progress
 from niclab.model.lab.inventory import Inventory
 from niclab.model.lab.spread import Claim, Held
 from niclab.model.topology import Port, Topology
-from niclab.plumbing.drivers.layer import AskedModule
+from niclab.plumbing.drivers.asked import AskedModule
 
 
 def _all_alive() -> dict[str, str]:

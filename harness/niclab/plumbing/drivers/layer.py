@@ -5,18 +5,21 @@ A scenario's `driver:` (model.driver_choice) is built for the node's kernel
 add-on goes in (image.addons): one more gzipped cpio archive after the
 image's initrd.img. It carries the modules under
 usr/lib/modules/<kernel>/updates/niclab/ and the image's modules.dep and
-modules.alias rewritten: the new modules added, and the aliases of the
-default module it replaces left out. The guest's boot script loads a driver
-for each device by its modalias (busybox modprobe reads modules.alias), so
-the card binds the new module and the default one is never tried. A module
-of the same name as the default (a vendor's e1000e) replaces its line.
+modules.alias rewritten: the new modules added, and every other module's
+aliases that match the cards' PCI IDs left out (the kernel's own driver for
+them, whatever the card's class calls it). The guest's boot script loads a
+driver for each device by its modalias (busybox modprobe reads
+modules.alias), so those cards bind the new module and no other is tried;
+the module keeps its aliases for other cards. A module of the same name as
+the kernel's (a vendor's e1000e) replaces its line.
 
 Layout: <cache>/images/<image folder>+drv-<hash>/, built once under the
-store's lock; the hash is of the modules' contents and what they replace.
-Its manifest is the image's with `drivers`: default module -> the driver
-module, each module's build id, how the scenario asked, where it came from
-and its source's hash. The cell reads these back from the guest
-(netconf.modules) to prove which module drives the card.
+store's lock; the hash is of the modules' contents, the PCI IDs and how each
+driver was asked. Its manifest is the image's with `drivers`: how the
+scenario asked -> the driver module, each module's build id, the PCI IDs it
+takes, the modules it took them from, where it came from and its source's
+hash. The cell reads these back from the guest (netconf.modules) to prove
+which module drives the card.
 """
 
 from __future__ import annotations
@@ -25,18 +28,18 @@ import gzip
 import hashlib
 import json
 import os
-import re
 import stat
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
 from niclab.base.filelock import locked
 from niclab.base.node import Progress
-from niclab.model import nics
+from niclab.model.driver_choice import DriverChoice, module_key
+from niclab.model.lab.modalias import PciDevice, drivers_for, parse_aliases
 from niclab.model.topology import NodeSpec, Topology
+from niclab.plumbing.drivers.asked import AskedModule
 from niclab.plumbing.drivers.build import BuiltDriver, ensure_driver
 from niclab.plumbing.image.addons import link_file
 from niclab.plumbing.image.assemble import Tree
@@ -49,32 +52,12 @@ from niclab.plumbing.image.store import Image, building, load_image, mark_used, 
 ARCHIVE = "drivers.cpio.gz"
 OWN = ("initrd.img", "manifest.json", "modules.alias", ARCHIVE)  # what a derived image writes itself
 UPDATES = "updates/niclab"  # where the modules go, below the kernel's modules directory
-
-
-@dataclass(frozen=True)
-class AskedModule:
-    """The module a port's card must be bound to, and what proves it is the one niclab built."""
-
-    module: str  # the module that drives the card (as the kernel names it: - as _)
-    build_id: str  # the GNU build id of its .ko in the image ("" if it has none)
-    choice: str  # how the scenario asked for it (module:/src/e1000e-vendor, dkms:r8168-dkms)
-    origin: str  # where it came from
-    source_hash: str  # sha256 of the source it was built from
-    replaces: str  # the default module kept from binding the card
-    version: str = ""  # its modinfo version, if it has one
-    srcversion: str = ""  # its modinfo srcversion, if it has one
-
-    @classmethod
-    def from_manifest(cls, entry: Mapping) -> AskedModule:
-        return cls(**{k: str(entry.get(k, "")) for k in cls.__dataclass_fields__})
-
-
-def _norm(name: str) -> str:
-    return name.replace("-", "_")
+NETWORK_CLASS = 0x020000  # what a card named by its PCI ID is matched as: an Ethernet controller
 
 
 def with_drivers(image: Image, drivers: Mapping[str, BuiltDriver], progress: Progress = print) -> Image:
-    """`image` with each default module (key) replaced by the built driver (value); `image` when there are none."""
+    """`image` whose cards of each PCI ID (key: 8086:10d3) bind the built driver (value); `image` when there are
+    none. Two IDs may name one driver."""
     if not drivers:
         return image
     if image.disk is not None:
@@ -91,7 +74,9 @@ def with_drivers(image: Image, drivers: Mapping[str, BuiltDriver], progress: Pro
     digest = hashlib.sha256()
     for default in sorted(drivers):
         built = drivers[default]
-        digest.update(f"{_norm(default)}>{built.driver}\n".encode())
+        digest.update(
+            f"{module_key(default)}>{built.driver} {built.choice} {built.origin} {built.source_hash}\n".encode()
+        )
         for module in sorted(built.modules, key=lambda m: m.name):
             digest.update(f"{module.name} {hashlib.sha256(module.file.read_bytes()).hexdigest()}\n".encode())
     target = image.directory.parent / f"{image.directory.name}+drv-{digest.hexdigest()[:12]}"
@@ -102,7 +87,7 @@ def with_drivers(image: Image, drivers: Mapping[str, BuiltDriver], progress: Pro
     with locked(target.parent / ".lock"):
         if (existing := load_image(target)) is not None:
             return existing
-        progress(f"adding driver {', '.join(b.driver for b in drivers.values())} to image {image.id}")
+        progress(f"adding driver {', '.join(sorted({b.driver for b in drivers.values()}))} to image {image.id}")
         with building(target) as work:
             manifest = _derive(image, drivers, work, target.name.rsplit("+", 1)[1])
             (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -116,8 +101,9 @@ def _last(entries: list[Entry], name: str) -> bytes | None:
     return found[-1].data if found else None
 
 
-def driver_entries(image: Image, drivers: Mapping[str, BuiltDriver]) -> tuple[list[Entry], str]:
-    """The archive's entries (the modules, modules.dep, modules.alias) and the new modules.alias text."""
+def driver_entries(image: Image, drivers: Mapping[str, BuiltDriver]) -> tuple[list[Entry], str, dict[str, list[str]]]:
+    """The archive's entries (the modules, modules.dep, modules.alias), the new modules.alias text, and for
+    each PCI ID the modules whose aliases for it were left out."""
     version = str(image.manifest.get("kernel_version", ""))
     base = f"usr/lib/modules/{version}"
     entries = list(read_entries(gzip.decompress(image.initrd.read_bytes())))
@@ -125,53 +111,79 @@ def driver_entries(image: Image, drivers: Mapping[str, BuiltDriver]) -> tuple[li
     alias_text = _last(entries, f"{base}/modules.alias")
     if dep_text is None or alias_text is None:
         raise NiclabError(f"image {image.id} has no modules.dep and modules.alias for kernel {version} in its initrd")
-    deps: dict[str, tuple[str, list[str]]] = {}  # module -> (its path, the paths it needs first)
+    deps: dict[str, tuple[str, list[str]]] = {}  # module -> (its path, the paths it needs, nearest first)
     for line in dep_text.decode(errors="replace").splitlines():
         path, sep, first = line.partition(":")
         if sep:
             deps[module_name(path)] = (path.strip(), first.split())
-    replaced = {_norm(default) for default in drivers}
-    added: dict[str, tuple[str, bytes]] = {}  # module -> (path, content)
+    added: dict[str, tuple[str, bytes, str]] = {}  # module -> (path, content, the driver that brought it)
+    direct: dict[str, list[str]] = {}  # an added module -> the modules it needs itself
     new_aliases: list[str] = []
-    for built in drivers.values():
+    for built in dict.fromkeys(drivers.values()):
         for module in built.modules:
-            name = _norm(module.name)
-            path = f"{UPDATES}/{name}.ko"
-            added[name] = (path, module.file.read_bytes())
-            deps[name] = (path, [])
+            name = module_key(module.name)
+            data = module.file.read_bytes()
+            if name in added and added[name][1] != data:
+                raise NiclabError(
+                    f"drivers {added[name][2]} and {built.choice} both build a module {name}, not the same one: "
+                    "a node loads one module of a name; give one of them another name"
+                )
+            added[name] = (f"{UPDATES}/{name}.ko", data, str(built.choice))
+            direct[name] = [module_key(dep) for dep in module.depends]
             new_aliases += [f"alias {alias} {name}" for alias in module.aliases]
-    replaced |= set(added)  # a module of a default's own name replaces it: its old aliases go too
-    for built in drivers.values():
-        for module in built.modules:
-            needs: list[str] = []
             for dep in module.depends:
-                if _norm(dep) not in deps:
+                if module_key(dep) not in deps and module_key(dep) not in {module_key(m.name) for m in built.modules}:
                     raise NiclabError(
                         f"driver {built.choice}: module {module.name} needs {dep}, which kernel {version} of image "
                         f"{image.id} does not carry"
                     )
-                dep_path, dep_needs = deps[_norm(dep)]
-                for item in [*dep_needs, dep_path]:  # what the dependency needs comes first, as depmod writes it
-                    if item not in needs:
-                        needs.append(item)
-            deps[_norm(module.name)] = (deps[_norm(module.name)][0], needs)
+    for name, (path, _, _) in added.items():
+        deps[name] = (path, [])
+    for name in added:
+        deps[name] = (deps[name][0], _needs(name, direct, deps, ()))
     dep_lines = "".join(f"{path}:{''.join(' ' + n for n in needs)}\n" for path, needs in deps.values())
-    kept = [
-        line
-        for line in alias_text.decode(errors="replace").splitlines()
-        if not (m := re.fullmatch(r"alias\s+\S+\s+(\S+)", line)) or _norm(m[1]) not in replaced
-    ]
+    cards = {pci_id: PciDevice.parse(pci_id, NETWORK_CLASS) for pci_id in drivers}
+    replaced: dict[str, list[str]] = {pci_id: [] for pci_id in drivers}
+    kept = []
+    for line in alias_text.decode(errors="replace").splitlines():
+        found = parse_aliases(line)
+        if found and found[0].module in added:  # a module of the same name as one added: the added one's go in
+            continue
+        taken = [pci_id for pci_id, card in cards.items() if found and drivers_for(card, found)]
+        if taken and found[0].module not in added:
+            for pci_id in taken:
+                if found[0].module not in replaced[pci_id]:
+                    replaced[pci_id].append(found[0].module)
+            continue
+        kept.append(line)
     aliases = "".join(line + "\n" for line in [*kept, *sorted(set(new_aliases))])
     tree = Tree()  # with the directories above each file: the kernel's unpacker makes none itself
-    for path, data in added.values():
+    for path, data, _ in added.values():
         tree.add(Entry(f"{base}/{path}", stat.S_IFREG | 0o644, data))
     tree.add(Entry(f"{base}/modules.dep", stat.S_IFREG | 0o644, dep_lines.encode()))
     tree.add(Entry(f"{base}/modules.alias", stat.S_IFREG | 0o644, aliases.encode()))
-    return tree.sorted_entries(), aliases
+    return tree.sorted_entries(), aliases, replaced
+
+
+def _needs(
+    name: str, direct: Mapping[str, list[str]], deps: Mapping[str, tuple[str, list[str]]], seen: tuple[str, ...]
+) -> list[str]:
+    """An added module's modules.dep entry: the paths of all it needs, nearest first, as depmod writes them
+    (busybox modprobe loads the list from its end, so a module any other needs comes after it)."""
+    if name in seen:
+        raise NiclabError(f"module {name} needs itself through {' -> '.join((*seen, name))}")
+    order: list[str] = []
+    for dep in direct[name]:
+        path, further = deps[dep]
+        for item in [path, *(_needs(dep, direct, deps, (*seen, name)) if dep in direct else further)]:
+            if item in order:
+                order.remove(item)  # needed by a nearer one too: it loads before both
+            order.append(item)
+    return order
 
 
 def _derive(image: Image, drivers: Mapping[str, BuiltDriver], work: Path, tag: str) -> dict:
-    entries, aliases = driver_entries(image, drivers)
+    entries, aliases, replaced = driver_entries(image, drivers)
     write_cpio(work / ARCHIVE, entries)
     for path in sorted(image.directory.iterdir()):
         if path.is_file() and path.name not in OWN:
@@ -182,25 +194,23 @@ def _derive(image: Image, drivers: Mapping[str, BuiltDriver], work: Path, tag: s
             out.write(part.read_bytes())
     initrd = (work / "initrd.img").stat().st_size
     unpacked = archive_bytes(work / "initrd.img")
-    floor = max(int(image.manifest.get("min_memory_mib", 0)), memory_floor_mib(unpacked, initrd))
+    # the image's own floor is measured to the edge (the lab image's); what the layer adds is held twice while
+    # the kernel unpacks it (3 MiB of an unstripped module made a 320 MiB lab guest fail to unpack)
+    added = archive_bytes(work / ARCHIVE)
+    floor = max(
+        int(image.manifest.get("min_memory_mib", 0)) + (64 if added > 2**20 else 0),
+        memory_floor_mib(unpacked, initrd),
+    )
+    table: dict[str, dict] = {}
+    for pci_id, built in sorted(drivers.items()):
+        entry = table.setdefault(str(built.choice), _entry(built))
+        entry["pci_ids"].append(pci_id)
+        entry["replaces"] = ", ".join(dict.fromkeys([*filter(None, entry["replaces"].split(", ")), *replaced[pci_id]]))
     return {
         **image.manifest,
         "variant": f"{image.variant}+{tag}" if image.variant else tag,
         "driver_base_image": image.id,
-        "drivers": {
-            _norm(default): {
-                "module": _norm(built.driver),
-                "build_id": next((m.build_id for m in built.modules if _norm(m.name) == _norm(built.driver)), ""),
-                "version": next((m.version for m in built.modules if _norm(m.name) == _norm(built.driver)), ""),
-                "srcversion": next((m.srcversion for m in built.modules if _norm(m.name) == _norm(built.driver)), ""),
-                "choice": str(built.choice),
-                "origin": built.origin,
-                "source_hash": built.source_hash,
-                "replaces": _norm(default),
-                "modules": {m.name: m.build_id for m in built.modules},
-            }
-            for default, built in sorted(drivers.items())
-        },
+        "drivers": table,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "initrd_bytes": initrd,
         "unpacked_bytes": unpacked,
@@ -208,18 +218,34 @@ def _derive(image: Image, drivers: Mapping[str, BuiltDriver], work: Path, tag: s
     }
 
 
-def asked_modules(spec: NodeSpec, image: Image, defaults: Mapping[tuple[str, int, int], str]) -> dict:
-    """Port.key -> AskedModule, for the node's ports whose card must bind a driver of the image's `drivers`.
-    `defaults`: Port.key -> the default module of its card (the catalog's, or the lab table's)."""
+def _entry(built: BuiltDriver) -> dict:
+    """A driver's part of the manifest: what the cell proves against (AskedModule's fields) and its modules."""
+    driver = next((m for m in built.modules if module_key(m.name) == module_key(built.driver)), None)
+    return {
+        "module": module_key(built.driver),
+        "build_id": driver.build_id if driver else "",
+        "version": driver.version if driver else "",
+        "srcversion": driver.srcversion if driver else "",
+        "choice": str(built.choice),
+        "origin": built.origin,
+        "source_hash": built.source_hash,
+        "replaces": "",
+        "pci_ids": [],
+        "modules": {m.name: m.build_id for m in built.modules},
+    }
+
+
+def asked_modules(spec: NodeSpec, image: Image) -> dict[tuple[str, int, int], AskedModule]:
+    """Port.key -> AskedModule, for the node's ports whose card must bind a driver of the image's `drivers`."""
     table = image.manifest.get("drivers", {})
     out: dict[tuple[str, int, int], AskedModule] = {}
     for port in spec.ports:
         if port.driver is None:
             continue
-        entry = table.get(_norm(defaults.get(port.key, "")))
+        entry = table.get(str(port.driver))
         if entry is None:
             raise NiclabError(
-                f"image {image.id} has no driver for {spec.name}'s {port.model} card ({port.driver}): "
+                f"image {image.id} has no driver {port.driver} for {spec.name}'s {port.model} card: "
                 "it was built without it"
             )
         out[port.key] = AskedModule.from_manifest(entry)
@@ -232,17 +258,16 @@ def driver_images(nodes: Iterable[NodeSpec], images: Mapping[str, Image], progre
     out = dict(images)
     for spec in nodes:
         if spec.drivers:
-            built = {
-                default: ensure_driver(choice, spec.kernel, images[spec.name], progress)
-                for default, choice in spec.drivers
-            }
-            out[spec.name] = with_drivers(images[spec.name], built, progress)
+            built: dict[DriverChoice, BuiltDriver] = {}
+            for _, choice in spec.drivers:
+                if choice not in built:
+                    built[choice] = ensure_driver(choice, spec.kernel, images[spec.name], progress)
+            out[spec.name] = with_drivers(
+                images[spec.name], {pci_id: built[choice] for pci_id, choice in spec.drivers}, progress
+            )
     return out
 
 
 def rig_modules(topology: Topology, images: Mapping[str, Image]) -> dict[tuple[str, int, int], AskedModule]:
     """Port.key -> the module its card must bind, for the ports a `driver:` gives another driver (Rig.modules)."""
-    defaults = {p.key: nics.get(p.model).module for p in topology.ports if p.driver is not None}
-    return {
-        key: asked for spec in topology.nodes for key, asked in asked_modules(spec, images[spec.name], defaults).items()
-    }
+    return {key: asked for spec in topology.nodes for key, asked in asked_modules(spec, images[spec.name]).items()}

@@ -16,15 +16,12 @@ import shlex
 from collections.abc import Mapping
 
 from niclab.model import nics
+from niclab.model.driver_choice import module_key
 from niclab.model.topology import Port
-from niclab.plumbing.drivers.layer import AskedModule
+from niclab.plumbing.drivers.asked import AskedModule
 from niclab.plumbing.guestsh import MODULE_FACTS, note_build_id, sections
 
 LOG_LINES = 3  # the kernel's last lines about an unbound card
-
-
-def _norm(name: str) -> str:
-    return name.replace("-", "_")
 
 
 def _pci_words(port: Port) -> str:
@@ -35,22 +32,29 @@ def _pci_words(port: Port) -> str:
     return f"0x{vendor.lower()}:0x{device.lower()}"
 
 
-def proof_script(ports: Mapping[Port, tuple[str, AskedModule]]) -> str:
-    """The guest command for ports (-> their MAC and the module asked): one `[port link0]` section each."""
-    lines = [MODULE_FACTS]
+def proof_script(ports: Mapping[Port, tuple[str, AskedModule]], sys: str = "/sys", proc: str = "/proc") -> str:
+    """The guest command for ports (-> their MAC and the module asked): one `[port link0]` section each.
+    `sys`, `proc`: where sysfs and procfs are (a test's own trees)."""
+    # `used`: the devices found so far (two unbound cards of one PCI ID are two ports)
+    lines = [f"SYS={shlex.quote(sys)}; PROC={shlex.quote(proc)}", MODULE_FACTS, "used="]
     for port, (mac, asked) in ports.items():
         pci = shlex.quote(_pci_words(port))
+        module = shlex.quote(asked.module)
         lines += [
             f"echo '[port {port.ifname}]'",
-            "i=; for f in /sys/class/net/*/address; do "
+            'i=; for f in "$SYS"/class/net/*/address; do '
             f'[ "$(cat "$f" 2>/dev/null)" = {shlex.quote(mac)} ] && i=${{f%/address}}; done',
             'd=; [ -n "$i" ] && d=$(readlink -f "$i/device")',
-            f'if [ -z "$d" ] && [ -n {pci} ]; then for p in /sys/bus/pci/devices/*; do '
+            f'if [ -z "$d" ] && [ -n {pci} ]; then for p in "$SYS"/bus/pci/devices/*; do '
+            'case " $used " in *" $p "*) continue ;; esac; '
             f'[ "$(cat "$p/vendor"):$(cat "$p/device")" = {pci} ] && [ ! -e "$p/driver" ] && d=$p && break; done; fi',
-            'echo "iface=${i##*/}"; echo "pci=${d##*/}"',
+            'used="$used $d"; echo "iface=${i##*/}"; echo "pci=${d##*/}"',
             'if [ -n "$d" ]; then module_facts "$d"; b=$(readlink "$d/driver"); echo "bound=${b##*/}"; fi',
-            f'echo "loaded=$(grep -c "^{_norm(asked.module)} " /proc/modules)"',
-            f'dmesg | grep -F -e "${{d##*/}}" -e {shlex.quote(asked.module)} | tail -n {LOG_LINES} | sed "s/^/log=/"',
+            f'echo "loaded=$(grep -c {shlex.quote("^" + module_key(asked.module) + " ")} "$PROC/modules")"',
+            # the kernel's words about the card, else about the module
+            'l=; [ -n "$d" ] && l=$(dmesg | grep -F -e "${d##*/}")',
+            f'[ -n "$l" ] || l=$(dmesg | grep -F -e {module}); '
+            f'[ -z "$l" ] || printf "%s\\n" "$l" | tail -n {LOG_LINES} | sed "s/^/log=/"',
         ]
     return "\n".join(lines) + "\n"
 
@@ -81,19 +85,24 @@ def check(
             "taint": values.get("taint", ""),
             "build_id": found,
             "asked": asked.choice,
-            "source_hash": asked.source_hash if module and _norm(module) == _norm(asked.module) else "",
+            "source_hash": asked.source_hash if module and module_key(module) == module_key(asked.module) else "",
             "origin": asked.origin,
         }
         card = f"{node}/{port.ifname} ({port.model} card{' ' + values['pci'] if values.get('pci') else ''})"
-        if not module:
+        if not module and values.get("bound"):
+            problems.append(
+                f"{card}: driver {values['bound']}, built into the kernel, drives it; the scenario asks "
+                f"{asked.module} ({asked.choice}): build the kernel with {values['bound']} as a module (=m)"
+            )
+        elif not module:
             said = f"; the kernel said: {' | '.join(log)}" if log else ""
             loaded = "is loaded but did not take it" if values.get("loaded", "0") not in ("", "0") else "is not loaded"
             who = asked.module if asked.choice == asked.module else f"{asked.module} ({asked.choice})"
             problems.append(f"{card}: no driver is bound; {who} {loaded}{said}")
-        elif _norm(module) != _norm(asked.module):
+        elif module_key(module) != module_key(asked.module):
+            instead = f" instead of {asked.replaces}" if asked.replaces else ""
             problems.append(
-                f"{card}: module {module} drives it, the scenario asks {asked.module} ({asked.choice}) "
-                f"instead of {asked.replaces}"
+                f"{card}: module {module} drives it, the scenario asks {asked.module} ({asked.choice}){instead}"
             )
         elif asked.build_id and found != asked.build_id:
             problems.append(
