@@ -8,18 +8,22 @@ import shutil
 import struct
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from niclab.base.errors import NiclabError
+from niclab.model import driver_choice
 from niclab.model.driver_choice import DriverChoice
 from niclab.model.kernel_choice import KernelChoice
 from niclab.plumbing.drivers import build as build_mod
 from niclab.plumbing.drivers import commands
+from niclab.plumbing.drivers import modules as drivers_modules
 from niclab.plumbing.drivers.buildlog import first_error
+from niclab.plumbing.drivers.makefile import main as makefile_main
 from niclab.plumbing.drivers.makefile import modules_of, rename_module
-from niclab.plumbing.drivers.modules import BuiltModule, choose_driver
+from niclab.plumbing.drivers.modules import BuiltModule, choose_driver, read_built
 from niclab.plumbing.drivers.source import copy_source, source_hash
 from niclab.plumbing.image.elf import build_id
 from niclab.plumbing.image.store import Image
@@ -146,6 +150,7 @@ def test_kernel_source_fetches_the_headers_version_and_renames(tmp_path):
         "niclab.plumbing.drivers.makefile",
         "$1/build/src",
         "e1000e_vendor",
+        "e1000e",
     ]
     assert "M=/build/src modules" in make
 
@@ -203,7 +208,8 @@ def fake_ko(name: str) -> bytes:
 
 def test_the_build_id_note_is_read():
     assert build_id(fake_ko("r8168")) == "deadbeef"
-    assert build_id(b"\x7fELF" + bytes(60)) == ""
+    with pytest.raises(ValueError, match="not a little-endian ELF64"):
+        build_id(b"\x7fELF" + bytes(60))
 
 
 def test_a_second_ensure_driver_does_not_build(tmp_path, monkeypatch):
@@ -317,3 +323,198 @@ def test_as_root_a_tree_nobody_can_read_is_refused_with_the_fix(tmp_path, monkey
         assert (
             build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None).driver == "e1000e"
         )
+
+
+def module_with(name: str, depends: str = "") -> bytes:
+    """fake_ko with another name= (the same length keeps its offsets) and, if given, a depends= in place of alias."""
+    data = fake_ko("r" * len(name)).replace(b"name=" + b"r" * len(name), b"name=" + name.encode())
+    if depends:
+        alias = b"alias=pci:v000010ECd00008168sv*"
+        data = data.replace(alias, (b"depends=" + depends.encode()).ljust(len(alias), b","))
+    return data
+
+
+def test_a_cut_module_in_the_cache_is_one_line(tmp_path):
+    (tmp_path / "r8168.ko").write_bytes(fake_ko("r8168")[:-40])
+    with pytest.raises(
+        NiclabError, match=rf"^driver x: {tmp_path}/r8168.ko is not a kernel module \(.*\); fix: remove"
+    ):
+        read_built(tmp_path / "r8168.ko", "driver x")
+
+
+def test_a_module_naming_itself_or_its_dependencies_with_a_path_is_refused(tmp_path):
+    path = tmp_path / "m.ko"
+    path.write_bytes(module_with("ok_name", depends="tls,8021q"))
+    assert read_built(path, "driver x").depends == ("tls", "8021q")
+    for name, depends in (("../../x", ""), ("a b;rm", ""), ("good", "tls,../x"), ("good", "a$(id)")):
+        path.write_bytes(module_with(name, depends))
+        with pytest.raises(NiclabError, match=rf"^driver x: {path} gives (name|depends)=.*not a module name"):
+            read_built(path, "driver x")
+
+
+def test_the_module_key_is_the_models():
+    assert drivers_modules.module_key is driver_choice.module_key
+
+
+def test_a_module_of_one_source_file_gets_a_list_of_that_file():
+    renamed = rename_module("obj-$(CONFIG_E100) += e100.o\n", "e100_vendor")
+    assert renamed == "obj-m += e100_vendor.o\ne100_vendor-y := e100.o\n"
+
+
+def test_a_continued_obj_line_keeps_its_other_objects():
+    text = "obj-$(CONFIG_NET_VENDOR_X) += a.o \\\n\t\told.o \\\n\t\tb.o\nold-y := one.o two.o\n"
+    renamed = rename_module(text, "new", old="old")
+    assert modules_of(renamed) == ["a", "b", "new"]
+    assert "old.o" not in renamed and "new-y := one.o two.o" in renamed
+    assert "obj-$(CONFIG_NET_VENDOR_X) += a.o" in renamed
+    only = rename_module("obj-$(CONFIG_X) += \\\n\told.o\n", "new")
+    assert only == "obj-m += new.o\nnew-y := old.o\n"
+
+
+def test_the_makefile_is_rewritten_only_as_a_regular_file(tmp_path):
+    (tmp_path / "e1000e").mkdir()
+    (tmp_path / "e1000e/Makefile").write_text(E1000E_MAKEFILE)
+    assert makefile_main([str(tmp_path / "e1000e"), "e1000e_vendor"]) == 0
+    assert "obj-m += e1000e_vendor.o" in (tmp_path / "e1000e/Makefile").read_text()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text(E1000E_MAKEFILE)
+    for make in (
+        lambda path: path.symlink_to(elsewhere),
+        lambda path: os.mkfifo(path),
+        lambda path: path.write_text("obj-m += x.o\n" + "#" * (1 << 20)),
+    ):
+        folder = tmp_path / "drv"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        make(folder / "Makefile")
+        assert makefile_main([str(folder), "new"]) == 1
+    assert elsewhere.read_text() == E1000E_MAKEFILE
+
+
+def test_root_copies_only_regular_modules_and_stops_a_long_build():
+    script = commands.make_script(KVER)
+    assert f"timeout -k 10 {commands.MAKE_TIMEOUT} chroot --userspec=65534:65534 / make" in script
+    assert "find /build/src -type f -name '*.ko' -exec cp -P {} /build/out/ko/" in script
+    dkms = commands.dkms_script(DriverChoice("dkms", "r8168-dkms"), KVER, "bookworm")
+    assert f'timeout -k 10 {commands.MAKE_TIMEOUT} dkms build -m "$M"' in dkms
+    assert "-path '*/module/*' -type f -name '*.ko*' -exec cp -P {} /build/out/ko/" in dkms
+
+
+def test_a_build_stopped_by_its_timeout_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    image = Image("micro", "x", tmp_path, "", {"kernel_version": KVER, "suite": "bookworm"})
+
+    def fake_mmdebstrap(command, log, progress):
+        work = Path(shlex.split(hooks(command)[-1])[-1])
+        (work / "out/ko").mkdir(parents=True)
+        (work / "out/build.log").write_text("  CC [M]  /build/src/hello.o\n")
+        (work / "out/status").write_text("124\n")
+
+    monkeypatch.setattr(build_mod, "run_mmdebstrap", fake_mmdebstrap)
+    monkeypatch.setattr(build_mod, "debian_mirror", lambda suite: "http://m/debian")
+    with pytest.raises(
+        NiclabError, match=rf"^driver dkms:r8168-dkms for kernel {KVER}: the build timed out after 1800 s"
+    ):
+        build_mod.ensure_driver(DriverChoice("dkms", "r8168-dkms"), None, image, lambda line: None)
+
+
+def shared_tree(request, makefile: str) -> Path:
+    """A build tree with this top Makefile, where nobody (who builds as root) can read."""
+    shared = Path(tempfile.mkdtemp(prefix="niclab-test-tree-"))
+    shared.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    tree = shared / "linux"
+    tree.mkdir()
+    (tree / "Makefile").write_text(makefile)
+    (tree / "template.ko").write_bytes(fake_ko("hello"))
+    source = module_tree(shared / "hello")
+    for path in (source, *source.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return tree
+
+
+def test_a_host_build_that_leaves_a_fifo_or_a_link_as_a_module_is_refused(tmp_path, monkeypatch, request):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    image = Image("micro", "x", tmp_path, "", {"kernel_version": "6.9.0", "suite": "bookworm"})
+    tree = shared_tree(request, "modules:\n\tmkfifo $(M)/hello.ko\n")
+    choice = DriverChoice("module", str(tree.parent / "hello"))
+    with pytest.raises(NiclabError, match=r"the build left hello.ko, which is not a regular file"):
+        build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
+    (tree / "Makefile").write_text("modules:\n\tln -s /etc/passwd $(M)/hello.ko\n")
+    with pytest.raises(NiclabError, match=r"the build left hello.ko, which cannot be read as a file"):
+        build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
+
+
+def test_a_host_build_past_its_time_is_killed_with_its_children(tmp_path, monkeypatch, request):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build_mod, "MAKE_TIMEOUT", 2)
+    image = Image("micro", "x", tmp_path, "", {"kernel_version": "6.9.0", "suite": "bookworm"})
+    tree = shared_tree(request, "modules:\n\t@sleep 120 & echo child $$!; sleep 120\n")
+    choice = DriverChoice("module", str(tree.parent / "hello"))
+    started = time.monotonic()
+    with pytest.raises(NiclabError, match=r"the build timed out after 2 s; whole log: ") as caught:
+        build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
+    assert time.monotonic() - started < 30
+    log = Path(str(caught.value).rpartition("whole log: ")[2]).read_text()
+    child = int(log.split("child ")[1].split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{child}").exists():
+        if "\nState:\tZ" in Path(f"/proc/{child}/status").read_text(errors="replace"):
+            break
+        time.sleep(0.1)
+    else:
+        assert not Path(f"/proc/{child}").exists(), "make's child outlived the timeout"
+
+
+def test_a_build_trees_patched_driver_folder_is_another_build(tmp_path, monkeypatch, request):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    tree = shared_tree(request, "modules:\n\tcp template.ko $(M)/e1000e.ko\n")
+    driver_dir = tree / "drivers/net/ethernet/intel/e1000e"
+    driver_dir.mkdir(parents=True)
+    (driver_dir / "Makefile").write_text(E1000E_MAKEFILE)
+    (driver_dir / "netdev.c").write_text("int x;\n")
+    (tree / "template.ko").write_bytes(fake_ko("e1000e"))
+    for path in (tree, *tree.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    image = Image("micro", "x", tmp_path, "", {"kernel_version": "6.9.0", "suite": "bookworm"})
+    choice = DriverChoice("kernel-source", "drivers/net/ethernet/intel/e1000e")
+    first = build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
+    (driver_dir / "netdev.c").write_text("int x = 1;  /* the developer's patch */\n")
+    second = build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
+    assert second.directory != first.directory
+
+
+def test_a_source_changed_during_its_build_is_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    image = Image("micro", "x", tmp_path, "", {"kernel_version": KVER, "suite": "bookworm"})
+    source = module_tree(tmp_path / "hello")
+
+    real_copy = build_mod.copy_source
+
+    def edited_then_copied(root, out, where):
+        (source / "hello.c").write_text("int y;\n")  # edited after the key was taken, before the copy
+        return real_copy(root, out, where)
+
+    def fake_mmdebstrap(command, log, progress):
+        work = Path(shlex.split(hooks(command)[-1])[-1])
+        (work / "out/ko").mkdir(parents=True)
+        shutil.copytree(work / "src", work / "out/src")
+        (work / "out/ko/hello.ko").write_bytes(fake_ko("hello"))
+        (work / "out/build.log").write_text("built\n")
+        (work / "out/status").write_text("0\n")
+
+    monkeypatch.setattr(build_mod, "copy_source", edited_then_copied)
+    monkeypatch.setattr(build_mod, "run_mmdebstrap", fake_mmdebstrap)
+    monkeypatch.setattr(build_mod, "debian_mirror", lambda suite: "http://m/debian")
+    with pytest.raises(NiclabError, match=r"the source of driver module:.* changed while it was built; run again$"):
+        build_mod.ensure_driver(DriverChoice("module", str(source)), None, image, lambda line: None)
+    assert not [p for p in (tmp_path / "cache/drivers").iterdir() if not p.name.startswith(".") and p.is_dir()]
+
+
+def test_a_link_that_leaves_the_tree_through_another_link_is_refused(tmp_path):
+    tree = module_tree(tmp_path / "src")
+    (tree / "d").symlink_to(".")
+    source_hash(tree, "driver x")  # a link to the tree itself stays in it
+    (tree / "e").symlink_to("d/d/../../secret")
+    with pytest.raises(NiclabError, match=r"driver x: e is a symbolic link to d/d/../../secret, outside the directory"):
+        source_hash(tree, "driver x")

@@ -1,7 +1,8 @@
 """Walk a directory someone else made (a scenario's, a developer's) without trusting it.
 
-Symbolic links that leave it, devices, sockets and pipes are refused, and so
-is a tree over a size or file-count cap: one line naming the place and the fix.
+Symbolic links that leave it (as written, or once resolved through its other
+links), devices, sockets and pipes are refused, and so is a tree over a size or
+file-count cap: one line naming the place and the fix.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def walk_untrusted(
     """Every entry under `root` (relative path, lstat), depth first in name order; `fix` ends the size and count
     messages, `link_fix` the one of a link that leaves the tree."""
     total = count = 0
+    real_root = os.path.realpath(root)
     pending = [""]
     while pending:
         rel = pending.pop()
@@ -44,7 +46,9 @@ def walk_untrusted(
             if stat.S_ISLNK(info.st_mode):
                 target = os.readlink(root / path)
                 inside = os.path.normpath(os.path.join(os.path.dirname(path), target))
-                if os.path.isabs(target) or inside == ".." or inside.startswith("../"):
+                real = os.path.realpath(root / path)  # through the tree's other links (`d -> .` makes d/d/.. leave)
+                leaves = os.path.isabs(target) or inside == ".." or inside.startswith("../")
+                if leaves or os.path.commonpath([real_root, real]) != real_root:
                     raise NiclabError(
                         f"{where}: {shown_path(path)} is a symbolic link to {shown_path(target)}, outside the "
                         f"directory; fix: {link_fix}"

@@ -1,8 +1,9 @@
 """ensure_driver: a DriverChoice's modules for one kernel, built (or fetched) once and cached.
 
 Layout: <cache>/drivers/<choice slug>-<kernel version>-<key>/ with the .ko files (uncompressed), build.log
-and driver.json; the key hashes the choice, the kernel and, for a source directory, its content, so an
-edited source is another build. A build runs in a temporary folder beside its place, under the store's
+and driver.json; the key hashes the choice, the kernel and, for a source directory or a build tree's folder,
+its content, so an edited source is another build (a Debian package is keyed by its name: the version built is
+recorded in driver.json). A build runs in a temporary folder beside its place, under the store's
 lock, and is renamed into place whole; a failed one is not kept, but its log is (<dir>.failed.log).
 
 Debian suite kernels are built in an mmdebstrap root of the suite with the kernel's headers
@@ -11,10 +12,13 @@ Debian suite kernels are built in an mmdebstrap root of the suite with the kerne
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -26,12 +30,12 @@ from niclab.base.errors import NiclabError
 from niclab.base.filelock import locked
 from niclab.base.node import Progress
 from niclab.base.paths import cache_dir
-from niclab.model.driver_choice import DriverChoice
+from niclab.model.driver_choice import DriverChoice, module_key
 from niclab.model.kernel_choice import DEFAULT_SUITE, KernelChoice
 from niclab.plumbing.drivers import commands
 from niclab.plumbing.drivers.buildlog import first_error
-from niclab.plumbing.drivers.makefile import rename_module
-from niclab.plumbing.drivers.modules import BuiltModule, choose_driver, module_key, read_built
+from niclab.plumbing.drivers.makefile import rewrite_makefile
+from niclab.plumbing.drivers.modules import BuiltModule, choose_driver, read_built
 from niclab.plumbing.drivers.source import copy_source, source_hash
 from niclab.plumbing.image.kernelfiles import KernelFiles, from_build_tree, from_root, module_set
 from niclab.plumbing.image.mirror import debian_mirror
@@ -44,7 +48,8 @@ from niclab.plumbing.image.tartree import TarTree
 MANIFEST = "driver.json"
 LOG = "build.log"
 NOBODY_ID = 65534  # who builds a source as root: nobody
-MAKE_TIMEOUT = 1800  # a host build of a vendor driver's tree: minutes at most
+MAKE_TIMEOUT = commands.MAKE_TIMEOUT  # a build of a vendor driver: minutes at most
+MAX_MODULE_BYTES = 64 << 20  # a built .ko with its debug info: a few MB (e1000e: 5 MB)
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class BuiltDriver:
 class _Result:
     source_hash: str
     origin: str
+    taken: str = ""  # the hash of the source directory as copied for the build (module, a build tree's folder)
 
 
 def store() -> Path:
@@ -83,7 +89,8 @@ def ensure_driver(choice: DriverChoice, kernel: KernelChoice | None, image: Imag
             f"{where}: DKMS packages are built for a Debian suite's kernel, not a build tree's; "
             "fix: use {module: DIR} with the package's source (its /usr/src directory)"
         )
-    target = store() / f"{choice.slug}-{kver}-{_key(choice, kver, tree or suite)[:12]}"
+    expected = _source_of(choice, tree, where)
+    target = store() / f"{choice.slug}-{kver}-{_key(choice, kver, tree or suite, expected)[:12]}"
     if (known := _load(target, choice)) is not None:
         return known
     with locked(store() / ".lock"):
@@ -100,6 +107,8 @@ def ensure_driver(choice: DriverChoice, kernel: KernelChoice | None, image: Imag
             except NiclabError:
                 _keep_log(work, failed_log)
                 raise
+            if expected and result.taken != expected:  # the key would name a build of other source
+                raise NiclabError(f"{where}: the source of driver {choice} changed while it was built; run again")
             manifest = {
                 "choice": str(choice),
                 "kernel_version": kver,
@@ -135,10 +144,27 @@ def _unprivileged(scratch: Path, tree: Path, where: str) -> list[str]:
     return prefix
 
 
-def _key(choice: DriverChoice, kver: str, kernel: Path | str) -> str:
-    digest = hashlib.sha256(f"{choice.kind}\0{choice.source}\0{choice.name}\0{kver}\0{kernel}\0".encode())
+def _tree_folder(tree: Path, choice: DriverChoice) -> Path | None:
+    """The folder of a `{build: DIR}` tree a kernel-source choice names (in the tree, or its `source` link)."""
+    return next((base / choice.source for base in (tree, tree / "source") if (base / choice.source).is_dir()), None)
+
+
+def _source_of(choice: DriverChoice, tree: Path | None, where: str) -> str:
+    """The hash of the source a build takes from a directory as it is now ("" for a Debian package's): a module's
+    directory, a build tree's folder (a developer's patched driver is another build)."""
     if choice.kind == "module":
-        digest.update(source_hash(Path(choice.source), f"driver {choice}").encode())
+        return source_hash(Path(choice.source), f"driver {choice}")
+    if choice.kind == "kernel-source" and tree is not None:
+        if (found := _tree_folder(tree, choice)) is None:
+            raise NiclabError(f"{where}: kernel tree {tree} has no directory {choice.source}")
+        return source_hash(found, f"{where}: {found}")
+    return ""
+
+
+def _key(choice: DriverChoice, kver: str, kernel: Path | str, source: str = "") -> str:
+    """The cache key: the choice, the kernel and the source's hash; a Debian package by its name and the kernel."""
+    digest = hashlib.sha256(f"{choice.kind}\0{choice.source}\0{choice.name}\0{kver}\0{kernel}\0".encode())
+    digest.update(source.encode())
     if isinstance(kernel, Path):  # a rebuilt tree (another .config or exported symbols) is another build
         for name in (".config", "Module.symvers"):
             path = kernel / name
@@ -151,7 +177,7 @@ def _load(directory: Path, choice: DriverChoice, check_only: bool = False) -> Bu
         manifest = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
-    modules = tuple(read_built(path) for path in sorted(directory.glob("*.ko")))
+    modules = tuple(read_built(path, f"driver {choice}") for path in sorted(directory.glob("*.ko")))
     driver = choose_driver(choice, modules)
     if check_only:
         return None
@@ -194,8 +220,7 @@ def _build_in_root(
     log = work / "mmdebstrap.log"
     if choice.kind == "named":
         return _fetch_named(choice, suite, kver, image, mirror, work, failed_log, where, progress)
-    if choice.kind == "module":
-        copy_source(Path(choice.source), work / "src", f"driver {choice}")
+    taken = copy_source(Path(choice.source), work / "src", f"driver {choice}") if choice.kind == "module" else ""
     progress(f"building {where} in a Debian {suite} root with its headers (mmdebstrap); log: {log}")
     try:
         run_mmdebstrap(commands.build_command(choice, kver, suite, mirror, work), log, progress)
@@ -204,10 +229,12 @@ def _build_in_root(
     out = work / "out"
     status = (out / "status").read_text().strip() if (out / "status").is_file() else "?"
     shutil.move(out / LOG, work / LOG)
+    if status in commands.TIMED_OUT:
+        raise NiclabError(f"{where}: the build timed out after {MAKE_TIMEOUT} s; whole log: {failed_log}")
     if status != "0":
         raise _failed(where, work / LOG, failed_log)
     for ko in sorted((out / "ko").iterdir()):
-        _take_module(ko, work)
+        _take_module(ko, work, where)
     built_source = source_hash(out / "src", f"the source of {where}")
     version = (out / "source-version").read_text().strip() if (out / "source-version").is_file() else ""
     origin = {
@@ -217,7 +244,7 @@ def _build_in_root(
     }[choice.kind]
     shutil.rmtree(out)
     shutil.rmtree(work / "src", ignore_errors=True)
-    return _Result(built_source, origin)
+    return _Result(built_source, origin, taken)
 
 
 def _root_failed(exc: NiclabError, log: Path, failed_log: Path, where: str, suite: str, kver: str) -> NiclabError:
@@ -238,14 +265,26 @@ def _root_failed(exc: NiclabError, log: Path, failed_log: Path, where: str, suit
     return NiclabError(f"{where}: {str(exc).splitlines()[0]}; whole log: {failed_log}")
 
 
-def _take_module(path: Path, work: Path) -> None:
-    """A built .ko into the build's folder, unpacked if the kernel compresses its modules."""
+def _take_module(path: Path, work: Path, where: str) -> None:
+    """A built .ko into the build's folder, unpacked if the kernel compresses its modules. What the build left
+    there is read as a regular file of at most MAX_MODULE_BYTES, never through a link, else NiclabError."""
     suffix = path.suffix
-    data = path.read_bytes()
+    if suffix not in COMPRESSED and suffix != ".ko":
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise NiclabError(
+            f"{where}: the build left {path.name}, which cannot be read as a file ({exc.strerror})"
+        ) from None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise NiclabError(f"{where}: the build left {path.name}, which is not a regular file")
+        data = file.read(MAX_MODULE_BYTES + 1)
+    if len(data) > MAX_MODULE_BYTES:
+        raise NiclabError(f"{where}: the build left {path.name}, over {MAX_MODULE_BYTES >> 20} MB: not a module")
     if suffix in COMPRESSED:
         data = decompress(data, suffix)
-    elif suffix != ".ko":
-        return
     (work / f"{module_name(path.name)}.ko").write_bytes(data)
 
 
@@ -314,18 +353,14 @@ def _build_on_host(
         src = Path(scratch) / "src"
         if choice.kind == "module":
             origin = f"module {choice.source}"
-            built_source = copy_source(Path(choice.source), src, f"driver {choice}")
+            built_source = taken = copy_source(Path(choice.source), src, f"driver {choice}")
         else:
-            found = next(
-                (base / choice.source for base in (tree, tree / "source") if (base / choice.source).is_dir()), None
-            )
-            if found is None:
+            if (found := _tree_folder(tree, choice)) is None:
                 raise NiclabError(f"{where}: kernel tree {tree} has no directory {choice.source}")
-            copy_source(found, src, f"driver {choice}")
+            taken = copy_source(found, src, f"{where}: {found}")
             if choice.name:
-                makefile = src / "Makefile"
                 try:
-                    makefile.write_text(rename_module(makefile.read_text(), choice.name, directory=found.name))
+                    rewrite_makefile(src, choice.name, found.name)
                 except (OSError, ValueError) as exc:
                     raise NiclabError(
                         f"{where}: renaming the module of {choice.source} to {choice.name}: {exc}"
@@ -334,19 +369,34 @@ def _build_on_host(
             origin = f"build tree {tree} {choice.source}"
         prefix = _unprivileged(Path(scratch), tree, where)
         progress(f"building {where} with {tree} on this host (make M=...); log: {work / LOG}")
-        with (work / LOG).open("w") as sink:
-            try:
-                done = subprocess.run(
-                    [*prefix, "make", "-C", str(tree), f"M={src}", "modules"],
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                    timeout=MAKE_TIMEOUT,
-                    env={**os.environ, "LC_ALL": "C"},
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise NiclabError(f"{where}: make did not run to its end ({exc}); whole log: {failed_log}") from None
-        if done.returncode != 0:
+        returncode = _make([*prefix, "make", "-C", str(tree), f"M={src}", "modules"], work / LOG, where, failed_log)
+        if returncode != 0:
             raise _failed(where, work / LOG, failed_log)
-        for ko in sorted(src.rglob("*.ko")):
-            _take_module(ko, work)
-    return _Result(built_source, origin)
+        for folder, _dirs, files in os.walk(src, followlinks=False):
+            for name in sorted(files):
+                if name.endswith(".ko"):
+                    _take_module(Path(folder) / name, work, where)
+    return _Result(built_source, origin, taken)
+
+
+def _make(command: list[str], log: Path, where: str, failed_log: Path) -> int:
+    """Run make in a session of its own, its output to `log`; past MAKE_TIMEOUT the whole session is killed."""
+    with log.open("w") as sink:
+        try:
+            process = subprocess.Popen(
+                command,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "LC_ALL": "C"},
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise NiclabError(f"{where}: make did not run ({exc.strerror}); whole log: {failed_log}") from None
+        try:
+            return process.wait(timeout=MAKE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise NiclabError(f"{where}: the build timed out after {MAKE_TIMEOUT} s; whole log: {failed_log}") from None

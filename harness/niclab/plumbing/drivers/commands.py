@@ -27,18 +27,28 @@ def source_package(kernel_version: str) -> str:
 
 
 NOBODY = "65534:65534"  # who runs a source's Makefile: it comes from a scenario file, and may be anyone's
+MAKE_TIMEOUT = 1800  # seconds a driver's build may take (a vendor driver: minutes at most)
+TIMED_OUT = ("124", "137")  # the status of `timeout -k` when it stopped the build (TERM, then KILL)
+LIMIT = f"timeout -k 10 {MAKE_TIMEOUT}"
+
+
+def copy_modules(where: str, pattern: str = "*.ko", path: str = "") -> str:
+    """Copy the modules under `where` (a shell word) to /build/out/ko: root copies only regular files, as they
+    are (cp -P), whatever the build left there (a link, a FIFO)."""
+    only = f" -path {shlex.quote(path)}" if path else ""
+    return f"find {where}{only} -type f -name {shlex.quote(pattern)} -exec cp -P {{}} /build/out/ko/ \\;"
 
 
 def make_script(kernel_version: str) -> str:
     """Build /build/src as an out-of-tree module of the installed headers, as nobody (the Makefile is the
-    scenario's, and a root that runs it could leave the chroot); status and log to /build/out."""
+    scenario's, and a root that runs it could leave the chroot) and within MAKE_TIMEOUT; status and log to
+    /build/out."""
     build = shlex.quote(f"/lib/modules/{kernel_version}/build")
     return (
         f"cp -a /build/src /build/out/src; chown -R {NOBODY} /build/src; "
-        f"rc=0; chroot --userspec={NOBODY} / make -C {build} M=/build/src modules > /build/out/build.log 2>&1 "
-        "|| rc=$?; "
-        "echo $rc > /build/out/status; "
-        "find /build/src -name '*.ko' -exec cp {} /build/out/ko/ \\;"
+        f"rc=0; {LIMIT} chroot --userspec={NOBODY} / make -C {build} M=/build/src modules "
+        "> /build/out/build.log 2>&1 || rc=$?; "
+        "echo $rc > /build/out/status; " + copy_modules("/build/src")
     )
 
 
@@ -78,11 +88,12 @@ def dkms_script(choice: DriverChoice, kernel_version: str, suite: str) -> str:
         f'V=$(set +e; kernelver={kver}; . "$conf" > /dev/null 2>&1; echo "$PACKAGE_VERSION"); '
         'echo "$M $V" > /build/out/dkms-module; cp -a "$(dirname "$conf")" /build/out/src; '
         'rc=0; { dkms add -m "$M" -v "$V" && '
-        f'dkms build -m "$M" -v "$V" -k {kver}; }} > /build/out/dkms.log 2>&1 || rc=$?; '
+        f'{LIMIT} dkms build -m "$M" -v "$V" -k {kver}; }} > /build/out/dkms.log 2>&1 || rc=$?; '
         "echo $rc > /build/out/status; "
-        'cp "/var/lib/dkms/$M/$V/build/make.log" /build/out/build.log 2>/dev/null '
+        'cat "/var/lib/dkms/$M/$V/build/make.log" > /build/out/build.log 2>/dev/null '
         "|| cp /build/out/dkms.log /build/out/build.log; "
-        f'cp "/var/lib/dkms/$M/$V/"{kver}/*/module/*.ko* /build/out/ko/ 2>/dev/null || true'
+        + copy_modules(f'"/var/lib/dkms/$M/$V/"{kver}', "*.ko*", "*/module/*")
+        + " 2>/dev/null || true"
     )
 
 
@@ -106,7 +117,8 @@ def build_command(choice: DriverChoice, kernel_version: str, suite: str, mirror:
         hooks.append(_chroot(kernel_source_script(choice, kernel_version, suite)))
         if choice.name:
             rename = [sys.executable, "-m", "niclab.plumbing.drivers.makefile"]
-            hooks.append(f'--customize-hook={shlex.join(rename)} "$1/build/src" {shlex.quote(choice.name)}')
+            folder = shlex.quote(choice.source.rstrip("/").rsplit("/", 1)[-1])
+            hooks.append(f'--customize-hook={shlex.join(rename)} "$1/build/src" {shlex.quote(choice.name)} {folder}')
     elif choice.kind == "dkms":
         packages.append("dkms")
     else:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
-from niclab.model.driver_choice import DriverChoice
+from niclab.model.driver_choice import MODULE_RE, DriverChoice, module_key
 from niclab.plumbing.image.elf import build_id
 from niclab.plumbing.image.modinfo import read_modinfo
 
@@ -23,23 +23,40 @@ class BuiltModule:
     depends: tuple[str, ...]
 
 
-def module_key(name: str) -> str:
-    """modprobe treats - and _ alike."""
-    return name.replace("-", "_")
+__all__ = ["BuiltModule", "choose_driver", "module_key", "read_built"]
 
 
-def read_built(path: Path) -> BuiltModule:
+def read_built(path: Path, where: str) -> BuiltModule:
+    """What the .ko at `path` (of the build `where` names) says of itself; NiclabError in one line if it is not a
+    module, or names itself or what it depends on with anything but a module name (those names become paths of
+    the guest's image and words of its shell commands)."""
     data = path.read_bytes()
     try:
         info = read_modinfo(data)
-    except (ValueError, IndexError, UnicodeDecodeError) as exc:
-        raise NiclabError(f"{path}: not a kernel module ({exc}); fix: remove it and build again") from None
+        note = build_id(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise NiclabError(
+            f"{where}: {path} is not a kernel module ({exc}); fix: remove {path.parent} and build again"
+        ) from None
+    name = info.name or path.name.split(".", 1)[0]
+    for what, value in [("name", name)] + [("depends", d) for d in info.depends]:
+        if not MODULE_RE.fullmatch(value):
+            raise NiclabError(
+                f"{where}: {path} gives {what}={value[:60]!r}, not a module name (letters, digits, _ and -, at most "
+                f"56); fix: correct its MODULE_* macros or the Makefile that names it"
+            )
+    for alias in info.aliases:
+        if not alias or any(not 32 < ord(c) < 127 for c in alias):
+            raise NiclabError(
+                f"{where}: {path} gives alias={alias[:60]!r}, which has blanks, control or non-ASCII characters; "
+                "fix: correct its MODULE_DEVICE_TABLE or MODULE_ALIAS"
+            )
     return BuiltModule(
-        name=module_key(info.name or path.name.split(".", 1)[0]),
+        name=module_key(name),
         file=path,
         version=info.version,
         srcversion=info.srcversion,
-        build_id=build_id(data),
+        build_id=note,
         vermagic=info.vermagic,
         aliases=info.aliases,
         depends=tuple(module_key(d) for d in info.depends),
