@@ -13,6 +13,7 @@ import pytest
 from niclab.base.errors import NiclabError
 from niclab.model.driver_choice import DriverChoice
 from niclab.plumbing.drivers.build import BuiltDriver, ensure_driver, store
+from niclab.plumbing.image.elf import NoSection, section
 from niclab.plumbing.image.store import Image, ensure_image
 
 
@@ -73,3 +74,6 @@ def test_a_kernel_source_directory_is_built_under_another_name(image):
     (module,) = built.modules
     assert any(alias.startswith("pci:v00008086d000010D3") for alias in module.aliases)
     assert built.origin.startswith("Debian linux-source-6.1 ") and built.origin.endswith(" " + choice.source)
+    with pytest.raises(NoSection):  # stripped of its debug information, as Debian's modules are
+        section(module.file.read_bytes(), ".debug_info")
+    assert module.build_id and module.file.stat().st_size < 1 << 20
