@@ -5,6 +5,8 @@ may not: its .config decides. Each need is a kernel module, built in or
 loadable; a missing one is named by its config option, with how to turn it
 on, so the developer fixes the tree instead of reading a guest's console.
 The benchmarks declare the modules they load (niclab.model.bench.declare.KernelModule).
+A scenario's `driver:` is built here too (check_drivers): a build that fails, a module that would not bind
+its card, or a card the kernel drives with a module built into it stops the run before anything boots.
 """
 
 from __future__ import annotations
