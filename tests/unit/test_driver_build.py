@@ -25,6 +25,7 @@ from niclab.plumbing.drivers.makefile import main as makefile_main
 from niclab.plumbing.drivers.makefile import modules_of, rename_module
 from niclab.plumbing.drivers.modules import BuiltModule, choose_driver, read_built
 from niclab.plumbing.drivers.source import copy_source, source_hash
+from niclab.plumbing.image import mirror as mirror_mod
 from niclab.plumbing.image.elf import build_id
 from niclab.plumbing.image.store import Image
 
@@ -518,3 +519,33 @@ def test_a_link_that_leaves_the_tree_through_another_link_is_refused(tmp_path):
     (tree / "e").symlink_to("d/d/../../secret")
     with pytest.raises(NiclabError, match=r"driver x: e is a symbolic link to d/d/../../secret, outside the directory"):
         source_hash(tree, "driver x")
+
+
+def test_a_trixie_kernels_driver_is_built_from_the_mirror_the_images_own_suite_came_from(tmp_path, monkeypatch):
+    """The host's apt names a source for bookworm only: trixie's headers come from that mirror, as trixie's
+    kernel did (image.kernels), in a trixie root."""
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.invalid/debian\nSuites: bookworm bookworm-updates\nComponents: main\n"
+    )
+    monkeypatch.setattr(build_mod, "debian_mirror", lambda suite: mirror_mod.debian_mirror(suite, apt))
+    image = Image("micro", "x", tmp_path, "", {"kernel_version": "6.12.117+deb13-amd64", "suite": "bookworm"})
+    commands: list[list[str]] = []
+
+    def fake_mmdebstrap(command, log, progress):
+        commands.append(command)
+        work = Path(shlex.split(hooks(command)[-1])[-1])
+        (work / "out/ko").mkdir(parents=True)
+        (work / "out/src").mkdir()
+        (work / "out/ko/r8168.ko").write_bytes(fake_ko("r8168"))
+        (work / "out/build.log").write_text("built\n")
+        (work / "out/status").write_text("0\n")
+        (work / "out/source-version").write_text("8.055.00-1\n")
+
+    monkeypatch.setattr(build_mod, "run_mmdebstrap", fake_mmdebstrap)
+    built = build_mod.ensure_driver(DriverChoice("dkms", "r8168-dkms"), KernelChoice(suite="trixie"), image, print)
+    assert built.origin == "Debian trixie r8168-dkms 8.055.00-1"
+    (command,) = commands
+    assert "trixie" in command and "deb http://mirror.invalid/debian trixie main contrib non-free" in command

@@ -216,7 +216,9 @@ def _build_in_root(
     where: str,
     progress: Progress,
 ) -> _Result:
-    mirror = debian_mirror(suite.partition("-")[0])
+    # the mirror the image's own packages came from (its recipe's suite): it carries the other suites too, as
+    # image.kernels fetches their kernels from it; the host's apt may name no source for the kernel's suite
+    mirror = debian_mirror(str(image.manifest.get("suite") or DEFAULT_SUITE))
     log = work / "mmdebstrap.log"
     if choice.kind == "named":
         return _fetch_named(choice, suite, kver, image, mirror, work, failed_log, where, progress)
