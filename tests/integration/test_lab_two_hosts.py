@@ -10,7 +10,8 @@ inventory of `qemu+ssh://root@l1a/system` and `qemu+ssh://root@l1b/system`:
 - `niclab run scenarios/two-node.yaml --lab` places node a on one host and
   node b on the other, passes each card through (leased on its own host),
   measures over the cable between the hosts, and gives both cards back;
-- the kernel's own driver selftests (ping.py, csum.py) run on the passed-through cards;
+- the kernel's own driver selftests (ping.py, csum.py) run on the passed-through cards, driven by
+  e1000's source built out of tree as e1000_vendor (a scenario's `driver:`, proven by its build id);
 - `--emulated --parallel` spreads four emulated cells over the two hosts at once;
 - a host that goes away mid-run (its L1 killed) fails only its cells, naming
   it, and leaves nothing held on the other.
@@ -153,8 +154,11 @@ def test_an_emulated_cell_too_big_for_one_host_spreads_over_both_with_a_tunnel_b
         nothing_held(nested, name)
 
 
-def test_the_kernels_driver_selftests_run_on_the_passed_through_cards(nested, tmp_path):
-    """drivers/net ping.py and drivers/net/hw csum.py on the real (passed-through) e1000s, across the hosts."""
+def test_the_kernels_driver_selftests_run_on_the_passed_through_cards_under_a_driver_built_out_of_tree(
+    nested, tmp_path
+):
+    """drivers/net ping.py and drivers/net/hw csum.py on the real (passed-through) e1000s, across the hosts, with
+    the cards on e1000's source built out of tree as e1000_vendor for trixie's kernel (`driver:`), proven."""
     started = time.monotonic()
     result = niclab_here(
         nested,
@@ -165,7 +169,14 @@ def test_the_kernels_driver_selftests_run_on_the_passed_through_cards(nested, tm
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-6000:]
     found = records(only_run(tmp_path))
     (cell,) = [r for r in found if r["type"] == "cell"]
+    # the PCI driver keeps its name (e1000); the module that owns it is the one built out of tree, on both hosts
     assert cell["rig"]["cards"]["a/link0"]["guest_driver"] == "e1000", cell["rig"]["cards"]
+    for node in ("a", "b"):
+        nic = cell["nodes"][node]["interfaces"]["link0"]
+        assert nic["module"] == "e1000_vendor" and "O" in nic["taint"] and nic["pci_id"] == "8086:100e", nic
+        proof = cell["network"]["observed"][node]["port link0"]["driver_proof"]
+        assert proof["module"] == "e1000_vendor" and proof["build_id"] == nic["build_id"], proof
+        assert "linux-source-6.12" in proof["origin"] and len(proof["source_hash"]) == 64, proof
     tests = {(r["test"], r.get("subtest")): r for r in found if r["type"] == "test"}
     ping = tests[("ping.py", None)]
     assert ping["result"] == "pass", ping
@@ -175,7 +186,8 @@ def test_the_kernels_driver_selftests_run_on_the_passed_through_cards(nested, tm
     assert csum["result"] in ("pass", "skip", "fail", "xfail"), csum  # judged, not crashed
     assert (only_run(tmp_path) / "nipa.json").is_file()
     print(
-        f"\nlab selftests: {took:.0f} s; ping.py {ping['result']}; csum.py {csum['result']} {csum.get('reason', '')}",
+        f"\nlab selftests on e1000_vendor: {took:.0f} s; ping.py {ping['result']}; csum.py {csum['result']} "
+        f"{csum.get('reason', '')}",
         file=sys.stderr,
     )
     for name in HOSTS:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from niclab.base.errors import NiclabError
+from niclab.model.driver_choice import DriverChoice
 from niclab.model.lab.inventory import InventoryError, load_inventory, parse_inventory
 from niclab.model.lab.match import place
 from niclab.model.scenario import parse
@@ -268,3 +269,38 @@ def test_a_lab_run_checks_the_cards_drivers_against_the_lab_image(lab_image, tmp
         assert "card 88e8056 (11ab:4364, 0000:12:00.0 on rig1): the lab image lab-0123456789abcdef (kernel " in (
             get_backend(options=BackendOptions(lab=lab)).check(sky2) or ""
         )
+
+
+def test_a_card_a_scenarios_driver_gives_a_module_is_not_refused_and_the_dry_run_names_that_driver(
+    lab_image, tmp_path, monkeypatch, data_dir
+):
+    lab = load_inventory(data_dir / "lab" / "real-cards.yaml")
+    text = SCENARIO.format(a="pci-11ab-4364", b="pci-10de-0057").replace(
+        "}}\nbenchmarks", "}, driver: {a: {dkms: r8168-dkms}, b: in-tree}}\nbenchmarks"
+    )
+    fewer = {i: m for i, m in REAL_CARDS.items() if m != "sky2"}  # no module of the image drives a's card
+    monkeypatch.setenv("NICLAB_LAB_IMAGE", str(fake_lab_image(tmp_path / "lab-fewer", fewer)))
+    with lab.classes_known():
+        topology = parse(text, "s.yaml").cells[0].scenario.topology()
+        backend = get_backend(options=BackendOptions(lab=lab))
+        assert backend.check(topology) is None  # the driver's own aliases are checked once it is built
+        lines = backend.describe(topology, tmp_path / "dry")
+        assert (
+            "card 88e8056 (11ab:4364, 0000:12:00.0 on rig1): guest driver from the scenario's driver: "
+            "dkms:r8168-dkms (in place of none; built for the node's kernel when the run starts)"
+        ) in lines
+        # without the driver: setting the card is refused, as before
+        plain = parse(text.replace(", driver: {a: {dkms: r8168-dkms}, b: in-tree}", ""), "s.yaml")
+        refused = backend.check(plain.cells[0].scenario.topology()) or ""
+        assert "card 88e8056 (11ab:4364, 0000:12:00.0 on rig1): the lab image" in refused
+
+
+def test_a_driver_for_cards_named_by_their_pci_id_alone_goes_with_that_id(data_dir):
+    lab = load_inventory(data_dir / "lab" / "real-cards.yaml")
+    text = SCENARIO.format(a="pci-10ec-8168", b="pci-10ec-8168").replace(
+        "}}\nbenchmarks", "}, driver: {dkms: r8168-dkms}}\nbenchmarks"
+    )
+    with lab.classes_known():
+        topology = parse(text, "s.yaml").cells[0].scenario.topology()
+    # the guest binds the cards of that ID to r8168, whatever module the kernel has for them (r8169)
+    assert topology.node("a").drivers == (("10ec:8168", DriverChoice("dkms", "r8168-dkms")),)

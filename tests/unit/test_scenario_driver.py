@@ -2,6 +2,7 @@
 
 import pytest
 
+from niclab.model.driver_choice import DriverChoice
 from niclab.model.kernel_choice import DEFAULT_SUITE, SUITES, KernelChoice
 from niclab.model.scenario import ScenarioError, load_scenario, parse
 
@@ -278,3 +279,207 @@ def test_kernel_build_on_the_command_line_renames_a_kernel_axis_and_merges_its_c
     # Without a kernel axis a cell keeps its name: the kernel it ran is in its provenance.
     (cell,) = with_kernel(parse(PAIR, "s.yaml").cells, KernelChoice(build=str(tmp_path / "linux")))
     assert cell.id == "default" and cell.scenario.kernel_of("a") == KernelChoice(build=str(tmp_path / "linux"))
+
+
+# driver: which module drives the card
+
+
+@pytest.fixture
+def vendor(tmp_path):
+    """A scenario directory beside an out-of-tree module's source (e1000e-vendor, with a Makefile)."""
+    (tmp_path / "e1000e-vendor").mkdir()
+    (tmp_path / "e1000e-vendor" / "Makefile").write_text("obj-m += e1000e_vendor.o\n")
+    (tmp_path / "scenarios").mkdir()
+    return tmp_path
+
+
+def load(directory, text: str):
+    path = directory / "scenarios" / "s.yaml"
+    path.write_text(text)
+    return load_scenario(path)
+
+
+E1000E = PAIR.replace("nic: e1000", "nic: e1000e")
+
+
+def test_a_driver_for_every_end_goes_on_every_port_and_node(vendor, monkeypatch):
+    monkeypatch.chdir("/")  # the scenario's directory, not the working directory, is the base
+    s = load(vendor, E1000E + "    count: 2\n    driver: {module: ../e1000e-vendor}\n").cells[0].scenario
+    choice = DriverChoice("module", str(vendor / "e1000e-vendor"))
+    assert s.links[0].driver == {"a": choice, "b": choice}
+    assert s.driver_of("a", 0) == s.driver_of("b", 0) == choice
+    topology = s.topology()
+    assert [port.driver for port in topology.ports] == [choice] * 4
+    assert [node.drivers for node in topology.nodes] == [(("8086:10d3", choice),)] * 2
+
+
+def test_a_driver_per_end_is_told_by_its_keys_being_the_links_ends(vendor):
+    text = E1000E + "    driver: {a: {module: ../e1000e-vendor, name: e1000e_vendor}, b: in-tree}\n"
+    s = load(vendor, text).cells[0].scenario
+    choice = DriverChoice("module", str(vendor / "e1000e-vendor"), "e1000e_vendor")
+    assert s.links[0].driver == {"a": choice}  # b is on the kernel's own module: not kept
+    assert (s.driver_of("a", 0), s.driver_of("b", 0)) == (choice, None)
+    topology = s.topology()
+    assert [(port.node, port.driver) for port in topology.ports] == [("a", choice), ("b", None)]
+    assert [node.drivers for node in topology.nodes] == [(("8086:10d3", choice),), ()]
+    only_b = scenario(E1000E + "    driver: {b: {dkms: e1000e-dkms}}\n")
+    assert only_b.links[0].driver == {"b": DriverChoice("dkms", "e1000e-dkms")}
+
+
+def test_no_driver_or_in_tree_or_the_cards_own_module_by_name_is_no_driver():
+    for setting in ("", "    driver: in-tree\n", "    driver:\n", "    driver: e1000e\n", "    driver: {a: e1000e}\n"):
+        s = scenario(E1000E + setting)
+        assert s.links[0].driver == {} and s.driver_of("a", 0) is None
+        assert all(port.driver is None for port in s.topology().ports)
+        assert all(node.drivers == () for node in s.topology().nodes)
+    # the topology of a cell without drivers is what it was: a rig booted for it is shared as before
+    assert scenario(E1000E + "    driver: in-tree\n").topology() == scenario(E1000E).topology()
+
+
+def test_another_in_tree_module_by_name():
+    s = scenario(PAIR.replace("nic: e1000", "nic: rtl8139") + "    driver: {b: 8139too}\n")
+    assert s.driver_of("b", 0) == DriverChoice("named", "8139too", "8139too")
+    assert s.topology().node("b").drivers == (("10ec:8139", DriverChoice("named", "8139too", "8139too")),)
+
+
+def test_driver_mistakes_each_at_its_place(vendor):
+    (vendor / "empty").mkdir()
+    assert error_lines(E1000E + "    driver: {modul: ../x}\n") == [
+        "s.yaml:6:14: links[0].driver.modul: unknown key 'modul' in a driver; did you mean 'module'? a driver is "
+        "in-tree, another in-tree module's name (8139too), {module: DIR} (an out-of-tree module's source), "
+        "{kernel-source: drivers/...} (a folder of the kernel's own source) or {dkms: PACKAGE}, each mapping "
+        "optionally with name: (the module that drives the card)"
+    ]
+    lines = error_lines(E1000E + "    driver: {a: {dkms: R8168}, c: in-tree, b: intree}\n")
+    assert [line.split(": ")[0:2] for line in lines] == [
+        ["s.yaml:6:24", "links[0].driver.a.dkms"],
+        ["s.yaml:6:32", "links[0].driver.c"],
+        ["s.yaml:6:47", "links[0].driver.b"],
+    ]
+    assert "'c' is not an end of this link (a, b)" in lines[1]
+    # a typo in an end, beside a right one, is still a driver per end
+    assert error_lines(E1000E + "    driver: {a: in-tree, bb: 8139too}\n") == [
+        "s.yaml:6:26: links[0].driver.bb: 'bb' is not an end of this link (a, b)"
+    ]
+    with pytest.raises(ScenarioError) as caught:
+        load(vendor, E1000E + "    driver: {module: ../empty}\n")
+    assert caught.value.lines()[0].endswith(
+        "s.yaml:6:22: links[0].driver.module: driver module '../empty': neither a Kbuild nor a Makefile in it; "
+        "{module: DIR} is the source directory of an out-of-tree module, built with the kernel's make M=DIR"
+    )
+
+
+def test_a_driver_written_once_is_reported_once():
+    assert len(error_lines(E1000E + "    count: 4\n    driver: {dkms: R8168}\n")) == 1
+
+
+def test_the_driver_is_a_matrix_axis_named_by_the_source_folder(vendor, monkeypatch):
+    monkeypatch.chdir("/")
+    text = E1000E + "    driver: ${drv}\n" + "matrix:\n  drv: [in-tree, {module: ../e1000e-vendor}, 8139too]\n"
+    cells = load(vendor, text).cells
+    assert [cell.id for cell in cells] == ["drv=in-tree", "drv=module:e1000e-vendor", "drv=8139too"]
+    assert [cell.scenario.driver_of("a", 0) for cell in cells] == [
+        None,
+        DriverChoice("module", str(vendor / "e1000e-vendor")),
+        DriverChoice("named", "8139too", "8139too"),
+    ]
+    assert len({cell.topology for cell in cells}) == 3  # each boots its own rig
+    text = E1000E + "    driver: ${drv}\n" + "matrix:\n  drv: [in-tree, {kernel-source: drivers/net/e1000e, name: x}]\n"
+    assert [cell.id for cell in load(vendor, text).cells] == ["drv=in-tree", "drv=kernel-source:e1000e+name:x"]
+
+
+def test_the_cards_own_module_by_name_and_in_tree_are_one_cell():
+    text = E1000E + "    driver: ${drv}\n" + "matrix:\n  drv: [in-tree, e1000e]\n"
+    assert error_lines(text) == [
+        "s.yaml:8:3: matrix: cells drv=in-tree and drv=e1000e expand to the same configuration; "
+        "drop the duplicate value or exclude one cell"
+    ]
+
+
+def test_a_bad_driver_in_the_matrix_names_its_cell():
+    text = E1000E + "    driver: ${drv}\n" + "matrix:\n  drv: [in-tree, intree]\n"
+    (line,) = error_lines(text)
+    assert line.startswith("s.yaml:6:13: links[0].driver: unknown driver 'intree'; did you mean 'in-tree'?")
+    assert line.endswith("(in cell drv=intree)")
+
+
+RTL_TRIO = """\
+name: trio
+nodes: [a, b, c]
+links:
+  - between: [a, b]
+    nic: rtl8139
+  - between: [a, c]
+    nic: rtl8139
+"""
+
+
+def test_a_nodes_cards_of_one_pci_id_take_one_driver():
+    assert error_lines(RTL_TRIO + "    driver: {a: 8139too}\n") == [
+        "s.yaml:8:17: links[1].driver.a: node a's 10ec:8139 cards get driver 8139too here and in-tree on link 0; "
+        "the guest binds a card by its PCI ID, so a node's cards of one ID take one driver: give both links the same"
+    ]
+    # pointing at the setting when the earlier link has it and the later one is on the kernel's own module
+    text = RTL_TRIO.replace("nic: rtl8139\n  -", "nic: rtl8139\n    driver: 8139too\n  -", 1)
+    (line,) = error_lines(text)
+    assert line.startswith("s.yaml:6:13: links[0].driver: node a's 10ec:8139 cards get driver 8139too here")
+    assert line.split("; ")[0].endswith("and in-tree on link 1")
+    # two different drivers
+    text = RTL_TRIO.replace("nic: rtl8139\n  -", "nic: rtl8139\n    driver: {dkms: x-dkms}\n  -", 1)
+    assert "get driver 8139too here and dkms:x-dkms on link 0" in error_lines(text + "    driver: 8139too\n")[0]
+
+
+def test_one_driver_on_every_link_of_a_node_or_on_other_nodes_is_no_conflict():
+    s = scenario(RTL_TRIO.replace("    nic: rtl8139\n", "    nic: rtl8139\n    driver: 8139too\n"))
+    assert s.topology().node("a").drivers == (("10ec:8139", DriverChoice("named", "8139too", "8139too")),)
+    # b and c are on one link each: their drivers do not meet
+    s = scenario(RTL_TRIO + "    driver: {c: 8139too}\n")
+    assert s.topology().node("c").drivers and not s.topology().node("a").drivers
+    # cards of another default module on the same node keep theirs
+    s = scenario(RTL_TRIO.replace("nic: rtl8139\n  -", "nic: e1000\n  -", 1) + "    driver: 8139too\n")
+    assert s.topology().node("a").drivers == (("10ec:8139", DriverChoice("named", "8139too", "8139too")),)
+
+
+def test_module_params_go_to_the_module_that_drives_the_card(vendor):
+    text = E1000E + "    module_params: {InterruptThrottleRate: 8000}\n"
+    s = load(vendor, text + "    driver: {a: {module: ../e1000e-vendor, name: e1000e-vendor}}\n").cells[0].scenario
+    assert s.topology().node("a").cmdline == ("e1000e_vendor.InterruptThrottleRate=8000",)
+    assert s.topology().node("b").cmdline == ("e1000e.InterruptThrottleRate=8000",)
+    # without a name, which module takes them is only known once it is built: the file says to name it
+    assert error_lines(text + "    driver: {dkms: e1000e-dkms}\n")[0] == (
+        "s.yaml:7:13: links[0].driver: module_params go to the module that drives node a's card, and driver "
+        "dkms:e1000e-dkms does not say which module that is; give it name: (the module it builds, e.g. name: "
+        "e1000e), or drop module_params"
+    )
+    s = scenario(text + "    driver: {dkms: e1000e-dkms, name: e1000e}\n")  # a vendor's release of the same name
+    assert s.topology().node("a").cmdline == ("e1000e.InterruptThrottleRate=8000",)
+    s = scenario(PAIR.replace("e1000", "rtl8139") + "    driver: 8139too\n    module_params: {debug: 1}\n")
+    assert s.module_params("a") == {("8139too", "debug"): 1}
+
+
+def test_module_params_of_two_links_meet_at_the_module_that_drives_the_cards():
+    text = RTL_TRIO.replace(
+        "nic: rtl8139\n  -", "nic: rtl8139\n    driver: {a: 8139too}\n    module_params: {debug: 1}\n  -", 1
+    )
+    text += "    driver: {a: 8139too}\n    module_params: {a: {debug: 2}}\n"
+    lines = error_lines(text)
+    assert lines == [
+        "s.yaml:11:32: links[1].module_params.a.debug: node a's 8139too driver gets debug=2 here and debug=1 on "
+        "link 0; a module parameter has one value per node: give both links the same"
+    ]
+
+
+def test_the_plan_counts_the_driver_builds_before_anything_boots(tmp_path):
+    from niclab.run.plan import plan_table
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nnodes: [a, b]\nkernel: ${k}\nlinks:\n  - between: [a, b]\n    nic: e1000e\n    driver: ${drv}\n"
+        "matrix:\n  k: [bookworm, trixie]\n  drv: [in-tree, {dkms: r8168-dkms}, 8139too]\n"
+        "benchmarks:\n  - netperf: {test: TCP_RR, seconds: 2}\n"
+    )
+    table = plan_table("s", load_scenario(path).cells)
+    # one per kernel and driver, whatever the nodes and cells that boot it
+    assert table.splitlines()[-1].startswith("and 4 driver builds before anything boots (about 4 min 00 s the first")
+    path.write_text(path.read_text().replace("[in-tree, {dkms: r8168-dkms}, 8139too]", "[in-tree]"))
+    assert "driver build" not in plan_table("s", load_scenario(path).cells)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from niclab.model.driver_choice import DriverChoice
 from niclab.model.kernel_choice import KernelChoice
 
 
@@ -21,6 +22,7 @@ class Port:
     model: str
     ifname: str  # the name netconf gives the interface in the guest
     knobs: tuple[tuple[str, str, str], ...] = ()  # (coalesce, rx-usecs, 100): set by netconf, undone only by a boot
+    driver: DriverChoice | None = None  # the module that drives the card; None: the kernel's own (the catalog's)
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -48,6 +50,9 @@ class NodeSpec:
     # add-on archives behind the image's initramfs (images/<name>/, `addon = true`): what the benchmarks of the
     # node's scenario ask for in GuestNeeds.addons
     addons: tuple[str, ...] = ()
+    # (card PCI ID, the driver those cards take instead), sorted: the node's image carries the driver, and the
+    # guest binds cards of that ID to it (no other module's alias for the ID is left in its modules.alias)
+    drivers: tuple[tuple[str, DriverChoice], ...] = ()
 
 
 @dataclass(frozen=True)

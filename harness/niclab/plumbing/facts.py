@@ -10,11 +10,11 @@ import platform
 import shlex
 
 from niclab.base.node import Node
-from niclab.plumbing.guestsh import PCI_DIR, sections
+from niclab.plumbing.guestsh import MODULE_FACTS, PCI_DIR, note_build_id, sections
 
 
 def node_script(ifnames: list[str]) -> str:
-    lines = [PCI_DIR, 'echo "kernel=$(uname -r)"']
+    lines = [PCI_DIR, MODULE_FACTS, 'echo "kernel=$(uname -r)"']
     for name in ifnames:
         q = shlex.quote(name)
         lines += [
@@ -25,6 +25,7 @@ def node_script(ifnames: list[str]) -> str:
             f'echo "$f=$(cat $pci/$f 2>/dev/null)"; done',
             f'echo "mac=$(cat /sys/class/net/{q}/address)"',
             f'echo "mtu=$(cat /sys/class/net/{q}/mtu)"',
+            f"module_facts $(readlink -f /sys/class/net/{q}/device)",
         ]
     return "\n".join(lines) + "\n"
 
@@ -40,6 +41,8 @@ def parse_node_facts(text: str) -> dict:
             iface["pci_id"] = f"{iface['vendor'][2:]}:{iface['device'][2:]}"
         if iface.get("subsystem_vendor", "").startswith("0x"):
             iface["pci_subsystem"] = f"{iface['subsystem_vendor'][2:]}:{iface['subsystem_device'][2:]}"
+        if "build_note" in iface:
+            iface["build_id"] = note_build_id(iface.pop("build_note")) or None
         if "mtu" in iface and iface["mtu"].isdigit():
             iface["mtu"] = int(iface["mtu"])
     return facts

@@ -16,6 +16,30 @@ PCI_DIR = (
     'do d=${d%/*}; done; echo "$d"; }'
 )
 
+# module_facts DEVICE: the module that owns the driver bound to a device (a sysfs directory), its version,
+# srcversion, taint flags and the bytes of its GNU build-id note, as key=value lines (none but module= if unbound).
+# $SYS is sysfs (/sys unless a test points it at a tree of its own).
+MODULE_FACTS = (
+    'module_facts() { m=$(readlink "$1/driver/module"); m=${m##*/}; echo "module=$m"; [ -n "$m" ] || return 0; '
+    'echo "module_version=$(cat "${SYS:-/sys}/module/$m/version" 2>/dev/null)"; '
+    'for k in srcversion taint; do echo "$k=$(cat "${SYS:-/sys}/module/$m/$k" 2>/dev/null)"; done; '
+    'n="${SYS:-/sys}/module/$m/notes/.note.gnu.build-id"; '
+    'echo "build_note=$(od -An -tx1 -v "$n" 2>/dev/null | tr -d " \\n")"; }'
+)
+
+
+def note_build_id(note_hex: str) -> str:
+    """The build id in a GNU build-id note's bytes, in hex (namesz, descsz, type, the name, then the id)."""
+    try:
+        raw = bytes.fromhex(note_hex)
+    except ValueError:
+        return ""
+    if len(raw) < 16:
+        return ""
+    namesz, descsz = int.from_bytes(raw[0:4], "little"), int.from_bytes(raw[4:8], "little")
+    start = 12 + ((namesz + 3) & ~3)
+    return raw[start : start + descsz].hex() if len(raw) >= start + descsz else ""
+
 
 def sections(text: str) -> tuple[list[str], dict[str, list[str]]]:
     """Split a guest script's output at '[name]' lines: (the lines before any section, {name: its lines}).

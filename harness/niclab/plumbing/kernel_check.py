@@ -5,6 +5,8 @@ may not: its .config decides. Each need is a kernel module, built in or
 loadable; a missing one is named by its config option, with how to turn it
 on, so the developer fixes the tree instead of reading a guest's console.
 The benchmarks declare the modules they load (niclab.model.bench.declare.KernelModule).
+A scenario's `driver:` is built here too (check_drivers): a build that fails, a module that would not bind
+its card, or a card the kernel drives with a module built into it stops the run before anything boots.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from pathlib import Path
 from niclab.base.errors import NiclabError
 from niclab.base.problems import did_you_mean
 from niclab.model import bench, nics
+from niclab.model.driver_choice import DriverChoice, module_key
 from niclab.model.kernel_choice import KernelChoice
+from niclab.model.lab.modalias import Alias, PciDevice, drivers_for, parse_builtin_aliases
 from niclab.model.scenario import Cell, Scenario
 from niclab.model.scenario.template import cell_id
+from niclab.plumbing.drivers.build import ensure_driver
 from niclab.plumbing.image import Image
 from niclab.plumbing.image.kernels import pin_kernel_image
 
@@ -154,8 +159,10 @@ def check_kernels(cells: Sequence[Cell], progress: Callable[[str], None]) -> Non
             wanted = needs.setdefault(choice, [])
             wanted += [m for m in needed_modules(cell.scenario) if m not in wanted]
             users.setdefault(choice, f"cell {cell.id}, node {node}")
+            provided = {module_key(c.name) for _, c in cell.scenario.drivers(node) if c.name}
             for module, name in cell.scenario.module_params(node):
-                params.setdefault((choice, module, name), f"cell {cell.id}, node {node}")
+                if module_key(module) not in provided:  # a driver's own module has its own parameters
+                    params.setdefault((choice, module, name), f"cell {cell.id}, node {node}")
     problems = []
     for choice, wanted in needs.items():
         image = pin_kernel_image(choice, progress)
@@ -171,8 +178,58 @@ def check_kernels(cells: Sequence[Cell], progress: Callable[[str], None]) -> Non
                     f"{name!r}; {hint + ' ' if hint else ''}it takes: {', '.join(known[module]) or 'none'} "
                     "(modinfo's parm)"
                 )
+    problems += check_drivers(cells, progress)
     if problems:
         raise NiclabError("\n".join(problems))
+
+
+def check_drivers(cells: Sequence[Cell], progress: Callable[[str], None]) -> list[str]:
+    """Build (or find) every driver the cells' `driver:` settings ask for, for the kernel of each node that
+    boots it (a failed build raises, naming the module and its log); what would not bind its card: a module
+    without an alias for the card's PCI ID, a card the kernel drives with a module built into it."""
+    problems: list[str] = []
+    done: set[tuple[KernelChoice | None, DriverChoice, str]] = set()
+    for cell in cells:
+        for spec in cell.scenario.topology().nodes:
+            for pci_id, choice in spec.drivers:
+                if (spec.kernel, choice, pci_id) in done:
+                    continue
+                done.add((spec.kernel, choice, pci_id))
+                model = next(
+                    p.model for p in spec.ports if p.driver == choice and nics.get(p.model).pci_id.lower() == pci_id
+                )
+                where = f"driver {choice} ({cell.id}, node {spec.name}'s {model} card, {pci_id})"
+                image = pin_kernel_image(spec.kernel, progress)
+                card = PciDevice.parse(pci_id, NETWORK_CLASS)
+                builtin = [a.module for a in _kernel_aliases(image) if a.builtin and drivers_for(card, [a])]
+                if builtin:
+                    problems.append(
+                        f"{where}: kernel {image.manifest.get('kernel_version')} has {builtin[0]} built in, so it "
+                        f"binds the card before any module loads; build the kernel with {builtin[0]} as a module (=m)"
+                    )
+                    continue
+                built = ensure_driver(choice, spec.kernel, image, progress)
+                aliases = [
+                    Alias(a, module_key(m.name))
+                    for m in built.modules
+                    if module_key(m.name) == module_key(built.driver)
+                    for a in m.aliases
+                ]
+                if not drivers_for(card, aliases):
+                    problems.append(
+                        f"{where}: module {built.driver} has no alias for the card's PCI ID, so it would not bind "
+                        "it; give the link a driver for that card"
+                    )
+    return problems
+
+
+NETWORK_CLASS = 0x020000  # a card named by its PCI ID is matched as an Ethernet controller
+
+
+def _kernel_aliases(image: Image) -> list[Alias]:
+    """The modules built into the image's kernel, by their aliases (modules.builtin.modinfo beside it)."""
+    path = image.directory / "modules.builtin.modinfo"
+    return parse_builtin_aliases(path.read_bytes()) if path.is_file() else []
 
 
 def _lacking(choice: KernelChoice | None, image: Image, lacking: list[Missing], who: str) -> str:

@@ -17,6 +17,7 @@ from niclab.run.rigs import network_setups, shared_boots
 BOOT_S = 8.0  # QEMU start to every agent answering, under TCG
 NETWORK_S = 4.0  # configure, read back, ping each wire
 PER_SEGMENT_PING_S = 1.0
+BUILD_S = 60.0  # a driver built for a Debian kernel: a root with its headers, then make (55-62 s measured here)
 
 
 @dataclass(frozen=True)
@@ -83,4 +84,10 @@ def plan_table(name: str, cells: list[Cell]) -> str:
         f"scenario {name}: {len(cells)} cell{'s' if len(cells) != 1 else ''}, about {duration(total)} "
         f"(TCG on 2 cores; {boots} boot{'s' if boots != 1 else ''} and network set-ups included)"
     )
+    builds = {(spec.kernel, choice) for c in cells for spec in c.topology.nodes for _, choice in spec.drivers}
+    if builds:
+        lines.append(
+            f"and {len(builds)} driver build{'s' if len(builds) != 1 else ''} before anything boots "
+            f"(about {duration(BUILD_S * len(builds))} the first time; cached per source and kernel after that)"
+        )
     return "\n".join(lines)

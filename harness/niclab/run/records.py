@@ -147,11 +147,34 @@ class PlannedInterface(_Model):
     model: str | None = None
 
 
+class DriverProof(_Model):
+    """A port whose card a scenario's `driver:` gave another driver: what the guest says drives it."""
+
+    module: str = ""
+    """The module that owns the driver bound to the card (`device/driver/module`)."""
+    bound: str = ""
+    """The bound driver's name (what `ethtool -i` says: a renamed module may keep its driver's name)."""
+    version: str = ""
+    srcversion: str = ""
+    taint: str = ""
+    """The module's taint flags (O: built out of tree, E: unsigned)."""
+    build_id: str = ""
+    """The GNU build id of the module the guest loaded: the one niclab built, or the cell fails."""
+    asked: str = ""
+    """How the scenario asked for it: `module:DIR`, `kernel-source:PATH as NAME`, `dkms:PACKAGE`, a module name."""
+    source_hash: str = ""
+    """sha256 of the source it was built from."""
+    origin: str = ""
+    """Where it came from (the source directory, the Debian package and version)."""
+
+
 class ObservedEntry(_Model):
     """What a guest reported of one interface (`iface NAME`) or port (`port NAME`); bond_port.* keys for a bond."""
 
     qdisc: str | None = None
     offloads: dict[str, JsonValue] = {}
+    driver_proof: DriverProof | None = None
+    """For a port given another driver (`driver:`): which module drives it, proven by its build id."""
 
 
 class NetworkFacts(_Model):
@@ -169,6 +192,13 @@ class NicFacts(_Model):
 
     driver: str | None = None
     version: str | None = None
+    module: str | None = None
+    """The module that owns the bound driver."""
+    srcversion: str | None = None
+    build_id: str | None = None
+    """The module's GNU build id."""
+    taint: str | None = None
+    """The module's taint flags (O: out of tree)."""
     firmware_version: str | None = Field(None, alias="firmware-version")
     pci_id: str | None = None
     pci_subsystem: str | None = None
@@ -223,6 +253,10 @@ class NicSummary(_Model):
     model: str | None = None
     driver: str | None = None
     driver_version: str | None = None
+    module: str | None = None
+    """The module that drove the card (a scenario's `driver:` may give it another than the kernel's own)."""
+    driver_source: str | None = None
+    """For a card given another driver: how it was asked and the sha256 of its source."""
     pci_id: str | None = None
     ifname: str | None = None
     ports: int | None = None

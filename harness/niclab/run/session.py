@@ -199,10 +199,14 @@ class Session:
             return NicSummary(ifname=LOOPBACK_IFNAME)
         iface = self.net.find(node, link)
         found = self.facts.get("nodes", {}).get(node, {}).get("interfaces", {}).get(iface.ports[0].ifname, {})
+        observed = self.facts.get("network", {}).get("observed", {}).get(node, {})
+        proof = observed.get(f"port {iface.ports[0].ifname}", {}).get("driver_proof") or {}
         return NicSummary(
             model=iface.ports[0].model,
             driver=found.get("driver"),
             driver_version=found.get("version"),
+            module=found.get("module") or None,
+            driver_source=f"{proof['asked']} (sha256 {proof['source_hash']})" if proof.get("source_hash") else None,
             pci_id=found.get("pci_id"),
             ifname=iface.name,
             ports=len(iface.ports),

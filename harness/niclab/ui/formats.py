@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from niclab.run.records import CellRecord, SummaryRecord
+from niclab.run.records import CellRecord, NicFacts, SummaryRecord
 
 UNIT_SUFFIXES = {"Mbit/s": "_mbps", "MB/s": "_mb_s", "us": "_us", "ms": "_ms", "%": "_pct"}
 COUNTS = ("tests",)  # units of things counted: a whole number is shown as one (10 tests, not 10.0 tests)
@@ -44,16 +44,22 @@ def metric_label(summary: SummaryRecord) -> str:
     return f"{test}.{summary.metric}" if test and test not in summary.benchmark else summary.metric
 
 
+def _driver(nic: NicFacts) -> str:
+    """e1000e 6.1.0-50-amd64, and the module when it is not the driver's namesake or was built out of tree."""
+    text = f"{'?' if nic.driver is None else nic.driver} {nic.version or ''}".strip()
+    notes = []
+    if nic.module and nic.module.replace("-", "_") != (nic.driver or "").replace("-", "_"):
+        notes.append(f"module {nic.module}")
+    if nic.taint and "O" in nic.taint:
+        notes.append("out of tree")
+    return text + (f" ({', '.join(notes)})" if notes else "")
+
+
 def drivers_line(facts: CellRecord) -> str:
     """What a cell's guests ran: each node's kernel and its NICs' drivers with their versions, said once when alike."""
     seen: dict[str, list[str]] = {}
     for node, info in sorted(facts.nodes.items()):
-        drivers = sorted(
-            {
-                f"{'?' if nic.driver is None else nic.driver} {nic.version or ''}".strip()
-                for nic in info.interfaces.values()
-            }
-        )
+        drivers = sorted({_driver(nic) for nic in info.interfaces.values()})
         kernel = "?" if info.kernel is None else info.kernel
         text = f"kernel {kernel}" + (f", driver {', '.join(drivers)}" if drivers else "")
         seen.setdefault(text, []).append(node)

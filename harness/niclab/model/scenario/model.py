@@ -21,6 +21,8 @@ from pydantic import (
 from niclab.base.problems import NAME_PATTERN as NAME_RE
 from niclab.base.problems import Problem, Problems, did_you_mean, listing, pydantic_problems, shown
 from niclab.model import bench, knobs, nics, offloads
+from niclab.model.driver_choice import KEYS as DRIVER_KEYS
+from niclab.model.driver_choice import DriverChoice, DriverError, module_key, parse_driver
 from niclab.model.expect import ExpectationError, parse
 from niclab.model.kernel_choice import KernelChoice, parse_kernel
 from niclab.model.netem import Netem
@@ -94,6 +96,26 @@ def _per_end(value: dict, ends: list[str]) -> tuple[bool, dict, list[Problem]]:
     return False, {end: value for end in ends}, []
 
 
+def _driver_per_end(value: Any, ends: list[str]) -> tuple[bool, dict, list[Problem]]:
+    """Split a driver given per end ({a: {module: ../x}, b: in-tree}) from one for every end ({module: ../x}).
+
+    A driver is itself a mapping, so per end is told by the keys: every one an
+    end of the link, or some an end and none a driver's own (module, dkms, ...).
+    """
+    if isinstance(value, dict) and value:
+        keys = list(value)
+        if all(key in ends for key in keys) or (
+            any(key in ends for key in keys) and not any(key in DRIVER_KEYS for key in keys)
+        ):
+            problems = [
+                Problem((key,), f"{shown(key)} is not an end of this link ({listing(ends)})", at_key=True)
+                for key in keys
+                if key not in ends
+            ]
+            return True, {end: value.get(end) for end in ends}, problems
+    return False, {end: value for end in ends}, []
+
+
 class Link(_Strict):
     between: list[str] = Field(min_length=2, description="2 nodes: a cable; 3 or more: a switched segment")
     nic: str | dict[str, str]
@@ -108,6 +130,9 @@ class Link(_Strict):
     module_params: dict[str, dict[str, int | str]] = Field(
         default_factory=dict, description="per end: the NIC driver's module parameters, set at boot"
     )
+    driver: dict[str, DriverChoice] = Field(
+        default_factory=dict, description="per end: the module that drives the card, where not the kernel's own"
+    )
     _given_per_end: frozenset[str] = PrivateAttr(default=frozenset())  # the settings written {end: {...}}
 
     @model_validator(mode="wrap")
@@ -117,7 +142,9 @@ class Link(_Strict):
         if isinstance(data, dict):
             ends = data.get("between") or []
             link._given_per_end = frozenset(
-                key for key, value in data.items() if isinstance(value, dict) and _per_end(value, ends)[0]
+                key
+                for key, value in data.items()
+                if isinstance(value, dict) and (_driver_per_end if key == "driver" else _per_end)(value, ends)[0]
             )
         return link
 
@@ -221,6 +248,45 @@ class Link(_Strict):
         if problems:
             raise Problems(_unique(problems))
         return {end: named for end, named in result.items() if named}
+
+    @field_validator("driver", mode="before")
+    @classmethod
+    def _driver(cls, value: Any, info: ValidationInfo) -> Any:
+        """Each end's driver (a relative module directory is relative to the scenario file, context `base`);
+        only the ends not on the kernel's own module for their card are kept."""
+        if value is None:
+            return {}
+        per_end, settings, problems = _driver_per_end(value, info.data.get("between") or [])
+        nic = info.data.get("nic")
+        base = (info.context or {}).get("base")
+
+        def parsed(written: Any) -> DriverChoice | DriverError:
+            try:
+                return parse_driver(written, base)
+            except DriverError as exc:
+                return exc
+
+        if per_end:
+            outcomes = {end: parsed(written) for end, written in settings.items()}
+        else:  # parsed once (a module's directory is looked at), and reported once
+            outcome = parsed(value)
+            outcomes = {end: outcome for end in settings}
+        result: dict[str, DriverChoice] = {}
+        for end, choice in outcomes.items():
+            if isinstance(choice, DriverError):
+                path = ((end,) if per_end else ()) + ((choice.key,) if choice.key else ())
+                problems.append(Problem(path, str(choice), at_key=choice.at_key))
+                continue
+            model = nic if isinstance(nic, str) else (nic or {}).get(end)
+            found = nics.lookup(model) if isinstance(model, str) else None
+            named_default = (
+                choice.kind == "named" and found is not None and module_key(choice.source) == module_key(found.module)
+            )
+            if not choice.is_default and not named_default:  # `driver: e1000` on an e1000 card is its own module
+                result[end] = choice
+        if problems:
+            raise Problems(_unique(problems))
+        return result
 
     @field_validator("netem", mode="before")
     @classmethod
@@ -442,6 +508,7 @@ class Scenario(_Strict):
                 Problem(("links", i, *p.path), p.message, p.hint, p.at_key) for p in link_problems(link, self.nodes)
             ]
         problems += self._module_param_conflicts()
+        problems += self._driver_conflicts()
         for i, spec in enumerate(self.benchmarks):
             problems += [
                 Problem(("benchmarks", i, spec.tool, *p.path), p.message, p.hint, p.at_key)
@@ -459,22 +526,64 @@ class Scenario(_Strict):
         seen: dict[tuple[str, str, str], tuple[int, int | str]] = {}
         for i, link in enumerate(self.links):
             for node, params in link.module_params.items():
-                found = nics.lookup(link.model_for(node))
-                if found is None:
+                module = _driving_module(link, node)
+                if module is None:
                     continue
                 for name, value in params.items():
-                    key = (node, found.module, name)
+                    key = (node, module_key(module), name)
                     if key in seen and str(seen[key][1]) != str(value):
                         end = (node,) if "module_params" in link._given_per_end else ()
                         problems.append(
                             Problem(
                                 ("links", i, "module_params", *end, name),
-                                f"node {node}'s {found.module} driver gets {name}={value} here and "
+                                f"node {node}'s {module} driver gets {name}={value} here and "
                                 f"{name}={seen[key][1]} on link {seen[key][0]}",
                                 "a module parameter has one value per node: give both links the same",
                             )
                         )
                     seen.setdefault(key, (i, value))
+        return problems
+
+    def _driver_conflicts(self) -> list[Problem]:
+        """One driver per node and card PCI ID: the guest binds a card by its ID, so two links of cards with one
+        ID on a node cannot ask two drivers (or one a driver, one in-tree); module_params need the module named."""
+        problems: list[Problem] = []
+        seen: dict[tuple[str, str], tuple[int, DriverChoice]] = {}
+        for i, link in enumerate(self.links):
+            for node in dict.fromkeys(link.between):
+                found = nics.lookup(_model_of(link, node) or "")
+                if found is None:
+                    continue
+                key, choice = (node, found.pci_id.lower()), link.driver.get(node, DriverChoice())
+                end = (node,) if "driver" in link._given_per_end else ()
+                if not choice.is_default and link.module_params.get(node) and not choice.name:
+                    problems.append(
+                        Problem(
+                            ("links", i, "driver", *end),
+                            f"module_params go to the module that drives node {node}'s card, and driver {choice} "
+                            "does not say which module that is",
+                            "give it name: (the module it builds, e.g. name: e1000e), or drop module_params",
+                        )
+                    )
+                if key not in seen:
+                    seen[key] = (i, choice)
+                    continue
+                j, other = seen[key]
+                if other == choice:
+                    continue
+                # point at a driver setting: this link's, or the earlier one's when this end is on in-tree
+                (here, mine), (there, theirs) = (
+                    ((i, choice), (j, other)) if not choice.is_default else ((j, other), (i, choice))
+                )
+                end = (node,) if "driver" in self.links[here]._given_per_end else ()
+                problems.append(
+                    Problem(
+                        ("links", here, "driver", *end),
+                        f"node {node}'s {found.pci_id} cards get driver {mine} here and {theirs} on link {there}",
+                        "the guest binds a card by its PCI ID, so a node's cards of one ID take one driver: "
+                        "give both links the same",
+                    )
+                )
         return problems
 
     def topology(self) -> Topology:
@@ -490,6 +599,7 @@ class Scenario(_Strict):
                         nics.get(link.model_for(node)).name,
                         port_ifname(i, lane, link.count),
                         link.knobs_of(node),
+                        link.driver.get(node),
                     )
                     for node in link.between
                 )
@@ -506,6 +616,7 @@ class Scenario(_Strict):
                 self.kernel_of(name),
                 tuple(f"{module}.{param}={value}" for (module, param), value in self.module_params(name).items()),
                 self.addons(),
+                self.drivers(name),
             )
             for index, (name, options) in enumerate(self.nodes.items())
         )
@@ -516,19 +627,48 @@ class Scenario(_Strict):
         return tuple(sorted({name for spec in self.benchmarks for name in spec.plugin.guest.addons}))
 
     def module_params(self, node: str) -> dict[tuple[str, str], int | str]:
-        """(driver module, parameter) -> value, from the links of the node's NICs (checked not to conflict)."""
+        """(driver module, parameter) -> value, from the links of the node's NICs (checked not to conflict).
+
+        A parameter goes to the module that drives the card: the driver's `name` when the link gives one,
+        else the card's default module."""
         params: dict[tuple[str, str], int | str] = {}
         for link in self.links:
             if node in link.between:
-                module = nics.get(link.model_for(node)).module.replace("-", "_")
+                module = module_key(_driving_module(link, node) or nics.get(link.model_for(node)).module)
                 for name, value in link.module_params.get(node, {}).items():
                     params.setdefault((module, name), value)
         return params
+
+    def driver_of(self, node: str, link: int) -> DriverChoice | None:
+        """The module that drives the node's cards on that link; None for the kernel's own."""
+        return self.links[link].driver.get(node)
+
+    def drivers(self, node: str) -> tuple[tuple[str, DriverChoice], ...]:
+        """(card PCI ID, the driver those cards take instead) on the node, sorted; checked to be one per ID."""
+        found: dict[str, DriverChoice] = {}
+        for link in self.links:
+            if (choice := link.driver.get(node)) is not None:
+                found.setdefault(nics.get(link.model_for(node)).pci_id.lower(), choice)
+        return tuple(sorted(found.items(), key=lambda item: item[0]))
 
     def kernel_of(self, node: str) -> KernelChoice | None:
         """The node's kernel; None for the image's own (bookworm), however the scenario says it."""
         choice = self.nodes[node].kernel or self.kernel
         return None if choice is None or choice.is_default else choice
+
+
+def _model_of(link: Link, node: str) -> str | None:
+    """The NIC model of an end, None for an end the link names no model for (a problem reported on its own)."""
+    return link.nic if isinstance(link.nic, str) else link.nic.get(node)
+
+
+def _driving_module(link: Link, node: str) -> str | None:
+    """The module that drives an end's card: its driver's `name`, else the card's default one (None: no such card)."""
+    choice = link.driver.get(node)
+    if choice is not None and choice.name:
+        return choice.name
+    found = nics.lookup(_model_of(link, node) or "")
+    return found.module if found is not None else None
 
 
 def link_problems(link: Link, nodes: dict[str, NodeOptions]) -> list[Problem]:

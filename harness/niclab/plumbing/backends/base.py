@@ -18,6 +18,7 @@ from niclab.base.node import Node, Progress
 from niclab.model.lab.inventory import Inventory
 from niclab.model.lab.spread import Claim, Held
 from niclab.model.topology import Port, Topology
+from niclab.plumbing.drivers.asked import AskedModule
 
 
 def _all_alive() -> dict[str, str]:
@@ -41,6 +42,8 @@ class Rig:
     macs: dict[tuple[str, int, int], str]  # Port.key -> MAC address the guest sees
     facts: dict = field(default_factory=dict)
     drivers: dict[tuple[str, int, int], str] = field(default_factory=dict)  # Port.key -> the driver it binds
+    # Port.key -> the module a scenario's `driver:` asks its card to be bound to, and what proves it (netconf.modules)
+    modules: dict[tuple[str, int, int], AskedModule] = field(default_factory=dict)
     gone: Callable[[], dict[str, str]] = _all_alive  # node -> why it is gone, for the nodes that died
     # node -> the PID of the host process that runs it (QEMU), for nodes on this host: niclab.plumbing.contention
     host_pids: Callable[[], dict[str, int]] = _no_host_pids

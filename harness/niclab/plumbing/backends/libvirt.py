@@ -75,6 +75,7 @@ from niclab.plumbing.backends.libvirt_volumes import image_volumes
 from niclab.plumbing.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, port_macs
 from niclab.plumbing.backends.qemu_nics import emulated_model, qemu_nic, stand_ins
+from niclab.plumbing.drivers.layer import driver_images, rig_modules
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
 from niclab.plumbing.image.kernels import image_facts, node_images
@@ -213,7 +214,8 @@ class LibvirtBackend:
         if not isinstance(placement, Placement) or self.lab is None or image is None:
             return []
         table = DriverTable(image)
-        return placed_drivers(self.lab, placement, {spec.name: table for spec in topology.nodes})[1]
+        asked = {p.key for p in topology.ports if p.driver is not None}
+        return placed_drivers(self.lab, placement, {spec.name: table for spec in topology.nodes}, asked)[1]
 
     def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
         placement = self.placement(topology)
@@ -234,7 +236,9 @@ class LibvirtBackend:
             lines = placement.lines(topology, self.lab)
         elif placement is not None:
             assert self.lab is not None
-            lines = placement.lines(topology) + guest_driver_lines(self.lab, placement, lab_image)
+            lines = placement.lines(topology) + guest_driver_lines(
+                self.lab, placement, lab_image, {p.key: str(p.driver) for p in topology.ports if p.driver is not None}
+            )
         for node, (uri, _plan) in plans.items():
             where = f"{node}: domain on {uri}"
             if workdir is not None:
@@ -314,12 +318,12 @@ class LibvirtBackend:
             # a lab run's guests carry every Ethernet driver and its firmware; an emulated run's, the catalog's
             on_cards = isinstance(placement, Placement)
             base = self._image or (ensure_image(LAB_RECIPE, progress) if on_cards else None)
-            images = node_images(topology.nodes, base, progress)
+            images = driver_images(topology.nodes, node_images(topology.nodes, base, progress), progress)
             image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
         if isinstance(placement, Placement):
             assert self.lab is not None
             tables = {node: DriverTable(i) for node, i in images.items()}
-            guest_drivers, problems = placed_drivers(self.lab, placement, tables)
+            guest_drivers, problems = placed_drivers(self.lab, placement, tables)  # the new modules' aliases too
             if problems:
                 raise NiclabError("; ".join(problems))
         workdir.mkdir(parents=True, exist_ok=True)
@@ -377,6 +381,7 @@ class LibvirtBackend:
                 nodes=dict(nodes),
                 macs=macs,
                 drivers=drivers,
+                modules=rig_modules(topology, images),
                 facts={
                     "backend": self.name,
                     **accel_facts(node_uri, accels, choices),

@@ -49,6 +49,7 @@ from niclab.plumbing.backends.boot import (
 )
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, NicPlan, VmPlan, mac_address, qemu_argv
 from niclab.plumbing.backends.qemu_nics import emulated_model, stand_ins
+from niclab.plumbing.drivers.layer import driver_images, rig_modules
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
 from niclab.plumbing.image.kernels import image_facts, node_images
@@ -207,7 +208,7 @@ class QemuBackend:
 
     @contextmanager
     def realize(self, topology: Topology, workdir: Path, progress: Progress) -> Iterator[Rig]:
-        images = node_images(topology.nodes, self._image, progress)
+        images = driver_images(topology.nodes, node_images(topology.nodes, self._image, progress), progress)
         image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
         binary = qemu_binary()
         if self._accel:
@@ -284,6 +285,7 @@ class QemuBackend:
             nodes={name: AgentNode(name, agent) for name, (agent, _) in agents.items()},
             macs={nic.port.key: nic.mac for plan in plans.values() for nic in plan.nics},
             drivers={nic.port.key: nic.model.driver for plan in plans.values() for nic in plan.nics},
+            modules=rig_modules(topology, images),
             facts={
                 "backend": self.name,
                 "accel": accel,

@@ -77,10 +77,20 @@ def no_stand_in(name: str) -> str:
 
 
 def stand_ins(topology: Topology) -> list[str]:
-    """What keeps a topology off emulated NICs: ports whose card class no catalog class stands in for."""
-    return [
+    """What keeps a topology off emulated NICs: ports whose card class no catalog class stands in for, and
+    a `driver:` for a lab class another class stands in for (the stand-in's card would not take it)."""
+    problems = [
         no_stand_in(name) for name in sorted({port.model for port in topology.ports}) if nics.stand_in(name) is None
     ]
+    for port in topology.ports:
+        model = nics.stand_in(port.model)
+        if port.driver is not None and model is not None and model.name != port.model:
+            problems.append(
+                f"{port.node}/{port.ifname} asks driver {port.driver} for its {port.model} card, which an emulated "
+                f"run stands in for with {model.name}, whose card that driver is not for: run the cell on the "
+                "lab's cards, or give the link no driver"
+            )
+    return list(dict.fromkeys(problems))
 
 
 def emulated_model(name: str) -> nics.CardClass:

@@ -65,7 +65,7 @@ def _derive(image: Image, addons: list[Addon], work: Path) -> dict:
     """The image's files (linked) and its initrd followed by the add-ons' archives in `work`; the manifest."""
     for path in sorted(image.directory.iterdir()):
         if path.is_file() and path.name not in OWN:
-            _link(path, work / path.name)
+            link_file(path, work / path.name)
     with open(work / "initrd.img", "wb") as out:
         for part in (image.initrd, *(a.archive for a in addons)):
             with open(part, "rb") as data:
@@ -87,7 +87,7 @@ def _derive(image: Image, addons: list[Addon], work: Path) -> dict:
     }
 
 
-def _link(source: Path, target: Path) -> None:
+def link_file(source: Path, target: Path) -> None:
     """A hard link to the image's file (the same kernel, not a copy of it); a copy across file systems."""
     try:
         os.link(source, target)

@@ -1,12 +1,14 @@
-"""A reproducible cpio "newc" writer (the initramfs format), with no root needed.
+"""A reproducible cpio "newc" writer (the initramfs format), with no root needed, and its reader.
 
 Every entry is owned by root with mtime 0, so the same tree gives the same
-bytes, and device nodes such as /dev/console are just headers.
+bytes, and device nodes such as /dev/console are just headers. The reader
+walks archives one after the other, as the kernel unpacks an initramfs.
 """
 
 from __future__ import annotations
 
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -60,3 +62,22 @@ class CpioWriter:
         name = b"TRAILER!!!\0"
         header = b"070701" + b"".join(b"%08X" % f for f in (0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, len(name), 0))
         self._out.write(header + name + _pad(len(header) + len(name)))
+
+
+def read_entries(data: bytes) -> Iterator[Entry]:
+    """The entries of newc archives one after the other (an initrd.img's, unpacked), in order: a later entry
+    of a path replaces an earlier one when the kernel unpacks them."""
+    at = 0
+    while at + 110 <= len(data):
+        if data[at : at + 6] != b"070701":  # padding after an archive's trailer, before the next archive
+            at += 4
+            continue
+        header = data[at : at + 110]
+        mode, size, name_size = int(header[14:22], 16), int(header[54:62], 16), int(header[94:102], 16)
+        rdev = (int(header[78:86], 16), int(header[86:94], 16))
+        name = data[at + 110 : at + 110 + name_size - 1].decode(errors="replace")
+        at = (at + 110 + name_size + 3) & ~3
+        if name == "TRAILER!!!":
+            continue
+        yield Entry(name, mode, data[at : at + size], rdev)
+        at = (at + size + 3) & ~3

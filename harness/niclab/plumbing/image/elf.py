@@ -1,7 +1,8 @@
-"""Read what an ELF executable needs to run: its interpreter and DT_NEEDED libraries.
+"""Read what an ELF file says of itself: an executable's interpreter and DT_NEEDED libraries, a section.
 
 This lets the image build collect shared libraries from the guest root without
-running any of its programs on the host.
+running any of its programs on the host, and read a kernel module's sections
+(.modinfo, its build ID) without the kernel's tools.
 """
 
 from __future__ import annotations
@@ -22,6 +23,68 @@ class Dynamic:
 
 def is_elf(data: bytes) -> bool:
     return data[:4] == b"\x7fELF"
+
+
+class NoSection(ValueError):
+    """The file is a sound ELF64 file without the section asked for."""
+
+
+SECTION_HEADER = struct.Struct("<IIQQQQ")  # name, type, flags, addr, offset, size (the rest is not read)
+
+
+def section(data: bytes, wanted: str) -> bytes:
+    """The contents of the section named `wanted` of a little-endian ELF64 file; NoSection if it has none,
+    ValueError if the file is not one or is cut short or points past its end."""
+    if not is_elf(data) or data[4:6] != b"\x02\x01":
+        raise ValueError("not a little-endian ELF64 module")
+    if len(data) < 0x40:
+        raise ValueError("its ELF header is cut short")
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if shnum == 0:
+        raise NoSection(f"no {wanted} section")
+    if shentsize < SECTION_HEADER.size or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
+        raise ValueError("its section headers lie past the end of the file")
+
+    def header(i: int) -> tuple[int, int, int]:
+        name, _type, _flags, _addr, offset, size = SECTION_HEADER.unpack_from(data, shoff + i * shentsize)
+        if offset + size > len(data):
+            raise ValueError(f"section {i} lies past the end of the file")
+        return name, offset, size
+
+    _, names_at, names_size = header(shstrndx)
+    names = data[names_at : names_at + names_size]
+    for i in range(shnum):
+        name, offset, size = header(i)
+        end = names.find(b"\0", name)
+        if name >= len(names) or end < 0:
+            raise ValueError(f"section {i} has its name past the end of the section names")
+        if names[name:end] == wanted.encode():
+            return data[offset : offset + size]
+    raise NoSection(f"no {wanted} section")
+
+
+NT_GNU_BUILD_ID = 3
+
+
+def build_id(data: bytes) -> str:
+    """The hex of the file's GNU build ID note (what /sys/module/M/notes/.note.gnu.build-id holds), "" if none;
+    ValueError if the file or its notes are malformed."""
+    try:
+        notes = section(data, ".note.gnu.build-id")
+    except NoSection:
+        return ""
+    pos = 0
+    while pos + 12 <= len(notes):
+        namesz, descsz, kind = struct.unpack_from("<III", notes, pos)
+        name_at = pos + 12
+        desc_at = name_at + (namesz + 3) // 4 * 4
+        if desc_at + descsz > len(notes):
+            raise ValueError("its build ID note runs past the end of its section")
+        if kind == NT_GNU_BUILD_ID and notes[name_at : name_at + namesz].rstrip(b"\0") == b"GNU":
+            return notes[desc_at : desc_at + descsz].hex()
+        pos = desc_at + (descsz + 3) // 4 * 4
+    return ""
 
 
 def read_dynamic(data: bytes) -> Dynamic:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from niclab.base.errors import NiclabError
 from niclab.base.node import Progress
+from niclab.plumbing.image.cpio import read_entries
 from niclab.plumbing.image.drivers import FirmwareSet, every_module_under, firmware_set, lab_facts, unpacked_bytes
 from niclab.plumbing.image.kernelfiles import ModuleSet, from_root, module_set
 from niclab.plumbing.image.manifest import installed_packages
@@ -154,20 +155,7 @@ def fetch_layer(recipe: Recipe, parent_dir: Path, parent: dict, work: Path, prog
 def archive_bytes(path: Path) -> int:
     """What a gzipped newc archive's regular files take unpacked (the parent's userspace archive); an
     initrd.img of several archives one after the other counts them all."""
-    data, at, total = gzip.decompress(path.read_bytes()), 0, 0
-    while at + 110 <= len(data):
-        if data[at : at + 6] != b"070701":  # padding after an archive's trailer, before the next archive
-            at += 4
-            continue
-        header = data[at : at + 110]
-        mode, size, name_size = int(header[14:22], 16), int(header[54:62], 16), int(header[94:102], 16)
-        name = data[at + 110 : at + 110 + name_size - 1]
-        at = (at + 110 + name_size + 3) & ~3
-        if name == b"TRAILER!!!":
-            continue
-        total += size if stat.S_ISREG(mode) else 0
-        at = (at + size + 3) & ~3
-    return total
+    return sum(len(e.data) for e in read_entries(gzip.decompress(path.read_bytes())) if stat.S_ISREG(e.mode))
 
 
 def layered_manifest(parent: dict, parent_id: str, recipe: Recipe, layer: Layer, facts: dict) -> dict:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import gzip
 import lzma
 import shutil
-import struct
 import subprocess
 from dataclasses import dataclass
 
 from niclab.base.errors import NiclabError
-from niclab.plumbing.image.elf import is_elf
+from niclab.plumbing.image.elf import section
 
 COMPRESSED = {".xz": "xz", ".zst": "zstd", ".gz": "gzip"}
 
@@ -27,6 +26,9 @@ class ModInfo:
     aliases: tuple[str, ...]
     params: tuple[str, ...]  # parameter names (parm=name:description)
     firmware: tuple[str, ...] = ()  # files it may ask the kernel to load, relative to /lib/firmware
+    version: str = ""  # MODULE_VERSION, if the module has one
+    srcversion: str = ""  # a checksum of its source (only with MODULE_VERSION, unless the kernel asks for all)
+    vermagic: str = ""  # the kernel release and options it was built for
 
 
 def decompress(data: bytes, suffix: str) -> bytes:
@@ -44,29 +46,10 @@ def decompress(data: bytes, suffix: str) -> bytes:
     return data
 
 
-def _section(data: bytes, wanted: str) -> bytes:
-    if not is_elf(data) or data[4] != 2 or data[5] != 1:
-        raise ValueError("not a little-endian ELF64 module")
-    (shoff,) = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-
-    def header(i: int) -> tuple[int, int, int]:
-        name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
-        return name, offset, size
-
-    _, names_at, _ = header(shstrndx)
-    for i in range(shnum):
-        name, offset, size = header(i)
-        end = data.index(b"\0", names_at + name)
-        if data[names_at + name : end].decode() == wanted:
-            return data[offset : offset + size]
-    raise ValueError(f"no {wanted} section")
-
-
 def read_modinfo(data: bytes) -> ModInfo:
     """The .modinfo of an uncompressed module (key=value strings, NUL-separated)."""
     fields: dict[str, list[str]] = {}
-    for item in _section(data, ".modinfo").split(b"\0"):
+    for item in section(data, ".modinfo").split(b"\0"):
         key, sep, value = item.decode(errors="replace").partition("=")
         if sep:
             fields.setdefault(key, []).append(value)
@@ -78,4 +61,7 @@ def read_modinfo(data: bytes) -> ModInfo:
         aliases=tuple(fields.get("alias", [])),
         params=params,
         firmware=tuple(dict.fromkeys(fields.get("firmware", []))),
+        version=(fields.get("version") or [""])[0],
+        srcversion=(fields.get("srcversion") or [""])[0],
+        vermagic=(fields.get("vermagic") or [""])[0],
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
+from niclab.base.treewalk import shown_path, walk_untrusted
 from niclab.model.selftests import LIST_FILE, parse_list, parse_settings
 
 #: What `make install` of the selftests reads of a kernel tree (the rest of it is not needed): folders, files.
@@ -139,47 +140,14 @@ def read_installed(root: Path, targets: tuple[str, ...], where: str) -> Installe
 def walk(root: Path, where: str) -> Iterator[tuple[str, os.stat_result]]:
     """Every entry under `root` (relative path, lstat), refusing what an installed tree never holds: symbolic
     links that leave it, devices, sockets and pipes, more than MAX_BYTES or MAX_FILES."""
-    total = count = 0
-    pending = [""]
-    while pending:
-        rel = pending.pop()
-        try:
-            entries = sorted(os.scandir(root / rel), key=lambda e: e.name)
-        except OSError as exc:
-            raise NiclabError(f"{where}: cannot read {rel or '.'} ({exc.strerror})") from None
-        for entry in entries:
-            path = f"{rel}/{entry.name}" if rel else entry.name
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError as exc:
-                raise NiclabError(f"{where}: cannot read {shown_path(path)} ({exc.strerror})") from None
-            count += 1
-            if count > MAX_FILES:
-                raise NiclabError(f"{where}: more than {MAX_FILES} files; fix: install only the selftests' targets")
-            if stat.S_ISLNK(info.st_mode):
-                target = os.readlink(root / path)
-                inside = os.path.normpath(os.path.join(os.path.dirname(path), target))
-                if os.path.isabs(target) or inside == ".." or inside.startswith("../"):
-                    raise NiclabError(
-                        f"{where}: {path} is a symbolic link to {target}, outside the directory; "
-                        "fix: install with `make ... install` (it copies files), or replace the link by its file"
-                    )
-            elif stat.S_ISDIR(info.st_mode):
-                pending.append(path)
-            elif stat.S_ISREG(info.st_mode):
-                total += info.st_size
-                if total > MAX_BYTES:
-                    raise NiclabError(
-                        f"{where}: more than {MAX_BYTES >> 20} MB; fix: install only the selftests' targets"
-                    )
-            else:
-                raise NiclabError(f"{where}: {path} is not a file, directory or link; fix: remove it")
-            yield path, info
-
-
-def shown_path(path: str) -> str:
-    """A path of an untrusted tree for a message: any byte that is not UTF-8 text escaped."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return walk_untrusted(
+        root,
+        where,
+        MAX_BYTES,
+        MAX_FILES,
+        fix="install only the selftests' targets",
+        link_fix="install with `make ... install` (it copies files), or replace the link by its file",
+    )
 
 
 def stamp(root: Path, where: str) -> str:

@@ -10,7 +10,7 @@ way modprobe would (niclab.model.lab.modalias).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from niclab.base.errors import NiclabError
@@ -107,10 +107,14 @@ def card_pci_id(lab: Inventory, card: Card) -> str | None:
 
 
 def placed_drivers(
-    lab: Inventory, placement: Placement, tables: Mapping[str, DriverTable]
+    lab: Inventory,
+    placement: Placement,
+    tables: Mapping[str, DriverTable],
+    asked: Collection[tuple[str, int, int]] = (),
 ) -> tuple[dict[tuple[str, int, int], GuestDriver], list[str]]:
     """Each placed port's driver in its node's guest (`tables[node]`: its image's), by the card's PCI ID, and
-    the problems: a card whose PCI ID no module of the image matches."""
+    the problems: a card whose PCI ID no module of the image matches, unless a scenario's `driver:` gives it
+    one (`asked`: those ports; the run checks that driver's aliases when it has built it)."""
     found: dict[tuple[str, int, int], GuestDriver] = {}
     problems = []
     for key, card in placement.cards.items():
@@ -120,7 +124,7 @@ def placed_drivers(
         table = tables[key[0]]
         driver = table.resolve(pci_id, PCI_NETWORK_CLASS)
         found[key] = driver
-        if driver.module is None:
+        if driver.module is None and key not in asked:
             problems.append(
                 f"card {card.id} ({pci_id}, {card.pci} on {card.host}): the lab image {table.image.id} "
                 f"(kernel {table.kernel}) has no driver for {pci_id}; check the card's PCI ID (lspci -nn), or boot "
@@ -129,17 +133,25 @@ def placed_drivers(
     return found, problems
 
 
-def guest_driver_lines(lab: Inventory, placement: Placement, image: Image | None) -> list[str]:
-    """What `run --dry-run` says of each placed card: the driver and firmware its guest gets."""
+def guest_driver_lines(
+    lab: Inventory, placement: Placement, image: Image | None, asked: Mapping[tuple[str, int, int], str] | None = None
+) -> list[str]:
+    """What `run --dry-run` says of each placed card: the driver and firmware its guest gets. `asked`: port ->
+    the driver a scenario's `driver:` gives it instead (built for the node's kernel when the run starts)."""
     if image is None:
         return [f"guest drivers: found when the lab image is built (niclab image build {LAB_RECIPE})"]
     table = DriverTable(image)
-    found, _ = placed_drivers(lab, placement, {node: table for node, _, _ in placement.cards})
+    found, _ = placed_drivers(lab, placement, {node: table for node, _, _ in placement.cards}, asked or {})
     lines = []
     for key, driver in found.items():
         card = placement.cards[key]
         where = f"card {card.id} ({driver.device}, {card.pci} on {card.host})"
-        if driver.module is None:
+        if key in (asked or {}):
+            lines.append(
+                f"{where}: guest driver from the scenario's driver: {(asked or {})[key]} (in place of "
+                f"{driver.module or 'none'}; built for the node's kernel when the run starts)"
+            )
+        elif driver.module is None:
             lines.append(f"{where}: NO guest driver in the lab image {image.id}")
         else:
             lines.append(

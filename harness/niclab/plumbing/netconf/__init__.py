@@ -10,7 +10,7 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from typing import TypeVar
 
@@ -19,7 +19,7 @@ from niclab.base.node import Node, Progress
 from niclab.model import offloads
 from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.guestsh import sections
-from niclab.plumbing.netconf import params, verify
+from niclab.plumbing.netconf import modules, params, verify
 from niclab.plumbing.netconf.plan import PREFIX, Iface, NetconfError, NetPlan, plan, subnet
 from niclab.plumbing.netconf.script import CARRIER_TIMEOUT_S, features_script, knobs_script, node_script, reset_script
 
@@ -154,12 +154,14 @@ def check_node(
     ifaces: list[Iface],
     drivers: Mapping[tuple[str, int, int], str] | None = None,
     started: Mapping[str, dict[str, bool]] | None = None,
+    proven: Collection[tuple[str, int, int]] = (),
 ) -> dict:
     """Read one node's network back and compare it with the plan; returns the observed state.
-    `started`: the offloads its ports started with, where an earlier cell on this boot may have changed them."""
+    `started`: the offloads its ports started with, where an earlier cell on this boot may have changed them.
+    `proven`: the ports whose driver netconf.modules checked (by the module that owns it, not its name)."""
     text = node.run(verify.state_script(ifaces), timeout=60).stdout
     state, shown = verify.parse_state(text), verify.read_knobs(text)
-    problems = verify.mismatches(node.name, ifaces, state, drivers, started)
+    problems = verify.mismatches(node.name, ifaces, state, drivers, started, proven)
     problems += verify.knob_problems(node.name, ifaces, shown, before=False)
     if problems:
         raise NetconfError(f"{node.name}: the network is not what the scenario asks:\n  " + "\n  ".join(problems))
@@ -207,8 +209,19 @@ def configure(
         ifaces = net.on(node)
         if not ifaces:
             return {}
+        asked = {p: (rig.mac(p), rig.modules[p.key]) for i in ifaces for p in i.ports if p.key in rig.modules}
+        proven: dict[str, dict[str, str]] = {}
+        if asked:  # before anything is set: a card no driver took has no interface to configure
+            text = rig.node(node).run(modules.proof_script(asked), timeout=30).stdout
+            proven, problems = modules.check(node, asked, text)
+            if problems:
+                raise NetconfError(
+                    f"{node}: a card is not on the driver the scenario asks:\n  " + "\n  ".join(problems)
+                )
         apply_node(rig.node(node), ifaces, {port.key: rig.mac(port) for iface in ifaces for port in iface.ports})
-        observed = check_node(rig.node(node), ifaces, rig.drivers, (baseline or {}).get(node))
+        observed = check_node(rig.node(node), ifaces, rig.drivers, (baseline or {}).get(node), {p.key for p in asked})
+        for section, values in proven.items():
+            observed.setdefault(section, {})["driver_proof"] = values
         if wanted := params.asked(rig.topology.node(node).cmdline):
             text = rig.node(node).run(params.readback_script(wanted), timeout=30).stdout
             observed["module_params"], problems = params.parse_readback(text, wanted)

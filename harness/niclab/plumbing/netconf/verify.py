@@ -9,7 +9,7 @@ once; the state itself goes into the cell's provenance.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from niclab.model import knobs, nics, offloads
 from niclab.model import netem as netem_mod
@@ -142,11 +142,13 @@ def mismatches(
     state: dict[str, dict],
     drivers: Mapping[tuple[str, int, int], str] | None = None,
     started: Mapping[str, dict[str, bool]] | None = None,
+    proven: Collection[tuple[str, int, int]] = (),
 ) -> list[str]:
     """What differs from the plan. `drivers`: the driver each port must bind, where the backend says
-    (a lab class emulated by a catalog one binds the stand-in's driver); else its card class's.
-    `started`: port -> offload feature -> on, as the driver started, for ports an earlier cell on the
-    same boot may have changed (niclab.run.rigs.Booted.baseline)."""
+        (a lab class emulated by a catalog one binds the stand-in's driver); else its card class's.
+        `started`: port -> offload feature -> on, as the driver started, for ports an earlier cell on the
+        same boot may have changed (niclab.run.rigs.Booted.baseline). `proven`: ports whose module was checked
+    already (netconf.modules: a scenario's `driver:`), whose driver name is not the card class's."""
     problems = []
     for iface in ifaces:
         seen = state.get(f"iface {iface.name}", {})
@@ -175,7 +177,7 @@ def mismatches(
                 problems.append(f"{node}/{port.ifname}: no carrier")
             model = nics.lookup(port.model)
             wanted = (drivers or {}).get(port.key) or (model.driver if model else None)
-            if wanted is not None and port_state.get("driver") != wanted:
+            if wanted is not None and port.key not in proven and port_state.get("driver") != wanted:
                 problems.append(
                     f"{node}/{port.ifname}: driver {port_state.get('driver') or 'none'} is bound, "
                     f"the {port.model} {'model' if nics.is_emulated(port.model) else 'card'} needs {wanted}"

@@ -43,12 +43,12 @@ def _cell(args: argparse.Namespace) -> Cell:
                 f"(choose with NICLAB_CELL=…: {', '.join(c.id for c in scenario_file.cells)})"
             )
         cell = scenario_file.cells[0]
-    booted = [spec for spec in cell.topology.nodes if spec.kernel is not None or spec.cmdline]
+    booted = [spec for spec in cell.topology.nodes if spec.kernel is not None or spec.cmdline or spec.drivers]
     if booted:
         raise NiclabError(
-            f"{args.scenario}: cell {cell.id} chooses a kernel or driver module parameters for node "
-            f"{booted[0].name}; the Vagrant rig boots the debian box's own kernel and command line: run this "
-            "cell with `niclab run`"
+            f"{args.scenario}: cell {cell.id} chooses a kernel, a driver or driver module parameters for node "
+            f"{booted[0].name}; the Vagrant rig boots the debian box's own kernel, modules and command line: run "
+            "this cell with `niclab run`"
         )
     return cell
 
