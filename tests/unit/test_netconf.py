@@ -199,3 +199,11 @@ def test_the_offloads_a_driver_starts_with_are_read_per_port_found_by_mac():
         "echo '[port link0]'; ethtool -k \"$(by_mac 02:00:00:00:00:01)\"",
         "echo '[port link2p1]'; ethtool -k \"$(by_mac 02:00:00:00:00:02)\"",
     ]
+
+
+def test_the_progress_line_lists_a_few_round_trips_and_summarizes_many():
+    from niclab.plumbing.netconf import rtt_summary
+
+    assert rtt_summary({"a->b link0": 1.234, "b->a link1": 0.5}) == "a->b link0 1.23 ms, b->a link1 0.50 ms"
+    many = {"a->b link0": 1.0, "a->c link0": 3.0, "b->c link0": 10.0, "c->a link0": 2.0}
+    assert rtt_summary(many) == "min 1.00 / median 2.50 / max 10.00 ms over 4 pairs, the worst b->c link0"

@@ -89,6 +89,24 @@ def parallel(jobs: dict[str, Callable[[], T]]) -> dict[str, T]:
     return results
 
 
+SHOWN_PAIRS = 3  # up to this many round trips are listed; more are summarized
+
+
+def rtt_summary(rtts: Mapping[str, float]) -> str:
+    """The idle round trips for the progress line: each of a few pairs, or min / median / max of many with the
+    worst pair named (eight nodes on a segment have 56; the cell record keeps every one)."""
+    if len(rtts) <= SHOWN_PAIRS:
+        return ", ".join(f"{k} {v:.2f} ms" for k, v in sorted(rtts.items()))
+    ordered = sorted(rtts.values())
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    worst = max(sorted(rtts), key=lambda k: rtts[k])
+    return (
+        f"min {ordered[0]:.2f} / median {median:.2f} / max {ordered[-1]:.2f} ms over {len(rtts)} pairs, "
+        f"the worst {worst}"
+    )
+
+
 def reachability(rig: Rig, net: NetPlan) -> dict[str, float]:
     """Ping across every cable (one way) and within every segment (every pair)."""
     jobs: dict[str, list[tuple[Iface, list[Iface]]]] = {}
@@ -234,7 +252,7 @@ def configure(
     rtts = reachability(rig, net)
     progress(
         f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
-        f"idle RTT " + ", ".join(f"{k} {v:.2f} ms" for k, v in sorted(rtts.items())) + ")"
+        f"idle RTT {rtt_summary(rtts)})"
     )
     return {
         "configure_s": round(configured, 2),
