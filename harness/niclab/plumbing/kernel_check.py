@@ -21,7 +21,7 @@ from niclab.base.problems import did_you_mean
 from niclab.model import bench, nics
 from niclab.model.driver_choice import DriverChoice, module_key
 from niclab.model.kernel_choice import KernelChoice
-from niclab.model.lab.modalias import Alias, PciDevice, drivers_for, parse_builtin_aliases
+from niclab.model.lab.modalias import NETWORK_CLASS, Alias, PciDevice, drivers_for, parse_builtin_aliases
 from niclab.model.scenario import Cell, Scenario
 from niclab.model.scenario.template import cell_id
 from niclab.plumbing.drivers.build import ensure_driver
@@ -221,9 +221,6 @@ def check_drivers(cells: Sequence[Cell], progress: Callable[[str], None]) -> lis
                         "it; give the link a driver for that card"
                     )
     return problems
-
-
-NETWORK_CLASS = 0x020000  # a card named by its PCI ID is matched as an Ethernet controller
 
 
 def _kernel_aliases(image: Image) -> list[Alias]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from niclab.model.driver_choice import module_key
 from niclab.run.records import CellRecord, NicFacts, SummaryRecord
 
 UNIT_SUFFIXES = {"Mbit/s": "_mbps", "MB/s": "_mb_s", "us": "_us", "ms": "_ms", "%": "_pct"}
@@ -48,7 +49,7 @@ def _driver(nic: NicFacts) -> str:
     """e1000e 6.1.0-50-amd64, and the module when it is not the driver's namesake or was built out of tree."""
     text = f"{'?' if nic.driver is None else nic.driver} {nic.version or ''}".strip()
     notes = []
-    if nic.module and nic.module.replace("-", "_") != (nic.driver or "").replace("-", "_"):
+    if nic.module and module_key(nic.module) != module_key(nic.driver or ""):
         notes.append(f"module {nic.module}")
     if nic.taint and "O" in nic.taint:
         notes.append("out of tree")

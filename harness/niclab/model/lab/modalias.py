@@ -28,6 +28,8 @@ _HEX8, _HEX2 = "[0-9A-F]{8}", "[0-9A-F]{2}"
 PCI_MODALIAS = re.compile(f"pci:v{_HEX8}d{_HEX8}sv{_HEX8}sd{_HEX8}bc{_HEX2}sc{_HEX2}i{_HEX2}")
 _PCI_ID = re.compile(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4})")
 
+NETWORK_CLASS = 0x020000  # an Ethernet controller: what a card named by its PCI ID alone is matched as
+
 
 @dataclass(frozen=True)
 class Alias:

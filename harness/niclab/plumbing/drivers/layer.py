@@ -26,33 +26,30 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
-import os
 import stat
 import time
 from collections.abc import Iterable, Mapping
+from functools import partial
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
-from niclab.base.filelock import locked
 from niclab.base.node import Progress
 from niclab.model.driver_choice import DriverChoice, module_key
-from niclab.model.lab.modalias import PciDevice, drivers_for, parse_aliases
+from niclab.model.lab.modalias import NETWORK_CLASS, PciDevice, drivers_for, parse_aliases
 from niclab.model.topology import NodeSpec, Topology
 from niclab.plumbing.drivers.asked import AskedModule
 from niclab.plumbing.drivers.build import BuiltDriver, ensure_driver
-from niclab.plumbing.image.addons import link_file
+from niclab.plumbing.image.addons import behind_initrd, derived_image
 from niclab.plumbing.image.assemble import Tree
 from niclab.plumbing.image.cpio import Entry, read_entries
 from niclab.plumbing.image.drivers import memory_floor_mib
 from niclab.plumbing.image.layer import archive_bytes
 from niclab.plumbing.image.modules import module_name
-from niclab.plumbing.image.store import Image, building, load_image, mark_used, write_cpio
+from niclab.plumbing.image.store import Image, write_cpio
 
 ARCHIVE = "drivers.cpio.gz"
 OWN = ("initrd.img", "manifest.json", "modules.alias", ARCHIVE)  # what a derived image writes itself
 UPDATES = "updates/niclab"  # where the modules go, below the kernel's modules directory
-NETWORK_CLASS = 0x020000  # what a card named by its PCI ID is matched as: an Ethernet controller
 
 
 def with_drivers(image: Image, drivers: Mapping[str, BuiltDriver], progress: Progress = print) -> Image:
@@ -80,20 +77,8 @@ def with_drivers(image: Image, drivers: Mapping[str, BuiltDriver], progress: Pro
         for module in sorted(built.modules, key=lambda m: m.name):
             digest.update(f"{module.name} {hashlib.sha256(module.file.read_bytes()).hexdigest()}\n".encode())
     target = image.directory.parent / f"{image.directory.name}+drv-{digest.hexdigest()[:12]}"
-    if (existing := load_image(target)) is not None:
-        return mark_used(existing)
-    if not os.access(target.parent, os.W_OK):
-        raise NiclabError(f"{target.parent} has no image {target.name}, and this user cannot build one there")
-    with locked(target.parent / ".lock"):
-        if (existing := load_image(target)) is not None:
-            return existing
-        progress(f"adding driver {', '.join(sorted({b.driver for b in drivers.values()}))} to image {image.id}")
-        with building(target) as work:
-            manifest = _derive(image, drivers, work, target.name.rsplit("+", 1)[1])
-            (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    derived = load_image(target)
-    assert derived is not None
-    return derived
+    doing = f"adding driver {', '.join(sorted({b.driver for b in drivers.values()}))} to image {image.id}"
+    return derived_image(target, doing, partial(_derive, image, drivers, tag=target.name.rsplit("+", 1)[1]), progress)
 
 
 def _last(entries: list[Entry], name: str) -> bytes | None:
@@ -120,6 +105,7 @@ def driver_entries(image: Image, drivers: Mapping[str, BuiltDriver]) -> tuple[li
     direct: dict[str, list[str]] = {}  # an added module -> the modules it needs itself
     new_aliases: list[str] = []
     for built in dict.fromkeys(drivers.values()):
+        own = {module_key(m.name) for m in built.modules}  # what its modules may need of each other
         for module in built.modules:
             name = module_key(module.name)
             data = module.file.read_bytes()
@@ -132,7 +118,7 @@ def driver_entries(image: Image, drivers: Mapping[str, BuiltDriver]) -> tuple[li
             direct[name] = [module_key(dep) for dep in module.depends]
             new_aliases += [f"alias {alias} {name}" for alias in module.aliases]
             for dep in module.depends:
-                if module_key(dep) not in deps and module_key(dep) not in {module_key(m.name) for m in built.modules}:
+                if module_key(dep) not in deps and module_key(dep) not in own:
                     raise NiclabError(
                         f"driver {built.choice}: module {module.name} needs {dep}, which kernel {version} of image "
                         f"{image.id} does not carry"
@@ -182,18 +168,11 @@ def _needs(
     return order
 
 
-def _derive(image: Image, drivers: Mapping[str, BuiltDriver], work: Path, tag: str) -> dict:
+def _derive(image: Image, drivers: Mapping[str, BuiltDriver], work: Path, *, tag: str) -> dict:
     entries, aliases, replaced = driver_entries(image, drivers)
     write_cpio(work / ARCHIVE, entries)
-    for path in sorted(image.directory.iterdir()):
-        if path.is_file() and path.name not in OWN:
-            link_file(path, work / path.name)
+    initrd, unpacked = behind_initrd(image, [work / ARCHIVE], work, OWN)
     (work / "modules.alias").write_text(aliases)  # what the lab's driver table reads: the guest's own
-    with open(work / "initrd.img", "wb") as out:
-        for part in (image.initrd, work / ARCHIVE):
-            out.write(part.read_bytes())
-    initrd = (work / "initrd.img").stat().st_size
-    unpacked = archive_bytes(work / "initrd.img")
     # the image's own floor is measured to the edge (the lab image's); what the layer adds is held twice while
     # the kernel unpacks it (3 MiB of an unstripped module made a 320 MiB lab guest fail to unpack)
     added = archive_bytes(work / ARCHIVE)

@@ -18,7 +18,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
+from functools import partial
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
@@ -45,6 +46,17 @@ def with_addons(image: Image, names: Iterable[str], progress: Progress = print) 
         )
     addons = [ensure_addon(name, progress) for name in wanted]
     target = image.directory.parent / "+".join([image.directory.name, *(a.id for a in addons)])
+    return derived_image(
+        target,
+        f"adding {', '.join(a.id for a in addons)} to image {image.id}",
+        partial(_derive, image, addons),
+        progress,
+    )
+
+
+def derived_image(target: Path, doing: str, derive: Callable[[Path], dict], progress: Progress) -> Image:
+    """The image in `target`, derived from another: found in the cache, or made once under the store's lock,
+    saying `doing` first: `derive(work)` writes the folder's files (behind_initrd) and returns its manifest."""
     if (existing := load_image(target)) is not None:
         return mark_used(existing)
     if not os.access(target.parent, os.W_OK):
@@ -52,26 +64,31 @@ def with_addons(image: Image, names: Iterable[str], progress: Progress = print) 
     with locked(target.parent / ".lock"):
         if (existing := load_image(target)) is not None:
             return existing
-        progress(f"adding {', '.join(a.id for a in addons)} to image {image.id}")
+        progress(doing)
         with building(target) as work:
-            manifest = _derive(image, addons, work)
+            manifest = derive(work)
             (work / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     derived = load_image(target)
     assert derived is not None
     return derived
 
 
-def _derive(image: Image, addons: list[Addon], work: Path) -> dict:
-    """The image's files (linked) and its initrd followed by the add-ons' archives in `work`; the manifest."""
+def behind_initrd(image: Image, parts: Iterable[Path], work: Path, own: Collection[str] = OWN) -> tuple[int, int]:
+    """Into `work`: the image's files (linked) but those named in `own`, and an initrd.img that is the image's
+    followed by `parts` (gzipped cpio archives); its size packed and unpacked."""
     for path in sorted(image.directory.iterdir()):
-        if path.is_file() and path.name not in OWN:
+        if path.is_file() and path.name not in own:
             link_file(path, work / path.name)
     with open(work / "initrd.img", "wb") as out:
-        for part in (image.initrd, *(a.archive for a in addons)):
+        for part in (image.initrd, *parts):
             with open(part, "rb") as data:
                 shutil.copyfileobj(data, out)
-    initrd = (work / "initrd.img").stat().st_size
-    unpacked = archive_bytes(work / "initrd.img")
+    return (work / "initrd.img").stat().st_size, archive_bytes(work / "initrd.img")
+
+
+def _derive(image: Image, addons: list[Addon], work: Path) -> dict:
+    """The image's files (linked) and its initrd followed by the add-ons' archives in `work`; the manifest."""
+    initrd, unpacked = behind_initrd(image, (a.archive for a in addons), work)
     programs = sum(int(a.manifest.get("programs_memory_mib", 0)) for a in addons)
     floor = max(int(image.manifest.get("min_memory_mib", 0)), memory_floor_mib(unpacked, initrd, programs))
     ids = "+".join(a.id for a in addons)

@@ -17,10 +17,8 @@ from niclab.base.errors import NiclabError
 from niclab.model import nics
 from niclab.model.lab.inventory import Card, Inventory
 from niclab.model.lab.match import Placement
-from niclab.model.lab.modalias import Alias, PciDevice, drivers_for, parse_aliases, parse_builtin_aliases
+from niclab.model.lab.modalias import NETWORK_CLASS, Alias, PciDevice, drivers_for, parse_aliases, parse_builtin_aliases
 from niclab.plumbing.image.store import LAB_RECIPE, Image
-
-PCI_NETWORK_CLASS = 0x020000  # an Ethernet controller: what a card named by its ID alone is taken for
 
 
 @dataclass(frozen=True)
@@ -122,7 +120,7 @@ def placed_drivers(
         if pci_id is None:
             continue
         table = tables[key[0]]
-        driver = table.resolve(pci_id, PCI_NETWORK_CLASS)
+        driver = table.resolve(pci_id, NETWORK_CLASS)
         found[key] = driver
         if driver.module is None and key not in asked:
             problems.append(
