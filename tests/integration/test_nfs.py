@@ -111,8 +111,12 @@ def test_bonnie_on_the_share_sends_its_blocks_over_the_link(session):
     rx_after, tx_after = link_bytes(session, "a")
 
     figures = {m.metric: m.value for m in found}
-    for metric in ("block_write_mb_s", "rewrite_mb_s", "block_read_mb_s", "seeks_per_s"):
-        assert figures.get(metric, 0) > 0, f"bonnie++ gave no {metric}: {sorted(figures)}"
+    too_fast = found[0].extra["too_fast"]
+    for metric in ("block_write_mb_s", "rewrite_mb_s", "seeks_per_s"):
+        assert figures.get(metric, 0) > 0, f"bonnie++ gave no {metric}: {sorted(figures)}, too fast: {too_fast}"
+    # 32 MiB read back over O_DIRECT takes about a second under TCG, but on a faster host it can end before bonnie++
+    # can time it (it prints +++++): then the figure is left out and named, and the bytes below prove the read
+    assert figures.get("block_read_mb_s", 0) > 0 or "get_block" in too_fast, f"{sorted(figures)}, {too_fast}"
     # the 32 MiB file was written, then read and written again (rewrite), then read: all of it through link0
     assert tx_after - tx_before >= 2 * 32 * 2**20, f"link0 sent {tx_after - tx_before} bytes"
     assert rx_after - rx_before >= 2 * 32 * 2**20, f"link0 received {rx_after - rx_before} bytes"
