@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.order import longest_first, read_durations
+
 pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,3 +22,9 @@ def data_dir() -> Path:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest modules first (tests/order.py), so the workers of `make test` finish together."""
+    items[:] = longest_first(items, read_durations())

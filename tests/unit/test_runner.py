@@ -631,6 +631,32 @@ def test_a_cell_that_fails_on_a_shared_boot_leaves_the_next_cell_a_fresh_one(tmp
     assert {r["boot"] for r in h.of("run", cell="secs=4")} == {2}
 
 
+def test_a_keeper_the_caller_holds_lends_its_rig_to_the_next_run_and_a_failure_stops_it(tmp_path, backend):
+    """The pytest plugin's session keeper: two runs (two items), one boot; the rig outlives the first run."""
+    from niclab.run.rigs import BootKeeper
+
+    def made(path: Path) -> Path:
+        path.mkdir()
+        return path
+
+    with BootKeeper(backend, lambda m: None) as rigs:
+        first = harness(made(tmp_path / "one"), backend)
+        assert first.runner.run(first.cells, rigs).ok
+        assert len(backend.realizations) == 1 and not backend.realizations[0].closed  # still up
+        second = harness(made(tmp_path / "two"), backend)
+        assert second.runner.run(second.cells, rigs).ok
+        assert len(backend.realizations) == 1  # the second run booted nothing
+        assert second.of("cell")[0]["boot"] == {"number": 1, "reused": True, "first_cell": "default"}
+        assert second.of("cell")[0]["timings"]["boot_s"] == 0.0
+
+        backend.when(NETPERF_STREAM, node="a", raises=KeyboardInterrupt(), realization=1)
+        third = harness(made(tmp_path / "three"), backend)
+        with pytest.raises(KeyboardInterrupt):
+            third.runner.run(third.cells, rigs)
+        assert backend.realizations[0].closed and rigs.current is None  # Ctrl-C stopped the caller's rig too
+        assert third.info()["status"] == "interrupted"
+
+
 def test_compare_pairs_the_alternated_repeats_of_two_cells_of_one_run(tmp_path, backend, replay, capsys):
     from niclab.ui.cli.main import main
 

@@ -136,9 +136,9 @@ class BootFacts(_Model):
 
     number: int
     reused: bool = False
-    """An earlier cell of equal topology booted it."""
+    """An earlier cell of equal topology booted it (under the pytest plugin, maybe an earlier item's)."""
     first_cell: str | None = None
-    """The cell it was booted for."""
+    """The cell it was booted for (under the pytest plugin, maybe one of an earlier item's run)."""
 
 
 class PlannedInterface(_Model):

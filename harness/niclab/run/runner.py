@@ -38,6 +38,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -204,25 +205,37 @@ class Runner:
 
     # -- the run ----------------------------------------------------------
 
-    def run(self, cells: Sequence[Cell]) -> RunOutcome:
+    def run(self, cells: Sequence[Cell], rigs: BootKeeper | None = None) -> RunOutcome:
         """Run the cells; run.json ends ok, failed or interrupted, whatever happens.
 
         KeyboardInterrupt (Ctrl-C, SIGTERM) is recorded and re-raised, so the
         caller can stop as it must (the CLI prints a line, pytest its summary).
         Anything else that ends the run early becomes a RunAborted with one line.
+
+        `rigs`, a keeper the caller holds (the pytest plugin's, one per session), lends the rig an earlier
+        run left up and keeps the last one up after this run; without it the run's rigs stop with it.
+        Whatever ends the run early stops the caller's rig too.
         """
         self.info.status = "running"
         works: list[CellWork] = []
         try:
             self._write_info()
             works = [self._work(n, cell, len(cells)) for n, cell in enumerate(cells, start=1)]
-            with BootKeeper(self.backend, self.progress) as rigs:
+            with ExitStack() as stack:
+                if rigs is None:
+                    rigs = stack.enter_context(BootKeeper(self.backend, self.progress))
+                else:
+                    rigs.progress = self.progress  # the boots it makes now are this run's
                 for work, rounds in schedule(works):
                     self._run_step(rigs, work, rounds)
         except KeyboardInterrupt:
+            if rigs is not None:
+                rigs.drop()
             self._finish("interrupted", "interrupted; every guest was stopped")
             raise
         except Exception as exc:
+            if rigs is not None:
+                rigs.drop()
             message = describe_exception(exc)
             self.info.error = {"message": message, "traceback": traceback.format_exc()}
             self._finish("failed", f"the run stopped early: {message}")

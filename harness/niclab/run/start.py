@@ -30,6 +30,7 @@ from niclab.run.parallel import ParallelRun
 from niclab.run.realizable import Verdict, verdicts
 from niclab.run.records import LabInfo, RunInfoRecord
 from niclab.run.results import RunDir, new_run_dir, new_run_info
+from niclab.run.rigs import BootKeeper
 from niclab.run.runner import Runner, RunOutcome
 
 
@@ -88,15 +89,18 @@ class Started:
     info: RunInfoRecord
     progress: Progress
 
-    def run(self) -> RunOutcome:
-        """Run the cells; Ctrl-C stops the guests and comes through as KeyboardInterrupt, run.json written."""
+    def run(self, rigs: BootKeeper | None = None) -> RunOutcome:
+        """Run the cells; Ctrl-C stops the guests and comes through as KeyboardInterrupt, run.json written.
+
+        `rigs`: a keeper of the caller's whose rigs outlive the run (the pytest plugin's, on the same backend);
+        a parallel run boots its own."""
         request = self.plan.request
         runner = Runner(
             self.plan.backend, self.run_dir, self.info, self.progress, started=request.started, repeat=request.repeat
         )
         if request.parallel:
             return ParallelRun(runner).run(self.cells)
-        return runner.run(self.cells)
+        return runner.run(self.cells, rigs)
 
 
 def check_parallel(request: RunRequest, backend: Backend) -> None:

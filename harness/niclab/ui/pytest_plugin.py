@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from niclab.model.lab.inventory import Inventory
     from niclab.model.scenario import Cell
     from niclab.model.scenario import ScenarioFile as ScenarioFileModel
-    from niclab.plumbing.backends import BackendOptions
+    from niclab.plumbing.backends import Backend, BackendOptions
+    from niclab.run.rigs import BootKeeper
     from niclab.run.session import Session
 
 SLOW_S = 120.0
@@ -234,7 +235,6 @@ class ScenarioCell(pytest.Item):
 
     def runtest(self) -> None:
         from niclab.model.kernel_choice import parse_kernel
-        from niclab.plumbing.backends import get_backend
         from niclab.run.start import RunRequest, plan, start
 
         config = self.config
@@ -244,7 +244,8 @@ class ScenarioCell(pytest.Item):
                 kernel = parse_kernel({"build": tree})
             except ValueError as exc:
                 raise NiclabError(f"--niclab-kernel-build: {exc}") from None
-        backend = get_backend(config.getoption("niclab_backend"), _backend_options(config))
+        shared = config.stash.setdefault(_SHARED, SharedRigs(config))
+        backend = shared.backend()
         lab_file = config.getoption("niclab_lab")
         request = RunRequest(
             scenario=self.scenario_file,
@@ -260,7 +261,7 @@ class ScenarioCell(pytest.Item):
         started = start(planned, _progress)  # a kernel that lacks a driver fails here, before anything boots
         run_dir = started.run_dir
         self.user_properties.append(("niclab_run_dir", str(run_dir.path)))
-        outcome = started.run().cells[0]  # Ctrl-C propagates: pytest stops with its own summary
+        outcome = started.run(shared.rigs()).cells[0]  # Ctrl-C propagates: pytest stops with its own summary
         for s in outcome.summaries:
             if s.headline:
                 selectors = [f"link={s.link}"] if s.link else []
@@ -286,6 +287,44 @@ class ScenarioCell(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, None, str]:
         return self.path, None, f"{self.path.name}::{self.cell.id}"
+
+
+class SharedRigs:
+    """The session's backend, and its rig keeper: scenario items of one topology boot once, as `niclab run`'s
+    cells do (niclab.run.rigs). Each item still has its own run directory; the rig the last item left up stops
+    when an item needs another topology, when a cell fails on it, and at the end of the session."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._backend: Backend | None = None
+        self._rigs: BootKeeper | None = None
+
+    def backend(self) -> Backend:
+        if self._backend is None:
+            from niclab.plumbing.backends import get_backend
+
+            self._backend = get_backend(self.config.getoption("niclab_backend"), _backend_options(self.config))
+        return self._backend
+
+    def rigs(self) -> BootKeeper:
+        if self._rigs is None:
+            from niclab.run.rigs import BootKeeper
+
+            self._rigs = BootKeeper(self.backend(), _progress)
+        return self._rigs
+
+    def close(self) -> None:
+        if self._rigs is not None:
+            self._rigs.drop()
+
+
+_SHARED = pytest.StashKey[SharedRigs]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The rig the last scenario item left up stops with the session (also after Ctrl-C)."""
+    if (shared := session.config.stash.get(_SHARED, None)) is not None:
+        shared.close()
 
 
 def _progress(message: str) -> None:
