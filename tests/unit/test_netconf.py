@@ -207,3 +207,125 @@ def test_the_progress_line_lists_a_few_round_trips_and_summarizes_many():
     assert rtt_summary({"a->b link0": 1.234, "b->a link1": 0.5}) == "a->b link0 1.23 ms, b->a link1 0.50 ms"
     many = {"a->b link0": 1.0, "a->c link0": 3.0, "b->c link0": 10.0, "c->a link0": 2.0}
     assert rtt_summary(many) == "min 1.00 / median 2.50 / max 10.00 ms over 4 pairs, the worst b->c link0"
+
+
+# -- the network check: which pairs, in which rounds --------------------------
+
+
+def one_segment(n: int):
+    """A scenario of n nodes (n0, n1, ...) on one switched segment."""
+    names = ", ".join(f"n{i}" for i in range(n))
+    text = f"name: s\nnodes: [{names}]\nlinks:\n  - between: [{names}]\n    nic: e1000\n"
+    return parse(text, "s.yaml").cells[0].scenario
+
+
+def segment(n: int):
+    return netconf.plan(one_segment(n))
+
+
+def test_a_segment_is_checked_around_a_ring_plus_a_few_chords_linear_in_its_nodes():
+    from niclab.plumbing.netconf import pairs
+
+    for n in (3, 4, 5, 8, 16, 32):
+        net = segment(n)
+        ring, chords = pairs.rounds(net, seed=7)
+        nodes = {i.node for i in net.ifaces}
+        assert {s.node for s, _ in ring} == nodes == {t.node for _, t in ring}  # every port sends and answers
+        assert [(s.node, t.node) for s, t in ring][-1] == (f"n{n - 1}", "n0")  # ... around the ring, back to a
+        assert len(ring) == n and len(chords) == min(n, pairs.CHORDS)
+        every = [(s.node, t.node) for s, t in ring + chords]
+        assert len(set(every)) == len(every) and all(s != t for s, t in every)
+        for one_round in (ring, chords):  # a port sends at most once a round: its probes can run at once
+            assert len({s.node for s, _ in one_round}) == len(one_round)
+    # three ports: the ring both ways is every ordered pair
+    ring, chords = pairs.rounds(segment(3), seed=7)
+    three = ("n0", "n1", "n2")
+    assert {(s.node, t.node) for s, t in ring + chords} == {(a, b) for a in three for b in three if a != b}
+
+
+def test_the_chords_come_from_the_seed_and_the_default_seed_from_the_plan():
+    from niclab.plumbing.netconf import pairs
+
+    def chords(net, seed):
+        return [(s.node, t.node) for s, t in pairs.rounds(net, seed)[1]]
+
+    net = segment(8)
+    # the same seed, the same pairs, in every process: a run can be reproduced
+    assert chords(net, 1) == chords(segment(8), 1) == [("n2", "n6"), ("n3", "n7"), ("n6", "n1")]
+    assert len({tuple(chords(net, seed)) for seed in range(20)}) > 1
+    assert pairs.plan_seed(net) == pairs.plan_seed(segment(8)) == 61408423  # the same in every process
+    assert pairs.plan_seed(segment(9)) != pairs.plan_seed(net)
+
+
+def test_a_cable_is_pinged_one_way_and_every_segment_of_a_plan_in_the_same_two_rounds():
+    from niclab.plumbing.netconf import pairs
+
+    ring, chords = pairs.rounds(plan(), seed=3)
+    assert [(s.node, t.node, s.name) for s, t in ring] == [
+        ("a", "b", "link0"),  # a cable (and a bond): one ping, whose echo crosses it both ways
+        ("b", "c", "link1p0"),
+        ("b", "c", "link1p1"),
+        ("a", "b", "bond2"),
+        ("a", "b", "link3"),
+        ("b", "c", "link3"),
+        ("c", "a", "link3"),
+    ]
+    assert {(s.node, t.node) for s, t in chords} == {("b", "a"), ("c", "b"), ("a", "c")}
+    assert pairs.rounds(segment(2), seed=3) == [[tuple(segment(2).ifaces)]]
+
+
+PING_ANSWER = "target {0}\nrtt min/avg/max/mdev = {1}/2.000/3.000/0.100 ms\n"
+
+
+def eight_node_rig(tmp_path, backend, answer):
+    """The fake backend's rig of eight nodes on one segment; `answer(node, target address)` answers each probe."""
+    import re
+
+    def call(node, text):
+        return answer(node, re.findall(r"198\.18\.\d+\.\d+", text)[0])
+
+    backend.when(r"^ok=''; for i in \$\(seq ", call=call)
+    return backend.realize(one_segment(8).topology(), tmp_path / "cell", lambda m: None)
+
+
+def test_the_check_pings_each_round_at_once_and_keeps_every_round_trip(tmp_path):
+    import threading
+
+    from niclab.plumbing.netconf import pairs
+    from tests.fakes import FakeBackend
+
+    ring_round = threading.Barrier(8, timeout=5)  # the ring's eight probes must all be running at once
+    probes = []
+
+    def answer(node, target):
+        probes.append((node, target))
+        if len(probes) <= 8:
+            ring_round.wait()
+        return PING_ANSWER.format(target, f"1.{len(probes):03d}")
+
+    backend = FakeBackend()
+    with eight_node_rig(tmp_path, backend, answer) as rig:
+        net = segment(8)
+        rtts = netconf.reachability(rig, net)
+    ring, chords = pairs.rounds(net, pairs.plan_seed(net))
+    assert list(rtts) == [f"{s.node}->{t.node} link0" for s, t in ring + chords]  # 11 pairs, not 56
+    assert all(1 < v < 2 for v in rtts.values())
+    assert {node for node, _ in probes[8:]} == {s.node for s, _ in chords}
+
+
+def test_a_pair_that_does_not_answer_fails_the_check_in_one_line_naming_both_ports(tmp_path):
+    import pytest
+
+    from tests.fakes import FakeBackend
+
+    def answer(node, target):
+        if (node, target) == ("n2", "198.18.0.4"):
+            return {"returncode": 1, "stdout": f"unreachable {target}\n"}
+        return PING_ANSWER.format(target, "1.0")
+
+    backend = FakeBackend()
+    with eight_node_rig(tmp_path, backend, answer) as rig, pytest.raises(netconf.NetconfError) as caught:
+        netconf.reachability(rig, segment(8))
+    assert str(caught.value) == (
+        "link 0: n2/link0 (198.18.0.3) cannot reach n3/link0 (198.18.0.4) over e1000 within 20 s"
+    )

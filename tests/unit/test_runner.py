@@ -18,6 +18,7 @@ import pytest
 from niclab.base.errors import NiclabError
 from niclab.model.scenario import load_scenario
 from niclab.plumbing.backends.qemu import BootError
+from niclab.plumbing.netconf import pairs
 from niclab.run.results import RunDir, new_run_info, read_records
 from niclab.run.runner import RunAborted, Runner, RunOutcome
 from niclab.run.session import Session
@@ -188,6 +189,7 @@ def test_session_configures_checks_and_measures_through_the_replay(tmp_path, bac
         assert session.facts["rig"]["backend"] == "fake"
         assert session.facts["nodes"]["a"]["interfaces"]["link0"]["driver"] == "e1000"
         assert session.facts["network"]["interfaces"]["b/link0"]["address"] == "198.18.0.2/24"
+        assert session.facts["network"]["ping_seed"] == pairs.plan_seed(session.net)  # the record names the seed
         found = {m.metric: m.value for m in session.bench("netperf", test="TCP_RR", seconds=5)}
         iperf = {m.metric: m.value for m in session.bench("iperf3", seconds=3)}
         ping = {m.metric: m.value for m in session.bench("ping", count=10, interval=0.2)}

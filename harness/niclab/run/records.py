@@ -181,7 +181,10 @@ class NetworkFacts(_Model):
     configure_s: float | None = None
     """Seconds to configure the network."""
     idle_rtt_ms: dict[str, float | None] = {}
-    """Per pair of ends, the round trip on the idle network."""
+    """Per pair of ends (`a->b link0`: from a over its link0), the round trip on the idle network: a cable one
+    way, a segment of more ports around a ring (each port to the next) and a few other pairs."""
+    ping_seed: int | None = None
+    """The seed that chose a segment's other pairs (by default from the plan: a scenario checks the same ones)."""
     interfaces: dict[str, PlannedInterface] = {}
     observed: dict[str, dict[str, ObservedEntry]] = {}
     """Per node, per `iface NAME` and `port NAME`: what the guest reported back."""
@@ -227,7 +230,8 @@ class CellRecord(_Record):
     boot: BootFacts | None = None
     """Which boot of the run the cell ran on: `number`, `reused`, `first_cell`."""
     network: NetworkFacts = NetworkFacts()
-    """Each interface as asked (address, MTU, bond, netem, offloads) and `observed`: what the guests reported."""
+    """Each interface as asked (address, MTU, bond, netem, offloads), `observed`: what the guests reported, and
+    `idle_rtt_ms`: the network check's round trips (a ring around each segment and a few more pairs, `ping_seed`)."""
     nodes: dict[str, NodeFacts] = {}
     """Per node: its kernel, and per interface driver, version, firmware, bus, PCI ID and subsystem, MAC, MTU."""
     interleaved_with: list[str] = []

@@ -19,7 +19,7 @@ from niclab.base.node import Node, Progress
 from niclab.model import offloads
 from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.guestsh import sections
-from niclab.plumbing.netconf import modules, params, verify
+from niclab.plumbing.netconf import modules, pairs, params, verify
 from niclab.plumbing.netconf.plan import PREFIX, Iface, NetconfError, NetPlan, plan, subnet
 from niclab.plumbing.netconf.script import CARRIER_TIMEOUT_S, features_script, knobs_script, node_script, reset_script
 
@@ -107,39 +107,37 @@ def rtt_summary(rtts: Mapping[str, float]) -> str:
     )
 
 
-def reachability(rig: Rig, net: NetPlan) -> dict[str, float]:
-    """Ping across every cable (one way) and within every segment (every pair)."""
-    jobs: dict[str, list[tuple[Iface, list[Iface]]]] = {}
-    for group in net.segments().values():
-        sources = group[:1] if len(group) == 2 else group
-        for source in sources:
-            targets = [t for t in group if t is not source]
-            jobs.setdefault(source.node, []).append((source, targets))
-
-    def ping_from(node: str) -> dict[str, float]:
-        rtts = {}
-        for source, targets in jobs[node]:
-            result = rig.node(node).run(
-                ping_script(source, targets), timeout=(PING_TIMEOUT_S + 5) * len(targets), check=False
+def probe(rig: Rig, source: Iface, target: Iface) -> float | None:
+    """Ping `target` from `source` until it answers, then measure the idle round trip (None: no figure)."""
+    result = rig.node(source.node).run(ping_script(source, [target]), timeout=PING_TIMEOUT_S + 5, check=False)
+    rtt = None
+    for line in result.stdout.splitlines():
+        if line.startswith("unreachable "):
+            raise NetconfError(
+                f"link {source.link}: {source.node}/{source.name} ({source.address}) cannot reach "
+                f"{target.node}/{target.name} ({target.address}) over {source.ports[0].model} within {PING_TIMEOUT_S} s"
             )
-            current = None
-            for line in result.stdout.splitlines():
-                if line.startswith("unreachable "):
-                    target = next(t for t in targets if t.address == line.split()[1])
-                    raise NetconfError(
-                        f"link {source.link}: {source.node} ({source.address}) cannot reach {target.node} "
-                        f"({target.address}) over {source.name} ({source.ports[0].model}) within {PING_TIMEOUT_S} s"
-                    )
-                if line.startswith("target "):
-                    current = next(t for t in targets if t.address == line.split()[1])
-                elif (match := RTT_RE.search(line)) and current is not None:
-                    rtts[f"{source.node}->{current.node} {source.name}"] = float(match[1])
-            if not result.ok and not rtts:
-                raise NetconfError(f"{node}: ping failed: {(result.stderr or result.stdout).strip()}")
-        return rtts
+        if match := RTT_RE.search(line):
+            rtt = float(match[1])
+    if not result.ok and rtt is None:
+        raise NetconfError(
+            f"{source.node}: ping from {source.name} to {target.node}/{target.name} failed: "
+            f"{(result.stderr or result.stdout).strip()}"
+        )
+    return rtt
 
-    found = parallel({node: partial(ping_from, node) for node in jobs})
-    return {key: value for rtts in found.values() for key, value in rtts.items()}
+
+def reachability(rig: Rig, net: NetPlan, seed: int | None = None) -> dict[str, float]:
+    """Ping across every cable (one way) and around every segment (a ring, plus a few seeded chords: see
+    netconf.pairs), the probes of a round at once. `seed`: the chords' (by default the plan's own)."""
+    rtts: dict[str, float] = {}
+    for pairs_of_round in pairs.rounds(net, pairs.plan_seed(net) if seed is None else seed):
+        jobs: dict[str, Callable[[], float | None]] = {
+            f"{s.node}->{t.node} {s.name}": partial(probe, rig, s, t) for s, t in pairs_of_round
+        }
+        found = parallel(jobs)
+        rtts.update((key, rtt) for key in jobs if (rtt := found[key]) is not None)
+    return rtts
 
 
 def _run_script(node: Node, script: str, doing: str, timeout: float) -> None:
@@ -217,7 +215,8 @@ def reset(rig: Rig, previous: NetPlan, baseline: Mapping[str, dict[str, dict[str
 def configure(
     rig: Rig, net: NetPlan, progress: Progress, baseline: Mapping[str, dict[str, dict[str, bool]]] | None = None
 ) -> dict:
-    """Configure every node (in parallel), check the result, ping across every wire. Returns facts.
+    """Configure every node (in parallel), check the result, ping across every wire. Returns facts: with the
+    idle round trips, the seed that chose the segments' extra pairs (netconf.pairs).
 
     `baseline` (node -> port -> feature -> on): the offloads the driver started with, on a rig earlier
     cells used; a port that differs in a feature this plan does not name fails the check."""
@@ -249,7 +248,8 @@ def configure(
 
     states = parallel({node: partial(configure_node, node) for node in rig.nodes})
     configured = time.monotonic() - started
-    rtts = reachability(rig, net)
+    seed = pairs.plan_seed(net)
+    rtts = reachability(rig, net, seed)
     progress(
         f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
         f"idle RTT {rtt_summary(rtts)})"
@@ -257,6 +257,7 @@ def configure(
     return {
         "configure_s": round(configured, 2),
         "idle_rtt_ms": rtts,
+        "ping_seed": seed,
         "interfaces": {
             f"{i.node}/{i.name}": {
                 "address": f"{i.address}/{PREFIX}",
