@@ -150,6 +150,8 @@ def test_the_line_says_cells_runs_elapsed_and_left():
     )
     assert describe_progress(progress("cell", 2, left=None)) == "2/2 cells done, 4/4 runs, 2:10 elapsed"
     assert describe_progress(progress("run", 1, left=0.2)).endswith(", over the estimate")
+    every_run = RunProgress("run", 2, 1, 0, 4, 4, 100.0, 0.0, time.monotonic())  # the last cell is ending
+    assert describe_progress(every_run) == "1/2 cells done, 4/4 runs, 1:40 elapsed, ending"
 
 
 def test_in_a_log_the_run_gets_plain_lines_at_its_start_and_per_ended_cell(monkeypatch):

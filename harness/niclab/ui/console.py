@@ -49,8 +49,12 @@ def describe_progress(progress: RunProgress) -> str:
         f"{progress.runs_done}/{progress.runs} runs",
         f"{clock(progress.elapsed_s)} elapsed",
     ]
-    if progress.left_s is not None:
-        parts.append(f"about {clock(progress.left_s)} left" if progress.left_s >= 1 else "over the estimate")
+    if progress.left_s is None:
+        pass
+    elif progress.left_s >= 1:
+        parts.append(f"about {clock(progress.left_s)} left")
+    else:  # the estimate is spent: the last cells are ending (their runs are done), or the run is slower than it
+        parts.append("ending" if progress.runs_done >= progress.runs else "over the estimate")
     return ", ".join(parts)
 
 
