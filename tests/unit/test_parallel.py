@@ -15,6 +15,7 @@ from niclab.model.lab.match import Unrealizable
 from niclab.model.lab.spread import Claim, Held, Load, spread
 from niclab.model.scenario import load_scenario, parse
 from niclab.run.parallel import ParallelRun
+from niclab.run.progress import RunProgress, Watch
 from niclab.run.results import RunDir, new_run_info, read_records
 from niclab.run.runner import Runner
 from niclab.run.units import Unit, starts, units_of
@@ -139,7 +140,14 @@ class SpreadingFake(FakeBackend):
         return None if found is None else (found.claim(topology), self)
 
 
-def run(tmp_path: Path, backend: FakeBackend, parallel: bool, text: str = SIX_CELLS, name: str = "run"):
+def run(
+    tmp_path: Path,
+    backend: FakeBackend,
+    parallel: bool,
+    text: str = SIX_CELLS,
+    name: str = "run",
+    watch: Watch | None = None,
+):
     path = tmp_path / "scenario.yaml"
     path.write_text(text)
     scenario = load_scenario(path)
@@ -155,7 +163,7 @@ def run(tmp_path: Path, backend: FakeBackend, parallel: bool, text: str = SIX_CE
         command=["niclab", "run"],
     )
     lines: list[str] = []
-    runner = Runner(backend, run_dir, info, lines.append)
+    runner = Runner(backend, run_dir, info, lines.append, watch=watch)
     started = time.monotonic()
     outcome = ParallelRun(runner).run(scenario.cells) if parallel else runner.run(scenario.cells)
     return outcome, run_dir, lines, time.monotonic() - started
@@ -204,6 +212,20 @@ def test_a_failed_unit_does_not_stop_the_others(tmp_path, replay):
     assert len(failed) == 1 and len([o for o in outcome.cells if o.ok]) == 5
     errors = [r for r in read_records(run_dir.results) if r["type"] == "error"]
     assert {r["cell"] for r in errors} == set(failed) and "rig2 did not answer" in errors[0]["message"]
+
+
+def test_the_units_of_a_parallel_run_tell_one_tally_as_their_cells_end_out_of_order(tmp_path, replay):
+    backend = SpreadingFake(replay, delay=0.05)
+    backend.fail_realize(NiclabError("rig2 did not answer"), at=1)
+    told: list[RunProgress] = []
+    outcome, _, _, _ = run(tmp_path, backend, parallel=True, watch=told.append)
+    ended = [p.cell for p in told if p.event == "cell"]
+    assert sorted(ended) == sorted(o.cell.id for o in outcome.cells)  # each cell once, in the order they ended
+    assert told[0].event == "start" and {(p.cells, p.runs) for p in told} == {(6, 12)}
+    assert [p.cells_done for p in told] == sorted(p.cells_done for p in told)  # counts only grow
+    assert [p.runs_done for p in told] == sorted(p.runs_done for p in told)
+    last = told[-1]
+    assert last.finished and last.left_s is None and last.runs_done == 12 and last.cells_failed == 1
 
 
 def test_a_unit_no_host_can_ever_take_fails_its_cells_and_the_others_run(tmp_path, replay):

@@ -19,6 +19,8 @@ from niclab.base.errors import NiclabError
 from niclab.model.scenario import load_scenario
 from niclab.plumbing.backends.qemu import BootError
 from niclab.plumbing.netconf import pairs
+from niclab.run.plan import estimates
+from niclab.run.progress import RunProgress
 from niclab.run.results import RunDir, new_run_info, read_records
 from niclab.run.runner import RunAborted, Runner, RunOutcome
 from niclab.run.session import Session
@@ -583,6 +585,44 @@ def test_repeats_of_cells_on_one_boot_go_round_robin(tmp_path, backend):
     assert {r["boot"] for r in h.of("run")} == {1}  # each run says which boot it ran on
 
 
+def test_the_runner_tells_the_whole_runs_progress_as_runs_and_cells_end(tmp_path, backend):
+    h = harness(tmp_path, backend, TWO_CELLS, repeat=2)
+    told: list[RunProgress] = []
+    h.runner.watch = told.append
+    assert h.run().ok
+
+    # round 1: secs=5's two benchmarks, then secs=4's; round 2 starts one cell later, so secs=4 ends first
+    assert [(p.event, p.cell) for p in told] == [("start", None)] + [("run", None)] * 6 + [("cell", "secs=4")] + [
+        ("run", None)
+    ] * 2 + [("cell", "secs=5")]
+    assert [p.runs_done for p in told] == [0, 1, 2, 3, 4, 5, 6, 6, 7, 8, 8]
+    assert {(p.cells, p.runs) for p in told} == {(2, 8)}
+    assert [p.cells_done for p in told if p.event == "cell"] == [1, 2]
+    assert all(p.left_s is not None for p in told[:-1]) and told[-1].finished and told[-1].left_s is None
+    assert told[0].left_s == pytest.approx(sum(e.total_s for e in estimates(h.cells, 2)))
+
+
+def test_a_cell_that_cannot_boot_counts_as_done_in_the_runs_progress(tmp_path, backend):
+    backend.fail_realize(BootError("guest(s) did not come up: a: the guest agent did not answer in time"), at=1)
+    h = harness(tmp_path, backend, TWO_CELLS)
+    told: list[RunProgress] = []
+    h.runner.watch = told.append
+    assert not h.run().ok
+
+    assert [(p.event, p.cell, p.cells_done, p.cells_failed, p.runs_done) for p in told] == [
+        ("start", None, 0, 0, 0),
+        ("cell", "secs=5", 1, 1, 2),  # its two runs will not run: done, and the cell counted as failed
+        ("run", None, 1, 1, 3),
+        ("run", None, 1, 1, 4),
+        ("cell", "secs=4", 2, 1, 4),
+    ]
+
+
+def test_a_run_without_a_watcher_keeps_no_tally(tmp_path, backend):
+    h = harness(tmp_path, backend)
+    assert h.run().ok and h.runner.tally is None
+
+
 def test_the_turns_of_cells_on_one_boot_and_how_often_each_sets_its_network_up():
     from niclab.run.rigs import network_setups, turns
 
@@ -604,6 +644,10 @@ def test_plan_counts_one_boot_per_group_and_a_network_set_up_per_turn(tmp_path):
     one_setup = plan.NETWORK_S + plan.PER_SEGMENT_PING_S
     assert (first.network_s, second.network_s) == (2 * one_setup, one_setup)  # A1 B1 B2 A2
     assert "1 boot and network set-ups included" in plan.plan_table("fake-two-cells", load_scenario(path).cells)
+    once = tmp_path / "once.yaml"
+    once.write_text(TWO_CELLS)
+    overridden, own = estimates(load_scenario(once).cells, repeat=2), estimates(load_scenario(path).cells)
+    assert [e.total_s for e in overridden] == [e.total_s for e in own] == [first.total_s, second.total_s]  # --repeat 2
 
 
 def test_cells_on_other_topologies_boot_their_own_rigs_grouped_by_topology(tmp_path, backend):

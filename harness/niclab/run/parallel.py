@@ -94,6 +94,9 @@ class ParallelRun:
         main._write_info()
         self._cells_list = list(cells)
         self.units = [self._unit_run(unit, cells) for unit in units_of([cell.topology for cell in cells])]
+        tally = main.start_tally(cells)  # shared: units tell it what ends, in whatever order it ends
+        for run in self.units:
+            run.runner.tally = tally
         waiting = list(self.units)
         running: list[UnitRun] = []
         try:
@@ -188,6 +191,7 @@ class ParallelRun:
         for number, cell in self._cells(run):
             work = runner._work(number, cell, len(self._cells_list))
             runner._cell_failed(NiclabError(message), work.base, work.outcome, "cell")
+            runner.cell_ended(work)
             outcomes.append(work.outcome)
         run.outcomes = outcomes
         run.done = True

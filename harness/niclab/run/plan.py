@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from niclab.model.scenario import Cell
+from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.run.rigs import network_setups, shared_boots
 
 BOOT_S = 8.0  # QEMU start to every agent answering, under TCG
@@ -32,29 +32,36 @@ class CellEstimate:
         return self.boot_s + self.network_s + self.benchmarks_s
 
 
-def rounds(cell: Cell) -> int:
+def repeats(cell: Cell, repeat: int | None = None) -> list[int]:
+    """Each benchmark's number of runs (`repeat` overrides the scenario's and the benchmarks' own, as --repeat)."""
+    return [repeat or spec.options.repeat or cell.scenario.repeat for spec in cell.scenario.benchmarks]
+
+
+def rounds(cell: Cell, repeat: int | None = None) -> int:
     """How many rounds the cell runs: its most repeated benchmark's repeats."""
-    return max((spec.options.repeat or cell.scenario.repeat for spec in cell.scenario.benchmarks), default=1)
+    return max(repeats(cell, repeat), default=1)
 
 
-def estimate(cell: Cell, boots: bool = True, setups: int = 1) -> CellEstimate:
+def run_seconds(spec: BenchmarkSpec) -> float:
+    """One run of a benchmark: what it estimates for itself, and a second to start it and read its results."""
+    return spec.plugin.estimate_seconds(spec.options) + 1
+
+
+def estimate(cell: Cell, boots: bool = True, setups: int = 1, repeat: int | None = None) -> CellEstimate:
     scenario = cell.scenario
     wires = sum(link.count if not link.bond else 1 for link in scenario.links)
-    benchmarks = sum(
-        (spec.plugin.estimate_seconds(spec.options) + 1) * (spec.options.repeat or scenario.repeat)
-        for spec in scenario.benchmarks
-    )
+    benchmarks = sum(run_seconds(spec) * n for spec, n in zip(scenario.benchmarks, repeats(cell, repeat), strict=True))
     network = (NETWORK_S + PER_SEGMENT_PING_S * wires) * setups
     return CellEstimate(cell, BOOT_S if boots else 0.0, network, benchmarks)
 
 
-def estimates(cells: list[Cell]) -> list[CellEstimate]:
+def estimates(cells: list[Cell], repeat: int | None = None) -> list[CellEstimate]:
     """Each cell's estimate, in order: the first cell of a boot pays for it; each pays for every network set-up."""
     found: dict[int, CellEstimate] = {}
     for group in shared_boots([cell.topology for cell in cells]):
-        setups = network_setups([rounds(cells[i]) for i in group])
+        setups = network_setups([rounds(cells[i], repeat) for i in group])
         for place, i in enumerate(group):
-            found[i] = estimate(cells[i], place == 0, setups[place])
+            found[i] = estimate(cells[i], place == 0, setups[place], repeat)
     return [found[i] for i in range(len(cells))]
 
 

@@ -51,6 +51,8 @@ from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.plumbing.backends.base import Backend
 from niclab.plumbing.contention import contention_of
 from niclab.run import stats
+from niclab.run.plan import repeats
+from niclab.run.progress import RunTally, Watch
 from niclab.run.records import (
     CellEndRecord,
     CellRecord,
@@ -168,6 +170,7 @@ class Runner:
         started: float | None = None,
         repeat: int | None = None,
         tagged: bool = False,
+        watch: Watch | None = None,
     ):
         self.backend = backend
         self.run_dir = run_dir
@@ -181,6 +184,8 @@ class Runner:
         self.tagged = tagged  # progress lines start with [cell] (cells run at once)
         self.stopping: Callable[[], bool] = _never  # asked between steps and benchmark runs
         self.rigs: BootKeeper | None = None  # run_unit's, which a parallel run drops on Ctrl-C
+        self.watch = watch  # told the whole run's progress as runs and cells end (niclab.run.progress)
+        self.tally: RunTally | None = None  # the run's; a parallel run's units share the main runner's
 
     def progress(self, message: str) -> None:
         """A progress line, also kept in the current cell's log."""
@@ -221,6 +226,7 @@ class Runner:
         try:
             self._write_info()
             works = [self._work(n, cell, len(cells)) for n, cell in enumerate(cells, start=1)]
+            self.tally = self.start_tally(cells)
             with ExitStack() as stack:
                 if rigs is None:
                     rigs = stack.enter_context(BootKeeper(self.backend, self.progress))
@@ -241,6 +247,22 @@ class Runner:
             self._finish("failed", f"the run stopped early: {message}")
             raise RunAborted(f"the run stopped early: {message}; see {self.run_dir.path / 'run.json'}") from None
         return self.conclude([work.outcome for work in works])
+
+    def start_tally(self, cells: Sequence[Cell]) -> RunTally | None:
+        """The run's tally of what has ended, told to the watcher (none without one)."""
+        if self.watch is None:
+            return None
+        tally = RunTally(cells, self.watch, self.repeat)
+        tally.start()
+        return tally
+
+    def cell_ended(self, work: CellWork) -> None:
+        if self.tally is not None:
+            self.tally.cell_ended(work.number, work.cell.id, not work.outcome.ok)
+
+    def _run_ended(self, work: CellWork, index: int) -> None:
+        if self.tally is not None:
+            self.tally.run_ended(work.number, index)
 
     def conclude(self, outcomes: list[CellOutcome]) -> RunOutcome:
         """End the run ok, or failed with every cell's errors and missed expectations (run.json says which)."""
@@ -302,9 +324,8 @@ class Runner:
             self.progress,
             save_raw=lambda name, text: self.run_dir.save_raw(cell.id, name, text),
         )
-        repeats = [self.repeat or spec.options.repeat or cell.scenario.repeat for spec in cell.scenario.benchmarks]
         base = Base(scenario=self.scenario_name, cell=cell.id, params=cell.params)
-        return CellWork(number, of, cell, session, cell_dir / "cell.log", repeats, base)
+        return CellWork(number, of, cell, session, cell_dir / "cell.log", repeats(cell, self.repeat), base)
 
     def _run_step(self, rigs: BootKeeper, work: CellWork, rounds: range) -> None:
         """Run rounds of one cell's benchmarks on its rig; the cell's last round also ends it."""
@@ -344,6 +365,7 @@ class Runner:
             self._cell_log = self._cell = None
         if ended:
             self._judge(cell, work.base, work.outcome)
+            self.cell_ended(work)
 
     def _summarize_benchmark(self, work: CellWork, index: int) -> None:
         """The summary of one benchmark's runs, once; fewer runs than asked (the cell failed) are marked partial."""
@@ -418,11 +440,13 @@ class Runner:
         try:
             run = session.run(spec)
         except NiclabError as exc:
+            self._run_ended(work, index)
             self._cell_failed(exc, base, work.outcome, "benchmark", shown=f"{label}{of}", run=run_id, benchmark=label)
             session.check_nodes()  # a node that died under the benchmark ends the cell, saying which and why
             return
         self._record_run(session, spec, label, run_id, n, repeats, started_at, run, base)
         work.runs.setdefault(index, []).append((run_id, run))
+        self._run_ended(work, index)
         if run.stopped is not None:  # its results so far are recorded; so is why it stopped
             self._cell_failed(
                 BenchmarkError(run.stopped),

@@ -27,6 +27,7 @@ from niclab.plumbing.backends import Backend, Spreading, kernel_check
 from niclab.plumbing.facts import host_facts
 from niclab.plumbing.kernel_check import check_kernels, with_kernel
 from niclab.run.parallel import ParallelRun
+from niclab.run.progress import Watch
 from niclab.run.realizable import Verdict, verdicts
 from niclab.run.records import LabInfo, RunInfoRecord
 from niclab.run.results import RunDir, new_run_dir, new_run_info
@@ -89,14 +90,21 @@ class Started:
     info: RunInfoRecord
     progress: Progress
 
-    def run(self, rigs: BootKeeper | None = None) -> RunOutcome:
+    def run(self, rigs: BootKeeper | None = None, watch: Watch | None = None) -> RunOutcome:
         """Run the cells; Ctrl-C stops the guests and comes through as KeyboardInterrupt, run.json written.
 
         `rigs`: a keeper of the caller's whose rigs outlive the run (the pytest plugin's, on the same backend);
-        a parallel run boots its own."""
+        a parallel run boots its own. `watch` is told the whole run's progress as benchmark runs and cells end
+        (niclab.run.progress)."""
         request = self.plan.request
         runner = Runner(
-            self.plan.backend, self.run_dir, self.info, self.progress, started=request.started, repeat=request.repeat
+            self.plan.backend,
+            self.run_dir,
+            self.info,
+            self.progress,
+            started=request.started,
+            repeat=request.repeat,
+            watch=watch,
         )
         if request.parallel:
             return ParallelRun(runner).run(self.cells)

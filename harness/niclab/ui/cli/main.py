@@ -77,7 +77,8 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
     started = start(planned, progress)
     run_dir = started.run_dir
     try:
-        outcome = started.run()
+        with progress.showing_run():  # the whole run's progress: a line of its own in a terminal
+            outcome = started.run(watch=progress.watch)
     except KeyboardInterrupt:
         print(f"niclab: interrupted; the guests were stopped; partial results in {run_dir.results}", file=sys.stderr)
         write_run_report(run_dir.path, progress)
