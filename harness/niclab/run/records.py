@@ -110,7 +110,7 @@ class RigFacts(_Model):
     backend: str | None = None
     accel: str | None = None
     """kvm or tcg; `mixed` when the nodes ran on lab hosts whose accelerators differ (`accel_nodes`)."""
-    accel_nodes: dict[str, str] = {}
+    accel_nodes: dict[str, str] = Field(default_factory=dict)
     """Per node, when `accel` is `mixed`: kvm or tcg, its host's verdict."""
     accel_reason: str | None = None
     """Why this accelerator (each host's, `URI: why; …`, when the nodes ran on several hosts that differ)."""
@@ -124,9 +124,9 @@ class RigFacts(_Model):
     kernel_origin: str | None = None
     kernel_boot: str | None = None
     """How the guests' kernel was booted: pvh or bzimage."""
-    agent_ready_s: dict[str, float] = {}
+    agent_ready_s: dict[str, float] = Field(default_factory=dict)
     """Per node: seconds from start until its agent answered."""
-    hosts: dict[str, str] = {}
+    hosts: dict[str, str] = Field(default_factory=dict)
     """Per node: the lab host it ran on (a run with --lab; its libvirt URI is under `libvirt`). Comparisons
     say when their two sides ran on different hosts."""
 
@@ -172,7 +172,7 @@ class ObservedEntry(_Model):
     """What a guest reported of one interface (`iface NAME`) or port (`port NAME`); bond_port.* keys for a bond."""
 
     qdisc: str | None = None
-    offloads: dict[str, JsonValue] = {}
+    offloads: dict[str, JsonValue] = Field(default_factory=dict)
     driver_proof: DriverProof | None = None
     """For a port given another driver (`driver:`): which module drives it, proven by its build id."""
 
@@ -180,13 +180,13 @@ class ObservedEntry(_Model):
 class NetworkFacts(_Model):
     configure_s: float | None = None
     """Seconds to configure the network."""
-    idle_rtt_ms: dict[str, float | None] = {}
+    idle_rtt_ms: dict[str, float | None] = Field(default_factory=dict)
     """Per pair of ends (`a->b link0`: from a over its link0), the round trip on the idle network: a cable one
     way, a segment of more ports around a ring (each port to the next) and a few other pairs."""
     ping_seed: int | None = None
     """The seed that chose a segment's other pairs (by default from the plan: a scenario checks the same ones)."""
-    interfaces: dict[str, PlannedInterface] = {}
-    observed: dict[str, dict[str, ObservedEntry]] = {}
+    interfaces: dict[str, PlannedInterface] = Field(default_factory=dict)
+    observed: dict[str, dict[str, ObservedEntry]] = Field(default_factory=dict)
     """Per node, per `iface NAME` and `port NAME`: what the guest reported back."""
 
 
@@ -210,7 +210,7 @@ class NicFacts(_Model):
 
 class NodeFacts(_Model):
     kernel: str | None = None
-    interfaces: dict[str, NicFacts] = {}
+    interfaces: dict[str, NicFacts] = Field(default_factory=dict)
 
 
 class CellRecord(_Record):
@@ -219,22 +219,22 @@ class CellRecord(_Record):
     type: Literal["cell"]
     time: str
     """When it was written (UTC, ISO 8601)."""
-    timings: dict[str, float] = {}
+    timings: dict[str, float] = Field(default_factory=dict)
     """Seconds: `boot_s` (0 on a reused boot), `network_s`, `agents_ready_since_start_s`."""
-    host: HostFacts = HostFacts()
+    host: HostFacts = Field(default_factory=HostFacts)
     """The host: hostname, kernel, CPU model, Python."""
-    rig: RigFacts = RigFacts()
+    rig: RigFacts = Field(default_factory=RigFacts)
     """The backend, the accelerator and why (each node's, `accel_nodes`, when its lab hosts' differ), QEMU's
     version, the image, the guests' kernel, agent start times; on a lab, `hosts` (node -> the lab host it ran on)
     and `libvirt` (node -> the host's URI and the domain)."""
     boot: BootFacts | None = None
     """Which boot of the run the cell ran on: `number`, `reused`, `first_cell`."""
-    network: NetworkFacts = NetworkFacts()
+    network: NetworkFacts = Field(default_factory=NetworkFacts)
     """Each interface as asked (address, MTU, bond, netem, offloads), `observed`: what the guests reported, and
     `idle_rtt_ms`: the network check's round trips (a ring around each segment and a few more pairs, `ping_seed`)."""
-    nodes: dict[str, NodeFacts] = {}
+    nodes: dict[str, NodeFacts] = Field(default_factory=dict)
     """Per node: its kernel, and per interface driver, version, firmware, bus, PCI ID and subsystem, MAC, MTU."""
-    interleaved_with: list[str] = []
+    interleaved_with: list[str] = Field(default_factory=list)
     """The cells whose repeats alternated with this one's on one boot."""
 
 
@@ -277,8 +277,8 @@ class PortCounters(_Model):
     tx_packets: int = 0
     rx_dropped: int = 0
     tx_dropped: int = 0
-    interrupts_per_cpu: list[int] = []
-    shared_irqs: list[str] = []
+    interrupts_per_cpu: list[int] = Field(default_factory=list)
+    shared_irqs: list[str] = Field(default_factory=list)
     """Interrupt lines that also serve other devices (their counts include those)."""
 
 
@@ -286,7 +286,7 @@ class HostLoad(_Model):
     """The host while the benchmark ran (niclab.plumbing.contention)."""
 
     contended: bool = False
-    reasons: list[str] = []
+    reasons: list[str] = Field(default_factory=list)
 
 
 class RunRecord(_Record):
@@ -314,7 +314,7 @@ class RunRecord(_Record):
     peer: Literal["self"] | None = None
     """`self` when client and server ran on one node over loopback (127.0.0.1): the reference beside `link`'s
     figure; absent across a link."""
-    options: dict[str, JsonValue] = {}
+    options: dict[str, JsonValue] = Field(default_factory=dict)
     """The benchmark's options as the scenario gave them."""
     started_at: str | None = None
     """UTC, ISO 8601."""
@@ -337,7 +337,7 @@ class RunRecord(_Record):
 class NetpipeExtra(_Model):
     """A measurement's tool details; NetPIPE's carries its whole curve."""
 
-    curve: list[Annotated[list[float], Field(min_length=3, max_length=3)]] = []
+    curve: list[Annotated[list[float], Field(min_length=3, max_length=3)]] = Field(default_factory=list)
     """[message bytes, Mbit/s, half the round trip in µs] per message size."""
 
 
@@ -412,9 +412,9 @@ class TestRecord(_Record):
     """The kernel the node ran."""
     tests_from: str | None = None
     """Where the tests came from, e.g. `Debian trixie linux-source-6.12 6.12.107-1`."""
-    dmesg: list[str] = []
+    dmesg: list[str] = Field(default_factory=list)
     """The kernel's log lines during the test, on the node that ran it (absent for a subtest)."""
-    console: list[str] = []
+    console: list[str] = Field(default_factory=list)
     """A crash's excerpt of the node's console (the oops or panic)."""
 
 
@@ -482,7 +482,7 @@ class SummaryRecord(_Record):
     """The cell failed before all its repeats ran."""
     contended: bool = False
     """The host starved the guests of CPU in some run: compare gives no verdict."""
-    contention: list[str] = []
+    contention: list[str] = Field(default_factory=list)
     """One line: in how many runs, and the worst run's reasons."""
 
     @model_validator(mode="after")
@@ -556,7 +556,7 @@ class LabInfo(_Model):
     """Its text."""
     name: str | None = None
     """The lab's name."""
-    prices: dict[str, float] = {}
+    prices: dict[str, float] = Field(default_factory=dict)
     """Card model -> what the lab paid."""
 
 
@@ -575,14 +575,14 @@ class RunInfoRecord(_Model):
     """The scenario file's path."""
     scenario_text: str | None = None
     """The scenario file's text as it was run."""
-    cells: list[str] = []
+    cells: list[str] = Field(default_factory=list)
     """The cells this run runs: those selected, of its shard, that its backend can realize."""
-    cell_order: list[str] = []
+    cell_order: list[str] = Field(default_factory=list)
     """Every cell of the scenario in its order, so shards merge in it; absent in runs written before it was
     recorded (then `cells` gives the order)."""
     backend: str | None = None
     """The backend's name."""
-    command: list[str] = []
+    command: list[str] = Field(default_factory=list)
     """The command line."""
     niclab_version: str | None = None
     """The version of niclab that ran it."""
@@ -594,13 +594,13 @@ class RunInfoRecord(_Model):
     """running, ok, failed or interrupted."""
     message: str | None = None
     """Why it failed: the failures and missed expectations."""
-    host: dict[str, JsonValue] = {}
+    host: dict[str, JsonValue] = Field(default_factory=dict)
     """The host: hostname, kernel, CPU model, Python."""
-    warnings: list[str] = []
+    warnings: list[str] = Field(default_factory=list)
     """What the run wants you to know although it passed (KVM fell back to TCG, cells not run)."""
     error: dict[str, JsonValue] | None = None
     """Why the run stopped early, when a reason not a cell's did: `message` and `traceback`."""
-    internal_errors: list[dict[str, JsonValue]] = []
+    internal_errors: list[dict[str, JsonValue]] = Field(default_factory=list)
     """Unexpected exceptions (bugs) in cells: each with its cell, stage, message and traceback."""
     lab: LabInfo | None = None
     """A lab run's inventory: its file, text, name and card prices."""

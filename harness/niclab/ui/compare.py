@@ -53,7 +53,7 @@ from scipy import stats as scipy_stats
 from niclab.base.errors import NiclabError
 from niclab.model.bench import all_metrics
 from niclab.run.records import SummaryRecord
-from niclab.ui.report.data import CellData, RunData, load_run
+from niclab.ui.report.data import CellData, RunData, for_compare, load_run
 from niclab.ui.report.render import TEMPLATES
 from niclab.ui.testchanges import TestComparison, compare_tests
 
@@ -351,7 +351,7 @@ def as_json(
 def compare_dirs(
     base: Path, new: Path, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
 ) -> list[Change]:
-    return compare(load_run(base), load_run(new), threshold_pct, alpha, every_metric)
+    return compare(load_run(base, for_compare), load_run(new, for_compare), threshold_pct, alpha, every_metric)
 
 
 def as_html(

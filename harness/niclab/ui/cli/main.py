@@ -284,24 +284,24 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from niclab.ui import compare
-    from niclab.ui.report.data import load_run
+    from niclab.ui.report.data import for_compare, load_run
     from niclab.ui.testchanges import compare_tests
 
     base = Path(args.base)
     new = Path(args.new) if args.new else base
     if args.cells:
         if args.new:  # two runs: nothing pairs their repeats
-            a, b = load_run(base).cell(args.cells[0]), load_run(new).cell(args.cells[1])
+            a, b = load_run(base, for_compare).cell(args.cells[0]), load_run(new, for_compare).cell(args.cells[1])
             changes = compare.compare_pair(a, b, args.threshold, args.alpha, args.all, paired=False)
         else:
-            run = load_run(base)
+            run = load_run(base, for_compare)
             a, b = run.cell(args.cells[0]), run.cell(args.cells[1])
             changes = compare.compare_cells(run, a.id, b.id, args.threshold, args.alpha, args.all)
         tests = compare_tests([(a, b)])
     elif not args.new:
         raise UsageError("compare needs two runs, or one run and --cells BASE_CELL NEW_CELL")
     else:
-        base_run, new_run = load_run(base), load_run(new)
+        base_run, new_run = load_run(base, for_compare), load_run(new, for_compare)
         changes = compare.compare(base_run, new_run, args.threshold, args.alpha, every_metric=args.all)
         tests = compare.selftest_changes(base_run, new_run)
     render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]

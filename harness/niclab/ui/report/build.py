@@ -13,7 +13,7 @@ from niclab.ui.report import cost, findings, plots, provenance
 from niclab.ui.report.data import RunData, merge_runs
 from niclab.ui.report.figures import Plot
 from niclab.ui.report.selftests import SelftestMap, selftest_map
-from niclab.ui.report.tables import Table, summary_table
+from niclab.ui.report.tables import SHOWN_CELLS, Table, summary_table
 
 
 def _maker(figures: list[plots.Figure]) -> Callable[[RunData], list[Plot]]:
@@ -27,11 +27,12 @@ class RunSection:
     plots: dict[str, list[Plot]]
     missing: list[str]  # sections these runs have no data for
     undrawn: list[str]  # sections whose figures matplotlib could not draw (values such as 1e308 beside 1)
+    crowded: list[str]  # sections whose figures would hold more bars or lines than can be read: why, per section
     costs: list[cost.CostRow]
     currency: str
     expectations: list[ExpectationRecord]
     errors: list[ErrorRecord]
-    cells: list[dict] = field(default_factory=list)  # provenance per cell
+    cells: list[dict] = field(default_factory=list)  # provenance per cell, of the first SHOWN_CELLS
     selftests: SelftestMap | None = None  # the kernel's selftests, test × card, when the run has any
 
 
@@ -41,18 +42,32 @@ class Report:
     generated_at: str
     version: str
     runs: list[RunSection]
-    findings: list[findings.Finding]
+    findings: list[findings.Finding]  # the first SHOWN_FINDINGS
+    more_findings: int = 0  # beyond those
 
 
-def _drawn(title: str, make: Callable[[RunData], Any], run: RunData, undrawn: list[str]) -> list[Plot]:
+SHOWN_FINDINGS = 200  # a sweep of thousands of cells can flag thousands
+
+
+def _drawn(
+    title: str, make: Callable[[RunData], Any], run: RunData, undrawn: list[str], crowded: list[str]
+) -> list[Plot]:
     """A section's figures; none when matplotlib cannot draw the run's values (a run directory is
-    untrusted: a mean of 1e308 beside one of 1 leaves no tick to place), and the section says so."""
+    untrusted: a mean of 1e308 beside one of 1 leaves no tick to place), or when they would hold more bars
+    or lines than anyone can read (a sweep of thousands of cells), and the section says so."""
     try:
         made = make(run)
+    except plots.Crowded as exc:
+        crowded.append(f"{title} ({exc})")
+        return []
     except (ValueError, ArithmeticError):
         undrawn.append(title)
         return []
     return [p for p in (made if isinstance(made, list) else [made]) if p]
+
+
+def _named(title: str, notes: list[str]) -> bool:
+    return any(note.startswith(f"{title} (") for note in notes)
 
 
 def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report:
@@ -63,15 +78,17 @@ def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report
     sections = []
     for run in runs:
         undrawn: list[str] = []
-        figures = {title: _drawn(title, make, run, undrawn) for title, make in makers}
+        crowded: list[str] = []
+        figures = {title: _drawn(title, make, run, undrawn, crowded) for title, make in makers}
         known, currency = cost.prices_of(run, prices)
         sections.append(
             RunSection(
                 run=run,
                 table=summary_table(run),
                 plots={k: v for k, v in figures.items() if v},
-                missing=[k for k, v in figures.items() if not v and k not in undrawn],
+                missing=[k for k, v in figures.items() if not v and k not in undrawn and not _named(k, crowded)],
                 undrawn=undrawn,
+                crowded=crowded,
                 costs=cost.cost_rows(run, known),
                 currency=currency,
                 expectations=[e for c in run.cells for e in c.expectations],
@@ -83,16 +100,18 @@ def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report
                         "interfaces": provenance.interfaces(c),
                         "interrupts": provenance.interrupt_spread(c),
                     }
-                    for c in run.cells
+                    for c in run.cells[:SHOWN_CELLS]
                 ],
                 selftests=selftest_map(run),
             )
         )
     names = list(dict.fromkeys(run.scenario for run in runs))
+    found = [f for run in runs for f in findings.find(run)]
     return Report(
         title="niclab report: " + ", ".join(names),
         generated_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         version=__version__,
         runs=sections,
-        findings=[f for run in runs for f in findings.find(run)],
+        findings=found[:SHOWN_FINDINGS],
+        more_findings=max(0, len(found) - SHOWN_FINDINGS),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from niclab.run.records import (
     ExpectationRecord,
     MeasurementRecord,
     NicSummary,
+    Record,
     RunInfoRecord,
     RunRecord,
     SummaryRecord,
@@ -108,8 +110,33 @@ def params_of(cell_id: str) -> dict:
     return dict(part.partition("=")[::2] for part in cell_id.split(","))
 
 
-def load_run(path: Path) -> RunData:
-    """A run directory's records, validated (niclab.run.records): a damaged file is one RunDirError line."""
+Keep = Callable[[Record], bool]
+
+
+def every_record(record: Record) -> bool:
+    return True
+
+
+def for_report(record: Record) -> bool:
+    """What a report draws from: all but the `cell_end` records and the measurements without a curve (the
+    summaries hold their figures)."""
+    if isinstance(record, MeasurementRecord):
+        return bool(record.extra.curve)
+    return not isinstance(record, CellEndRecord)
+
+
+def for_compare(record: Record) -> bool:
+    """What a comparison judges from: the cells' provenance, their runs, summaries and selftests."""
+    return isinstance(record, CellRecord | RunRecord | SummaryRecord | TestRecord)
+
+
+def load_run(path: Path, keep: Keep = every_record) -> RunData:
+    """A run directory's records, validated (niclab.run.records): a damaged file is one RunDirError line.
+
+    Every record is read and validated; only those `keep` takes are held (a sweep of 20,000 cells holds
+    some 150,000 records: a report needs neither the measurements the summaries already hold nor the
+    `cell_end` records). A cell with no record kept is still listed, as run.json names it.
+    """
     results = path / "results.jsonl"
     if not results.exists() and not results.is_symlink():
         raise UsageError(f"{path} is not a niclab run directory (it has no results.jsonl)")
@@ -118,6 +145,8 @@ def load_run(path: Path) -> RunData:
     for _, record in read_results(results):
         cell = cells.setdefault(record.cell, CellData(record.cell, {}))
         cell.params = record.params
+        if not keep(record):
+            continue
         if isinstance(record, CellRecord):
             cell.facts = record
         elif isinstance(record, CellEndRecord):
@@ -137,8 +166,8 @@ def load_run(path: Path) -> RunData:
     return RunData(path, info, list(cells.values()))
 
 
-def load_runs(paths: list[Path]) -> list[RunData]:
-    return [load_run(Path(p)) for p in paths]
+def load_runs(paths: list[Path], keep: Keep = every_record) -> list[RunData]:
+    return [load_run(Path(p), keep) for p in paths]
 
 
 def merge_runs(runs: list[RunData]) -> list[RunData]:

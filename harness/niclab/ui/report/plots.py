@@ -55,6 +55,12 @@ SHARED = {
     ),
 }
 SWEEP_SECTION = "against a swept setting"
+MAX_BARS = 60  # groups of bars in one figure: one per cell; more cannot be told apart (nor labelled)
+MAX_LINES = 20  # lines in one figure; more cannot be told apart (the colours repeat after ten)
+
+
+class Crowded(Exception):
+    """A figure would hold more bars or lines than anyone can read (a sweep of thousands of cells): not drawn."""
 
 
 def figures(declared: list[Figure] | None = None) -> list[Figure]:
@@ -134,6 +140,8 @@ def size_curve_plots(run: RunData, figure: Figure) -> list[Plot]:
     by_card: dict[str, list[tuple[CellData, list]]] = {}
     for cell, curve in curves.values():
         by_card.setdefault(cell.card, []).append((cell, curve))
+    if len(by_card) > MAX_LINES:
+        raise Crowded(f"{len(by_card)} cards, more than the {MAX_LINES} lines a figure shows")
     # one line per card (at its smallest MTU when the run sweeps MTUs)
     drawing, ax = new_figure()
     latency_figure, latency_ax = new_figure()
@@ -165,7 +173,7 @@ def size_curve_plots(run: RunData, figure: Figure) -> list[Plot]:
     )
     # one plot per card with a line per MTU
     for card, cells in by_card.items():
-        if len(cells) < 2:
+        if len(cells) < 2 or len(cells) > MAX_LINES:  # more lines than anyone can tell apart: the first plot has it
             continue
         drawing, ax = new_figure(6.5, 3.8)
         for i, (cell, curve) in enumerate(sorted(cells, key=lambda item: _mtu_of(item[0]) or 0)):
@@ -207,6 +215,8 @@ def _bars(
     cells = [c for c in run.cells if any(c.summary(name, link, peer) for name, peer in series.values())]
     if not cells:
         return None
+    if len(cells) > MAX_BARS:
+        raise Crowded(f"{len(cells):,} cells, more than the {MAX_BARS} bars a figure shows")
     figure, ax = new_figure()
     data = {
         label: [(s.mean if (s := cell.summary(name, link, peer)) else None, half_width(s)) for cell in cells]
@@ -226,6 +236,8 @@ def mtu_lines(run: RunData, figure: Figure) -> Plot | None:
             points.setdefault(cell.card, []).append((mtu, s.mean, half_width(s)))
     if not points or max(len(v) for v in points.values()) < 2:
         return None
+    if len(points) > MAX_LINES or sum(map(len, points.values())) > MAX_BARS * MAX_LINES:
+        raise Crowded(f"{sum(map(len, points.values())):,} points on {len(points)} lines, too many to tell apart")
     drawing, ax = new_figure()
     for i, (card, values) in enumerate(points.items()):
         values.sort(key=lambda v: v[0])
@@ -279,6 +291,8 @@ def pattern_bars(run: RunData, figure: Figure) -> Plot | None:
     cells = [c for c in run.cells if any(c.summary(s.metric, figure.link) for s in figure.series)]
     if not cells:
         return None
+    if len(cells) > MAX_BARS:
+        raise Crowded(f"{len(cells):,} cells, more than the {MAX_BARS} bars a figure shows")
     drawing, ax = new_figure()
     data = {
         cell.card if run.axes == ["nic"] else cell.id: [
@@ -297,7 +311,7 @@ SWEEP_METRICS = 6  # at most this many headline metrics are drawn against a swep
 def sweep_lines(run: RunData) -> list[Plot]:
     """Each headline metric against a numeric matrix axis other than MTU (a driver knob such as rx_usecs),
     one line per value of the other axes: the knob's effect on throughput, latency and CPU side by side."""
-    plots = []
+    plots, crowded = [], 0
     for axis in run.axes:
         given = [cell.params.get(axis) for cell in run.cells]
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in given)
@@ -316,6 +330,9 @@ def sweep_lines(run: RunData) -> list[Plot]:
                     unit = s.unit
             if max((len(points) for points in lines.values()), default=0) < 2:
                 continue
+            if len(lines) > MAX_LINES:
+                crowded = max(crowded, len(lines))
+                continue
             figure, ax = new_figure()
             for i, (label, points) in enumerate(lines.items()):
                 points.sort(key=lambda p: p[0])
@@ -333,4 +350,6 @@ def sweep_lines(run: RunData) -> list[Plot]:
             ax.grid(alpha=0.3)
             ax.legend()
             plots.append(to_plot(figure, f"{name} against {axis}", f"{run.scenario}: {name} per value of {axis}."))
+    if crowded and not plots:
+        raise Crowded(f"{crowded:,} lines, one per value of the other axes: more than the {MAX_LINES} a figure shows")
     return plots

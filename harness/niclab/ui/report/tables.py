@@ -66,14 +66,19 @@ class Table:
         return "\n".join(lines + [""] + [f"{note}" for note in self.notes]) + "\n"
 
 
+SHOWN_CELLS = 200  # columns of the summary table (and cells of the provenance): a sweep of thousands stays readable
+
+
 def column_label(run: RunData, cell: CellData) -> str:
     return cell.card if run.axes == ["nic"] else cell.id
 
 
 def summary_table(run: RunData) -> Table:
+    """The table of the run's first SHOWN_CELLS cells (a note says how many more `niclab export` has)."""
     labels = bench.table_rows()
+    shown = run.cells[:SHOWN_CELLS]
     first: dict[tuple[str, int, str | None], SummaryRecord] = {}  # (name, link, peer) -> its first summary
-    for cell in run.cells:
+    for cell in shown:
         for s in cell.summaries:
             if s.headline:
                 first.setdefault((s.name, s.link, s.peer), s)
@@ -85,7 +90,7 @@ def summary_table(run: RunData) -> Table:
         where = [f"link {link}"] if len(links) > 1 else []
         where += ["loopback"] if peer == "self" else []
         cells = []
-        for cell in run.cells:
+        for cell in shown:
             found = cell.summary(name, link, peer)
             half = (
                 (found.ci_high - found.ci_low) / 2
@@ -94,13 +99,17 @@ def summary_table(run: RunData) -> Table:
             )
             cells.append(Cell(found.mean if found else None, half, bool(found and found.unstable)))
         rows.append((label + (f" ({', '.join(where)})" if where else ""), s.unit, cells))
-    levels = {s.ci_level for c in run.cells for s in c.summaries if s.n > 1}
+    levels = {s.ci_level for c in shown for s in c.summaries if s.n > 1}
     notes = []
     if levels:
         notes.append(f"± is half the {'/'.join(f'{lv:g}' for lv in sorted(levels))} % Student-t interval of the mean.")
     if any(c.unstable for _, _, cells in rows for c in cells):
         notes.append("* unstable: its spread is above what the scenario accepts, or its tool doubted it.")
-    kernels = {c.id: drivers_line(c.facts) for c in run.cells if c.facts is not None and c.facts.nodes}
+    kernels = {c.id: drivers_line(c.facts) for c in shown if c.facts is not None and c.facts.nodes}
     if len(set(kernels.values())) > 1:  # the run compares kernels or drivers: say which ran where
-        notes += [f"{column_label(run, c)}: {kernels[c.id]}" for c in run.cells if c.id in kernels]
-    return Table(f"{run.scenario}", [column_label(run, c) for c in run.cells], rows, notes)
+        notes += [f"{column_label(run, c)}: {kernels[c.id]}" for c in shown if c.id in kernels]
+    if len(run.cells) > len(shown):
+        notes.append(
+            f"The first {len(shown)} of {len(run.cells):,} cells; `niclab export RUN --what summaries` has every one."
+        )
+    return Table(f"{run.scenario}", [column_label(run, c) for c in shown], rows, notes)

@@ -1,0 +1,87 @@
+"""Reports, comparisons and exports of sweeps of thousands of cells: what they hold, what they draw, what they show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from niclab.run.records import RunInfoRecord
+from niclab.ui.report.build import SHOWN_FINDINGS, build
+from niclab.ui.report.data import CellData, RunData, for_compare, for_report, load_run
+from niclab.ui.report.plots import MAX_BARS, MAX_LINES
+from niclab.ui.report.render import render_html
+from niclab.ui.report.tables import SHOWN_CELLS, summary_table
+from tests import records
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
+STUDY = ["nic-shootout", "mtu-sweep", "bonding", "nfs"]
+
+
+@pytest.mark.parametrize("name", STUDY)
+def test_a_report_and_a_comparison_hold_what_they_read_and_nothing_else(name):
+    whole = load_run(RUNS / name)
+    report, compare = load_run(RUNS / name, for_report), load_run(RUNS / name, for_compare)
+    assert [c.id for c in report.cells] == [c.id for c in compare.cells] == [c.id for c in whole.cells]
+    for full, for_r, for_c in zip(whole.cells, report.cells, compare.cells, strict=True):
+        assert for_r.summaries == for_c.summaries == full.summaries
+        assert for_r.runs == for_c.runs == full.runs
+        assert for_r.facts == for_c.facts == full.facts
+        assert for_r.errors == full.errors and for_r.expectations == full.expectations
+        assert for_r.params == for_c.params == full.params
+        assert for_r.end is None and for_c.end is None and not for_c.measurements
+        assert for_r.measurements == [m for m in full.measurements if m.extra.curve]
+    assert render_html(build([report])).count("<figure>") == render_html(build([whole])).count("<figure>")
+
+
+def test_a_report_and_a_comparison_still_refuse_a_damaged_record_they_do_not_hold(tmp_path):
+    run = records.write_run(tmp_path / "run", [records.summary("netperf.TCP_STREAM.throughput_mbps")], ["default"])
+    with (run / "results.jsonl").open("a") as sink:
+        sink.write('{"type": "cell_end", "scenario": "s", "cell": "default", "params": {}, "time": "t"}\n')
+        sink.write('{"type": "summary"}\n')
+    from niclab.run.records import RunDirError
+
+    for keep in (for_report, for_compare):
+        with pytest.raises(RunDirError, match=r"results.jsonl:2: cell_end without 'nodes'"):
+            load_run(run, keep)
+
+
+def _sweep(count: int) -> RunData:
+    cells = []
+    for n in range(count):
+        params = {"nic": ("e1000", "virtio")[n % 2], "rx_usecs": n // 2}
+        summary = records.summary(
+            "netperf.TCP_STREAM.throughput_mbps",
+            unit="Mbit/s",
+            samples=[900.0 + n, 910.0 + n],
+            unstable=True,
+            reasons=["cv 9 %"],
+        )
+        cells.append(CellData(",".join(f"{k}={v}" for k, v in params.items()), params, summaries=[summary]))
+    return RunData(Path("run"), RunInfoRecord(scenario="sweep"), cells)
+
+
+def test_a_sweep_of_many_cells_draws_no_figure_nobody_can_read_and_says_so():
+    section = build([_sweep(MAX_BARS + 1)]).runs[0]
+    assert "throughput, latency and CPU" not in section.plots
+    assert any(
+        note.startswith(f"throughput, latency and CPU ({MAX_BARS + 1} cells, more than the") for note in section.crowded
+    )
+    assert "throughput, latency and CPU" not in section.missing
+    assert "Not drawn, too crowded to read" in render_html(build([_sweep(MAX_BARS + 1)]))
+    small = build([_sweep(6)]).runs[0]
+    assert "throughput, latency and CPU" in small.plots and not small.crowded
+    assert MAX_LINES < MAX_BARS
+
+
+def test_a_sweep_of_many_cells_shows_the_first_cells_and_findings_and_says_how_many_more():
+    run = _sweep(SHOWN_CELLS + 50)
+    table = summary_table(run)
+    assert len(table.columns) == SHOWN_CELLS and all(len(cells) == SHOWN_CELLS for _, _, cells in table.rows)
+    assert f"The first {SHOWN_CELLS} of {SHOWN_CELLS + 50:,} cells" in table.notes[-1]
+    report = build([run])
+    assert len(report.runs[0].cells) == SHOWN_CELLS
+    assert len(report.findings) == SHOWN_FINDINGS and report.more_findings == SHOWN_CELLS + 50 - SHOWN_FINDINGS
+    html = render_html(report)
+    assert f"Findings ({SHOWN_CELLS + 50})" in html and f"And {SHOWN_CELLS + 50 - SHOWN_FINDINGS} more" in html
+    assert f"The first {SHOWN_CELLS} of\n  {SHOWN_CELLS + 50} cells" in html
