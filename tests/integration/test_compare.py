@@ -7,9 +7,10 @@ noise, which can move an uncapped TCG figure by tens of percent between runs.
 The two runs of a comparison are separate, so a busy host may hit either:
 the tests read from compare's JSON whether a side was contended and assert
 what niclab must say then. The cap takes three quarters of the open link's
-throughput, beyond what contention costs (at most half), so it is "worse"
-on a busy host too; a rerun of the capped scenario never moves that far, so
-under contention it is "host contention, no verdict".
+throughput, beyond what one busy process costs (at most half), so it is
+"worse" beside one too; only contention heavier than that (`unbounded`)
+leaves it without a verdict. A rerun of the capped scenario never moves
+that far, so under contention it is "host contention, no verdict".
 """
 
 from __future__ import annotations
@@ -73,13 +74,15 @@ def test_a_rerun_of_the_same_scenario_is_no_significant_change(capped, tmp_path)
 def test_a_rate_cap_is_worse_and_fails(capped, tmp_path):
     open_link = run("rate-open.yaml", tmp_path)
     code, out, err = compare(open_link, capped)
-    assert code == 1, out + err
-    code, change = throughput_change(open_link, capped)  # the other formats carry the same verdict
-    assert code == 1 and change["verdict"] == "worse", change
-    shown = f"worse, {BEYOND}" if change["contention"] else "worse"
-    assert change["beyond"] == (BEYOND if change["contention"] else ""), change
+    json_code, change = throughput_change(open_link, capped)  # the other formats carry the same verdict
+    # contention heavier than the one busy core the bound was measured under may explain any drop: no verdict then
+    assert change["verdict"] == "worse" or (change["unbounded"] and change["verdict"] == CONTENDED), change
+    worse = change["verdict"] == "worse"
+    assert code == json_code == (1 if worse else 0), out + err
+    shown = CONTENDED if not worse else f"worse, {BEYOND}" if change["contention"] else "worse"
+    assert change["beyond"] == (BEYOND if worse and change["contention"] else ""), change
     line = throughput_line(out)
     assert line.endswith(shown), line
     html = tmp_path / "compare.html"
     code, _, _ = compare(open_link, capped, "--format", "html", "--out", str(html))
-    assert code == 1 and f">{shown}</td>" in html.read_text() and 'class="worse"' in html.read_text()
+    assert code == json_code and f">{shown}</td>" in html.read_text()

@@ -77,19 +77,26 @@ STREAM, LATENCY = "netperf.TCP_STREAM.throughput_mbps", "netperf.TCP_RR.latency_
 BUSY = "other processes used 92 % of a core while the host's 2 CPUs were 96 % busy"
 
 
-def contended_on(run: RunData) -> RunData:
-    """The run with every summary measured while the host was contended."""
-    for summary in run.cells[0].summaries:
+def contended_on(run: RunData, load: float | None = 95.0) -> RunData:
+    """The run with every summary measured while the host was contended: other processes took `load` % of a core
+    in each of its runs (one busy process: about 95), or its runs did not measure it (None)."""
+    cell = run.cells[0]
+    for summary in cell.summaries:
         summary.contended, summary.contention = True, [BUSY]
+        summary.runs = [f"0.{n}" for n in range(1, len(summary.samples) + 1)]
+        host_load = {"contended": True, **({"others_cpu_pct": load, "steal_pct": 0.0, "cpus": 2} if load else {})}
+        cell.runs |= {run_id: records.run(run_id, host_load=host_load) for run_id in summary.runs}
     return run
 
 
-def judged(base: dict[str, list[float]], new: dict[str, list[float]], busy: str) -> dict[str, str]:
-    """Each metric's verdict line (`shown`) with side `busy` ("base", "new" or "both") contended."""
+def judged(
+    base: dict[str, list[float]], new: dict[str, list[float]], busy: str, load: float | None = 95.0
+) -> dict[str, str]:
+    """Each metric's verdict line (`shown`) with side `busy` ("base", "new" or "both") contended by `load`."""
     base_run, new_run = run_with(base), run_with(new)
     for side, run in (("base", base_run), ("new", new_run)):
         if busy in (side, "both"):
-            contended_on(run)
+            contended_on(run, load)
     return {c.name: c.shown for c in compare(base_run, new_run)}
 
 
@@ -150,6 +157,21 @@ def test_for_a_time_contention_explains_a_rise_up_to_twice_the_base():
     assert judged(base, {LATENCY: [150.0, 152.0, 148.0]}, "new") == {LATENCY: f"better, {BEYOND}"}
     assert judged(base, {LATENCY: [150.0, 152.0, 148.0]}, "base") == {LATENCY: "host contention, no verdict"}
     assert judged(base, {LATENCY: [90.0, 91.0, 89.0]}, "base") == {LATENCY: f"better, {BEYOND}"}
+
+
+def test_contention_heavier_than_the_bound_was_measured_under_explains_any_change_its_way():
+    base, new = {STREAM: [380.0, 376.0, 379.8]}, {STREAM: [93.0, 92.5, 93.7]}  # -75 %
+    # two busy processes' worth (as on a shared machine): the guests may have lost more than half their speed
+    assert judged(base, new, "new", load=161.0) == {STREAM: "host contention, no verdict"}
+    (change,) = compare(run_with(base), contended_on(run_with(new), load=161.0))
+    assert change.unbounded == ["new"]
+    text = as_text([change], Path("a"), Path("b"), 5.0, 0.05)
+    assert "no verdict (new: heavier than the one busy core the bound was measured under, or not measured)" in text
+    assert judged(base, new, "new", load=None) == {STREAM: "host contention, no verdict"}  # not measured: no bound
+    # however busy the base's host was, it only made the base slower: a drop stays a drop
+    assert judged(base, new, "base", load=161.0) == {STREAM: f"worse, {BEYOND}"}
+    assert judged(new, base, "base", load=161.0) == {STREAM: "host contention, no verdict"}
+    assert judged(base, new, "both", load=161.0) == {STREAM: "host contention, no verdict"}
 
 
 def test_metrics_contention_has_no_bound_for_get_no_verdict_however_far_they_move():

@@ -283,6 +283,11 @@ class HostLoad(_Model):
 
     contended: bool = False
     reasons: list[str] = []
+    others_cpu_pct: float | None = None
+    """Other processes' CPU use (the harness included), in % of one core."""
+    steal_pct: float | None = None
+    """The hypervisor's steal, in % of all the host's CPUs."""
+    cpus: int | None = None
 
 
 class RunRecord(_Record):

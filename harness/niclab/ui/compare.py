@@ -27,10 +27,14 @@ outside that span, and the verdict line says so: "worse, beyond host
 contention (at most 50 % slower)" (`beyond`); inside it, or not significant,
 the metric gets "host contention, no verdict", with the reason. A 75 % drop
 of the new side's throughput is worse whatever the host did; a 30 % drop is
-no verdict; a gain while only the new side was contended is a gain. Metrics
-that are neither a rate nor a typical time (loss, retransmits, CPU use,
-tail latencies, jitter) have no known bound under contention and get no
-verdict.
+no verdict; a gain while only the new side was contended is a gain. The
+bound was measured beside one busy process: a side whose runs saw heavier
+contention (other processes and the hypervisor's steal taking more than
+one core, `MEASURED_LOAD_PCT`), or did not measure it, is `unbounded`: it
+explains any speed its way (down to 0 for the new side, up without limit
+for the base). Metrics that are neither a rate nor a typical time (loss,
+retransmits, CPU use, tail latencies, jitter) have no known bound under
+contention and get no verdict.
 
 Two cells of one run (an A/B comparison, `compare_cells`) whose repeats
 alternated on one boot (A1 B1 B2 A2 …, niclab.run.runner) are compared paired:
@@ -80,6 +84,9 @@ CONTENDED = "host contention, no verdict"
 #: The most host contention has cost the guests' speed, in % (measured 31–42 % on average, 46 % at the extremes,
 #: niclab.plumbing.contention): a contended side ran at no less than half its quiet speed.
 CONTENTION_BOUND_PCT = 50.0
+#: The load the bound was measured under: other processes (and the hypervisor's steal) taking at most one core, in %
+#: of a core (one busy process: 79–99 %). Heavier contention, or contention not measured so, has no known bound.
+MEASURED_LOAD_PCT = 100.0
 BEYOND = f"beyond host contention (at most {CONTENTION_BOUND_PCT:g} % slower)"
 #: Words of a time metric's name that make it a tail or a spread: contention stretches those without a known bound.
 SPREADS = frozenset({"max", "p90", "p99", "mdev", "jitter"})
@@ -105,6 +112,7 @@ class Change:
     left_out: int = 0  # pairs not judged: the host was contended during one side's repeat only, or a reboot between
     across: str = ""  # the sides ran on different lab hosts: "across hosts (rig1 vs rig2)"
     beyond: str = ""  # a verdict on a contended side: the change lies beyond what contention costs (BEYOND)
+    unbounded: list[str] = field(default_factory=list)  # contended sides heavier than the bound was measured under
 
     @property
     def shown(self) -> str:
@@ -242,14 +250,35 @@ def speed(metric: MetricInfo | None, base_mean: float, new_mean: float) -> float
     return None
 
 
-def beyond_contention(ratio: float | None, base_contended: bool, new_contended: bool) -> bool:
-    """Whether a speed ratio (`speed`) lies beyond what host contention explains: a contended new side down to
-    half the base's speed, a contended base side up to twice the new's, an uncontended side nothing."""
+def load_pct(cell: CellData, summary: SummaryRecord) -> float | None:
+    """The most CPU other processes and the hypervisor took while the summary's runs ran, in % of a core; None
+    where a run did not measure it (runs of other backends, or from before niclab recorded it)."""
+    worst = None
+    for run_id in summary.runs:
+        run = cell.runs.get(run_id)
+        load = run.host_load if run is not None else None
+        if load is None or load.others_cpu_pct is None:
+            return None
+        taken = load.others_cpu_pct + (load.steal_pct or 0.0) * (load.cpus or 1)
+        worst = taken if worst is None else max(worst, taken)
+    return worst
+
+
+def bounded(cell: CellData, summary: SummaryRecord) -> bool:
+    """Whether what contention cost this side is bounded: it was measured, and no heavier than the bound's."""
+    load = load_pct(cell, summary)
+    return load is not None and load <= MEASURED_LOAD_PCT
+
+
+def beyond_contention(ratio: float | None, base: str, new: str) -> bool:
+    """Whether a speed ratio (`speed`) lies beyond what host contention explains, by how each side was contended
+    ("", "bounded" or "unbounded"): a bounded contended new side explains down to half the base's speed, a bounded
+    contended base side up to twice the new's, an unbounded one any speed that way, an uncontended side nothing."""
     if ratio is None:
         return False
     slowest = 1 - CONTENTION_BOUND_PCT / 100
-    low = slowest if new_contended else 1.0
-    high = 1 / slowest if base_contended else 1.0
+    low = {"": 1.0, "bounded": slowest}.get(new, 0.0)
+    high = {"": 1.0, "bounded": 1 / slowest}.get(base, math.inf)
     return not low <= ratio <= high
 
 
@@ -294,7 +323,12 @@ def compare_pair(
             base_samples, new_samples = b.samples, n.samples
         change = 100.0 * (new_mean - base_mean) / abs(base_mean) if base_mean else None
         contended = bool(contention) and not paired  # paired: the contention hit both sides alike and cancels
-        beyond = ""
+        beyond, how = "", {}
+        if contended:
+            how = {
+                side: ("bounded" if bounded(cell, s) else "unbounded") if s.contention else ""
+                for side, cell, s in (("base", base_cell, b), ("new", new_cell, n))
+            }
         if len(base_samples) < 2 or len(new_samples) < 2:
             verdict = CONTENDED if contended else "untested"
         else:
@@ -308,7 +342,7 @@ def compare_pair(
                 verdict = "no significant change"
             if contended:  # a verdict stands only beyond what the contention explains
                 ratio = speed(metric, base_mean, new_mean)
-                if verdict in ("better", "worse") and beyond_contention(ratio, bool(b.contention), bool(n.contention)):
+                if verdict in ("better", "worse") and beyond_contention(ratio, how["base"], how["new"]):
                     beyond = BEYOND
                 else:
                     verdict, p_value = CONTENDED, None
@@ -331,6 +365,7 @@ def compare_pair(
                 left_out,
                 across,
                 beyond,
+                [side for side, kind in how.items() if kind == "unbounded"],
             )
         )
     return changes
@@ -387,6 +422,9 @@ def _measurements_text(changes: list[Change], base: Path, new: Path, threshold_p
                 why = "host contention (paired: rounds it hit on both sides alike)"
             else:
                 why = f"{c.verdict}, {c.beyond}" if c.beyond else "no verdict"
+                if c.unbounded:
+                    sides = " and ".join(c.unbounded)
+                    why += f" ({sides}: heavier than the one busy core the bound was measured under, or not measured)"
             lines.append(f"{c.cell} {c.name}: {why}: {'; '.join(c.contention)}")
     return "\n".join(lines)
 
