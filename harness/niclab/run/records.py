@@ -482,7 +482,7 @@ class SummaryRecord(_Record):
     partial: bool = False
     """The cell failed before all its repeats ran."""
     contended: bool = False
-    """The host starved the guests of CPU in some run: compare gives no verdict."""
+    """The host starved the guests of CPU in some run: compare judges only a change beyond what that explains."""
     contention: list[str] = []
     """One line: in how many runs, and the worst run's reasons."""
 
