@@ -4,10 +4,18 @@ significant; a netem cap of 100 Mbit/s against the same link without it is "wors
 The capped scenario is the stable one (throughput pinned near 95 Mbit/s), so
 "no significant change" tests compare's logic, not this shared machine's
 noise, which can move an uncapped TCG figure by tens of percent between runs.
+The two runs of a comparison are separate, so a busy host may hit either:
+the tests read from compare's JSON whether a side was contended and assert
+what niclab must say then. The cap takes three quarters of the open link's
+throughput, beyond what one busy process costs (at most half), so it is
+"worse" beside one too; only contention heavier than that (`unbounded`)
+leaves it without a verdict. A rerun of the capped scenario never moves
+that far, so under contention it is "host contention, no verdict".
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +23,11 @@ import pytest
 from .conftest import niclab
 
 HERE = Path(__file__).parent
+METRIC = "netperf.TCP_STREAM.throughput_mbps"
+CONTENDED = "host contention, no verdict"
+BEYOND = "beyond host contention (at most 50 % slower)"
+
+pytestmark = pytest.mark.measures
 
 
 def run(scenario: str, out: Path) -> Path:
@@ -36,26 +49,40 @@ def compare(base: Path, new: Path, *extra: str):
 
 
 def throughput_line(out: str) -> str:
-    return next(line for line in out.splitlines() if "netperf.TCP_STREAM.throughput_mbps" in line)
+    return next(line for line in out.splitlines() if METRIC in line)
+
+
+def throughput_change(base: Path, new: Path) -> tuple[int, dict]:
+    """compare's exit status with `--format json`, and the throughput's change there: its `contention` names a
+    contended side."""
+    code, out, _ = compare(base, new, "--format", "json")
+    return code, next(c for c in json.loads(out)["changes"] if c["name"] == METRIC)
 
 
 def test_a_rerun_of_the_same_scenario_is_no_significant_change(capped, tmp_path):
     rerun = run("rate-capped.yaml", tmp_path)
     code, out, err = compare(capped, rerun)
     assert code == 0, out + err
-    assert throughput_line(out).endswith("no significant change")
+    code, change = throughput_change(capped, rerun)
+    assert code == 0, change
+    expected = CONTENDED if change["contention"] else "no significant change"
+    assert change["verdict"] == expected, change
+    assert throughput_line(out).endswith(expected)
     assert "0 worse" in out and "Welch's t-test" in out
 
 
 def test_a_rate_cap_is_worse_and_fails(capped, tmp_path):
     open_link = run("rate-open.yaml", tmp_path)
     code, out, err = compare(open_link, capped)
-    assert code == 1, out + err
+    json_code, change = throughput_change(open_link, capped)  # the other formats carry the same verdict
+    # contention heavier than the one busy core the bound was measured under may explain any drop: no verdict then
+    assert change["verdict"] == "worse" or (change["unbounded"] and change["verdict"] == CONTENDED), change
+    worse = change["verdict"] == "worse"
+    assert code == json_code == (1 if worse else 0), out + err
+    shown = CONTENDED if not worse else f"worse, {BEYOND}" if change["contention"] else "worse"
+    assert change["beyond"] == (BEYOND if worse and change["contention"] else ""), change
     line = throughput_line(out)
-    assert line.endswith("worse"), line
-    # the other formats carry the same verdict
-    code, json_out, _ = compare(open_link, capped, "--format", "json")
-    assert code == 1 and '"verdict": "worse"' in json_out
+    assert line.endswith(shown), line
     html = tmp_path / "compare.html"
     code, _, _ = compare(open_link, capped, "--format", "html", "--out", str(html))
-    assert code == 1 and 'class="worse">worse<' in html.read_text()
+    assert code == json_code and f">{shown}</td>" in html.read_text()

@@ -3,6 +3,8 @@ and a knob the driver does not take refused before any benchmark, with what the 
 
 from __future__ import annotations
 
+import pytest
+
 from niclab.run.results import read_records
 
 from .conftest import niclab
@@ -53,6 +55,7 @@ def test_knobs_are_set_read_back_and_refused_when_the_driver_cannot(image, tmp_p
     assert not any(r["type"] == "measurement" and r["cell"] == "nic=e1000" for r in records)
 
 
+@pytest.mark.measures
 def test_the_coalescing_sweep_changes_what_it_should(image, repo, tmp_path):
     """Mininet's lesson: check that a knob acts, not only that it is set. e1000's rx-usecs caps the
     interrupt rate (QEMU emulates the card's ITR), so at 2.5 ms a request/response pair waits for it."""

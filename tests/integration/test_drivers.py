@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from niclab.run.results import read_records
 
 from .conftest import niclab, wait_no_qemu
@@ -27,6 +29,7 @@ def run(*args: str, timeout: float = 900) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+@pytest.mark.measures
 def test_the_scenario_runs_one_card_under_two_drivers_and_compare_judges_them(image, tmp_path):
     code, out, err = run(str(ROOT / "scenarios/driver-vs-driver.yaml"), "--out", str(tmp_path / "runs"))
     assert code == 0, err

@@ -20,6 +20,8 @@ from niclab.run.session import Session
 
 SCENARIO = Path(__file__).with_name("fidelity.yaml")
 
+pytestmark = pytest.mark.measures
+
 
 def metric(found, name):
     return next(m.value for m in found if m.metric == name)

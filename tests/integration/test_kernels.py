@@ -71,6 +71,7 @@ def test_a_tree_without_netem_is_refused_before_anything_boots(image, tmp_path, 
     assert not (tmp_path / "runs").exists() and wait_no_qemu(tmp_path) == []  # refused before a run began
 
 
+@pytest.mark.measures
 def test_two_debian_kernels_run_side_by_side_and_compare(image, tmp_path):
     scenario = tmp_path / "k.yaml"
     scenario.write_text(

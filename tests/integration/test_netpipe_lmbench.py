@@ -15,7 +15,7 @@ from niclab.model.scenario import parse
 from niclab.plumbing.backends.qemu import QemuBackend
 from niclab.run.session import Session
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.measures]
 
 SCENARIO = "name: t\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n"
 LMBENCH = {  # short runs: a few repetitions, 1 s of warm-up for bw_tcp instead of 7.5

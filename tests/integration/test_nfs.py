@@ -76,6 +76,7 @@ def test_the_image_serves_and_mounts_nfs(session):
     assert_nothing_left(session)
 
 
+@pytest.mark.measures
 def test_nfs_figures_and_traffic_over_the_link(session, fio):
     rx_before, tx_before = link_bytes(session, "a")
     found = session.bench("nfs")  # the defaults, as a scenario file that names no option gets them
@@ -96,6 +97,7 @@ def test_nfs_figures_and_traffic_over_the_link(session, fio):
     assert_nothing_left(session)
 
 
+@pytest.mark.measures
 def test_nfs_runs_again_in_the_same_guests(session, fio):
     found = session.bench("nfs", seconds=3, numjobs=1, nfs_version="4.1")
     figures = {m.name: m.value for m in found}
@@ -104,6 +106,7 @@ def test_nfs_runs_again_in_the_same_guests(session, fio):
     assert_nothing_left(session)
 
 
+@pytest.mark.measures
 def test_bonnie_on_the_share_sends_its_blocks_over_the_link(session):
     """bonnie++ (seed study 002 ran it beside fio) on the same share: block figures, and O_DIRECT bytes on link0."""
     rx_before, tx_before = link_bytes(session, "a")

@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from niclab.plumbing.accel import choose_accel
 from niclab.run.results import read_records
 
@@ -18,6 +20,7 @@ def only_run_dir(out: Path) -> Path:
     return runs[0]
 
 
+@pytest.mark.measures
 def test_two_node_scenario_measures_and_cleans_up(image, repo, tmp_path):
     proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path))
     out, err = proc.communicate(timeout=600)

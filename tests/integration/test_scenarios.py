@@ -39,6 +39,7 @@ def values(measurements, name, **where):
     return [m["value"] for m in measurements if m["name"] == name and all(m.get(k) == v for k, v in where.items())]
 
 
+@pytest.mark.measures
 def test_three_node_switch(image, repo, tmp_path):
     cell, found = run_scenario(repo, tmp_path, "three-node-switch.yaml", [])
     assert len(cell["network"]["idle_rtt_ms"]) == 6  # every node reached every other before measuring
@@ -47,6 +48,7 @@ def test_three_node_switch(image, repo, tmp_path):
     assert {(m["client"], m["server"]) for m in found if m["benchmark"] == "netperf"} == {("a", "b"), ("c", "b")}
 
 
+@pytest.mark.measures
 def test_bonding_three_rtl8139(image, repo, tmp_path):
     cell, found = run_scenario(repo, tmp_path, "bonding.yaml", ["nic=rtl8139"])
     for node in ("a", "b"):
@@ -68,6 +70,7 @@ def test_bonding_three_rtl8139(image, repo, tmp_path):
     assert all(port["tx_packets"] > 0 for port in bonded_run["counters"]["a"].values())
 
 
+@pytest.mark.measures
 def test_wan_delay_jitter_loss(image, repo, tmp_path):
     cell, found = run_scenario(repo, tmp_path, "wan.yaml", ["delay=25ms,loss=1%"])
     for node in ("a", "b"):
@@ -77,6 +80,7 @@ def test_wan_delay_jitter_loss(image, repo, tmp_path):
     assert 45 < rtt < 65  # 2 x 25 ms plus a little
 
 
+@pytest.mark.measures
 def test_mtu_sweep_jumbo_frames_on_one_boot_with_interleaved_repeats(image, repo, tmp_path):
     """Two MTUs of one card: one boot, repeats alternating between the cells, each MTU read back."""
     proc = niclab(
@@ -101,6 +105,7 @@ def test_mtu_sweep_jumbo_frames_on_one_boot_with_interleaved_repeats(image, repo
     assert wait_no_qemu(tmp_path, seconds=2) == []
 
 
+@pytest.mark.measures
 def test_nic_shootout_card_with_udp(image, repo, tmp_path):
     # every benchmark of the shoot-out once: what is checked here does not need the scenario's three repeats
     cell, found = run_scenario(repo, tmp_path, "nic-shootout.yaml", ["nic=tulip"], "--repeat", "1")
@@ -112,6 +117,7 @@ def test_nic_shootout_card_with_udp(image, repo, tmp_path):
     assert values(found, "netperf.TCP_RR.transaction_rate")[0] > 100
 
 
+@pytest.mark.measures
 def test_offloads_are_set_in_the_guest(image, repo, tmp_path):
     cell, found = run_scenario(repo, tmp_path, "offloads.yaml", ["segmentation=off,gro=off"])
     for node in ("a", "b"):

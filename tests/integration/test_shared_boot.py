@@ -8,6 +8,8 @@ and the test reads the state it recorded), and traffic must pass.
 
 from __future__ import annotations
 
+import pytest
+
 from niclab.model.scenario import parse
 from niclab.plumbing.backends.qemu import QemuBackend
 from niclab.run.rigs import BootKeeper
@@ -28,6 +30,7 @@ def mangleid(session: Session, port: str) -> str:
     return next(line.split()[1] for line in text.splitlines() if "tx-tcp-mangleid-segmentation:" in line)
 
 
+@pytest.mark.measures
 def test_one_boot_serves_cells_with_other_bonds_mtus_netem_and_offloads(image, tmp_path):
     lines: list[str] = []
     with BootKeeper(QemuBackend(image=image), lines.append) as rigs:

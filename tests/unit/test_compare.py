@@ -1,10 +1,11 @@
+import json
 from pathlib import Path
 
 import pytest
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.run.records import RunInfoRecord
-from niclab.ui.compare import as_html, as_text, compare, compare_cells
+from niclab.ui.compare import as_html, as_json, as_text, compare, compare_cells
 from niclab.ui.report.data import CellData, RunData
 from tests import records
 
@@ -72,6 +73,118 @@ def test_a_contended_side_gets_no_verdict_and_says_why():
     }  # fmt: skip
 
 
+STREAM, LATENCY = "netperf.TCP_STREAM.throughput_mbps", "netperf.TCP_RR.latency_mean_us"
+BUSY = "other processes used 92 % of a core while the host's 2 CPUs were 96 % busy"
+
+
+def contended_on(run: RunData, load: float | None = 95.0) -> RunData:
+    """The run with every summary measured while the host was contended: other processes took `load` % of a core
+    in each of its runs (one busy process: about 95), or its runs did not measure it (None)."""
+    cell = run.cells[0]
+    for summary in cell.summaries:
+        summary.contended, summary.contention = True, [BUSY]
+        summary.runs = [f"0.{n}" for n in range(1, len(summary.samples) + 1)]
+        host_load = {"contended": True, **({"others_cpu_pct": load, "steal_pct": 0.0, "cpus": 2} if load else {})}
+        cell.runs |= {run_id: records.run(run_id, host_load=host_load) for run_id in summary.runs}
+    return run
+
+
+def judged(
+    base: dict[str, list[float]], new: dict[str, list[float]], busy: str, load: float | None = 95.0
+) -> dict[str, str]:
+    """Each metric's verdict line (`shown`) with side `busy` ("base", "new" or "both") contended by `load`."""
+    base_run, new_run = run_with(base), run_with(new)
+    for side, run in (("base", base_run), ("new", new_run)):
+        if busy in (side, "both"):
+            contended_on(run, load)
+    return {c.name: c.shown for c in compare(base_run, new_run)}
+
+
+BEYOND = "beyond host contention (at most 50 % slower)"
+
+
+def test_a_drop_beyond_what_contention_costs_is_worse_and_says_so():
+    # the integration test's case: 378.6 -> 93.08 Mbit/s (-75 %) while the new run was contended
+    base, new = {STREAM: [380.0, 376.0, 379.8]}, {STREAM: [93.0, 92.5, 93.7]}
+    assert judged(base, new, "new") == {STREAM: f"worse, {BEYOND}"}
+    assert judged(base, new, "both") == {STREAM: f"worse, {BEYOND}"}
+    # contention of the base made the base slower, not the new one: a drop is no less a drop
+    assert judged(base, new, "base") == {STREAM: f"worse, {BEYOND}"}
+    (change,) = compare(run_with(base), contended_on(run_with(new)))
+    assert (change.verdict, change.beyond) == ("worse", BEYOND)  # machine-readable as ever
+    text = as_text([change], Path("a"), Path("b"), 5.0, 0.05)
+    assert text.splitlines()[4].endswith(f"worse, {BEYOND}")
+    assert "1 worse, 0 better" in text and "without a verdict" not in text
+    assert f"nic=e1000 {STREAM}: worse, {BEYOND}: new: {BUSY}" in text
+    html = as_html([change], Path("a"), Path("b"), 5.0, 0.05)
+    assert '<td class="worse" title="new: other processes' in html and f">worse, {BEYOND}</td>" in html
+    assert json.loads(as_json([change], Path("a"), Path("b"), 5.0, 0.05))["changes"][0]["beyond"] == BEYOND
+
+
+def test_a_drop_contention_can_explain_gets_no_verdict():
+    base, new = {STREAM: [460.0, 465.0, 470.0]}, {STREAM: [320.0, 325.0, 330.0]}  # -30 %
+    assert judged(base, new, "new") == {STREAM: "host contention, no verdict"}
+    (change,) = compare(run_with(base), contended_on(run_with(new)))
+    assert change.p_value is None and change.beyond == ""
+    # the edge: half the base's speed is the most contention explains
+    assert judged({STREAM: [400.0, 401.0, 399.0]}, {STREAM: [201.0, 202.0, 200.0]}, "new") == {
+        STREAM: "host contention, no verdict"
+    }
+    assert judged({STREAM: [400.0, 401.0, 399.0]}, {STREAM: [190.0, 191.0, 189.0]}, "new") == {
+        STREAM: f"worse, {BEYOND}"
+    }
+    # one sample cannot be tested, and under contention says why there is no verdict
+    assert judged({STREAM: [400.0]}, {STREAM: [90.0]}, "new") == {STREAM: "host contention, no verdict"}
+
+
+def test_which_side_was_contended_decides_which_way_contention_explains_a_change():
+    base, gain = {STREAM: [300.0, 302.0, 298.0]}, {STREAM: [390.0, 392.0, 388.0]}  # +30 %
+    # contention only slows: a contended new side that is faster anyway is faster
+    assert judged(base, gain, "new") == {STREAM: f"better, {BEYOND}"}
+    # a contended base was slowed down, which a 30 % gain may be all of
+    assert judged(base, gain, "base") == {STREAM: "host contention, no verdict"}
+    assert judged(base, gain, "both") == {STREAM: "host contention, no verdict"}
+    # ... but not a gain beyond twice the base's speed
+    assert judged(base, {STREAM: [650.0, 652.0, 648.0]}, "base") == {STREAM: f"better, {BEYOND}"}
+    # a contended base cannot explain a drop at all
+    assert judged(base, {STREAM: [250.0, 252.0, 248.0]}, "base") == {STREAM: f"worse, {BEYOND}"}
+
+
+def test_for_a_time_contention_explains_a_rise_up_to_twice_the_base():
+    base = {LATENCY: [200.0, 202.0, 198.0]}
+    assert judged(base, {LATENCY: [300.0, 303.0, 297.0]}, "new") == {LATENCY: "host contention, no verdict"}
+    assert judged(base, {LATENCY: [600.0, 606.0, 594.0]}, "new") == {LATENCY: f"worse, {BEYOND}"}
+    assert judged(base, {LATENCY: [150.0, 152.0, 148.0]}, "new") == {LATENCY: f"better, {BEYOND}"}
+    assert judged(base, {LATENCY: [150.0, 152.0, 148.0]}, "base") == {LATENCY: "host contention, no verdict"}
+    assert judged(base, {LATENCY: [90.0, 91.0, 89.0]}, "base") == {LATENCY: f"better, {BEYOND}"}
+
+
+def test_contention_heavier_than_the_bound_was_measured_under_explains_any_change_its_way():
+    base, new = {STREAM: [380.0, 376.0, 379.8]}, {STREAM: [93.0, 92.5, 93.7]}  # -75 %
+    # two busy processes' worth (as on a shared machine): the guests may have lost more than half their speed
+    assert judged(base, new, "new", load=161.0) == {STREAM: "host contention, no verdict"}
+    (change,) = compare(run_with(base), contended_on(run_with(new), load=161.0))
+    assert change.unbounded == ["new"]
+    text = as_text([change], Path("a"), Path("b"), 5.0, 0.05)
+    assert "no verdict (new: heavier than the one busy core the bound was measured under, or not measured)" in text
+    assert judged(base, new, "new", load=None) == {STREAM: "host contention, no verdict"}  # not measured: no bound
+    # however busy the base's host was, it only made the base slower: a drop stays a drop
+    assert judged(base, new, "base", load=161.0) == {STREAM: f"worse, {BEYOND}"}
+    assert judged(new, base, "base", load=161.0) == {STREAM: "host contention, no verdict"}
+    assert judged(base, new, "both", load=161.0) == {STREAM: "host contention, no verdict"}
+
+
+def test_metrics_contention_has_no_bound_for_get_no_verdict_however_far_they_move():
+    loss, tail = "netperf.UDP_STREAM.loss_pct", "netperf.TCP_RR.latency_p99_us"
+    base = {loss: [0.1, 0.12, 0.11], tail: [300.0, 303.0, 297.0], "ping.rtt_avg_ms": [1.0, 1.01, 0.99]}
+    new = {loss: [40.0, 41.0, 39.0], tail: [3000.0, 3030.0, 2970.0], "ping.rtt_avg_ms": [5.0, 5.05, 4.95]}
+    assert judged(base, new, "new") == {
+        loss: "host contention, no verdict",
+        tail: "host contention, no verdict",
+        "ping.rtt_avg_ms": f"worse, {BEYOND}",  # a typical time: bounded
+    }
+
+
 def ab_run(
     base: list[float],
     new: list[float],
@@ -125,6 +238,7 @@ def test_alternated_cells_are_judged_repeat_by_repeat_so_host_drift_cancels():
 def test_alternated_cells_get_a_verdict_under_contention_and_still_list_it():
     [change] = compare_cells(ab_run(DRIFTING_A, DRIFTING_B, contended=True), "A", "B")
     assert change.verdict == "worse" and change.contention[0].startswith("base: in 4 of 4 runs")
+    assert change.beyond == "" and change.shown == "worse"  # paired: judged as ever, no bound needed
     [change] = compare_cells(ab_run(DRIFTING_A, DRIFTING_B, alternated=False, contended=True), "A", "B")
     assert change.verdict == "host contention, no verdict"
 

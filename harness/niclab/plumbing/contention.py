@@ -18,7 +18,15 @@ could have used: the host was saturated (its CPUs at least `SATURATED_PCT`
 busy) and processes other than the guests used at least `OTHERS_LIMIT_PCT`
 of a core; or when the host's steal time passed `STEAL_LIMIT_PCT`. Its
 figures then say more about the host than about the NIC, and `compare`
-calls no change on them.
+calls a change on them only when it lies beyond what contention can cost
+(niclab.ui.compare's `CONTENTION_BOUND_PCT`).
+
+What contention costs, measured here: one busy process beside the two-node
+e1000 pair took 31–42 % of its throughput on average (TCP_STREAM 452–473
+Mbit/s quiet, 256–282 loaded; bench/normalize.py: 31 % from the e1000, 42 %
+from a virtio reference), 46 % between the extreme runs. A contended guest
+is slower, never faster; `compare` takes it to run at no less than half its
+quiet speed.
 
 vCPU waiting alone does not tell: measured here (2 cores, two-node e1000
 under TCG) the guests' vCPUs waited 14–27 % of the time on a quiet host

@@ -287,6 +287,11 @@ class HostLoad(_Model):
 
     contended: bool = False
     reasons: list[str] = Field(default_factory=list)
+    others_cpu_pct: float | None = None
+    """Other processes' CPU use (the harness included), in % of one core."""
+    steal_pct: float | None = None
+    """The hypervisor's steal, in % of all the host's CPUs."""
+    cpus: int | None = None
 
 
 class RunRecord(_Record):
@@ -481,7 +486,7 @@ class SummaryRecord(_Record):
     partial: bool = False
     """The cell failed before all its repeats ran."""
     contended: bool = False
-    """The host starved the guests of CPU in some run: compare gives no verdict."""
+    """The host starved the guests of CPU in some run: compare judges only a change beyond what that explains."""
     contention: list[str] = Field(default_factory=list)
     """One line: in how many runs, and the worst run's reasons."""
 

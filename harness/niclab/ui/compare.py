@@ -11,9 +11,30 @@ mean latency, loss); secondary ones such as retransmit counts are noisy
 enough to raise false alarms, and come with `every_metric`.
 
 A metric measured while the host starved the guests of CPU on either side
-(the summary's `contended`, niclab.plumbing.contention) gets no verdict: "host
-contention, no verdict", with the reason. A busy host looks exactly like a
-slower driver.
+(the summary's `contended`, niclab.plumbing.contention) is judged only where
+the contention cannot explain its change: a busy host looks exactly like a
+slower driver, but only up to what it costs. Contention makes the guests
+slower, never faster, and has cost them at most 46 % here (one busy process
+beside the two-node e1000 pair: 31–42 % on average), so a contended side ran
+at no less than half its quiet speed (`CONTENTION_BOUND_PCT`). In ratios,
+with the new figure's *speed* against the base's (new / base for a rate,
+where higher is better: throughput, transactions, IOPS; base / new for a mean
+time, where lower is better: mean, median or minimum latency): contention of
+the new side explains a speed down to 0.5, contention of the base side one up
+to 2, and a side without contention explains nothing. A change that is
+significant and beyond the threshold keeps its verdict when its speed lies
+outside that span, and the verdict line says so: "worse, beyond host
+contention (at most 50 % slower)" (`beyond`); inside it, or not significant,
+the metric gets "host contention, no verdict", with the reason. A 75 % drop
+of the new side's throughput is worse whatever the host did; a 30 % drop is
+no verdict; a gain while only the new side was contended is a gain. The
+bound was measured beside one busy process: a side whose runs saw heavier
+contention (other processes and the hypervisor's steal taking more than
+one core, `MEASURED_LOAD_PCT`), or did not measure it, is `unbounded`: it
+explains any speed its way (down to 0 for the new side, up without limit
+for the base). Metrics that are neither a rate nor a typical time (loss,
+retransmits, CPU use, tail latencies, jitter) have no known bound under
+contention and get no verdict.
 
 Two cells of one run (an A/B comparison, `compare_cells`) whose repeats
 alternated on one boot (A1 B1 B2 A2 …, niclab.run.runner) are compared paired:
@@ -51,7 +72,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from scipy import stats as scipy_stats
 
 from niclab.base.errors import NiclabError
-from niclab.model.bench import all_metrics
+from niclab.model.bench import MetricInfo, all_metrics
 from niclab.run.records import SummaryRecord
 from niclab.ui.report.data import CellData, RunData, for_compare, load_run
 from niclab.ui.report.render import TEMPLATES
@@ -60,6 +81,16 @@ from niclab.ui.testchanges import TestComparison, compare_tests
 METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
 PAIRED = "paired t-test on the differences of alternating repeats (A1 B1 B2 A2 … on one boot)"
 CONTENDED = "host contention, no verdict"
+#: The most host contention has cost the guests' speed, in % (measured 31–42 % on average, 46 % at the extremes,
+#: niclab.plumbing.contention): a contended side ran at no less than half its quiet speed.
+CONTENTION_BOUND_PCT = 50.0
+#: The load the bound was measured under: other processes (and the hypervisor's steal) taking at most one core, in %
+#: of a core (one busy process: 79–99 %). Heavier contention, or contention not measured so, has no known bound.
+MEASURED_LOAD_PCT = 100.0
+BEYOND = f"beyond host contention (at most {CONTENTION_BOUND_PCT:g} % slower)"
+#: Words of a time metric's name that make it a tail or a spread: contention stretches those without a known bound.
+SPREADS = frozenset({"max", "p90", "p99", "mdev", "jitter"})
+TIMES = frozenset({"s", "ms", "us", "ns"})
 
 
 @dataclass(frozen=True)
@@ -80,15 +111,18 @@ class Change:
     paired: bool = False  # judged on repeat-by-repeat differences (the cells alternated on one boot)
     left_out: int = 0  # pairs not judged: the host was contended during one side's repeat only, or a reboot between
     across: str = ""  # the sides ran on different lab hosts: "across hosts (rig1 vs rig2)"
+    beyond: str = ""  # a verdict on a contended side: the change lies beyond what contention costs (BEYOND)
+    unbounded: list[str] = field(default_factory=list)  # contended sides heavier than the bound was measured under
 
     @property
     def shown(self) -> str:
-        """The verdict as a verdict line shows it: with where the sides ran, when on different hosts."""
-        return f"{self.verdict}, {self.across}" if self.across else self.verdict
+        """The verdict as a verdict line shows it: beyond contention when a side was contended, and where the
+        sides ran, when on different hosts."""
+        return ", ".join(part for part in (self.verdict, self.beyond, self.across) if part)
 
 
-def _direction() -> dict[str, str | None]:
-    return {m.name: m.better for m in all_metrics()}
+def _metrics() -> dict[str, MetricInfo]:
+    return {m.name: m for m in all_metrics()}
 
 
 def _key(summary: SummaryRecord) -> tuple[int, str, int, str, str, str | None]:
@@ -202,6 +236,52 @@ def fair_pairs(
     return kept_base, kept_new, left_out
 
 
+def speed(metric: MetricInfo | None, base_mean: float, new_mean: float) -> float | None:
+    """The new side's speed against the base's, for a metric that moves with the guests' speed: new / base for a
+    rate (higher is better, a unit per second), base / new for a typical time (lower is better, not a tail or
+    a spread). None for any other metric, or when a mean is not positive."""
+    if metric is None or base_mean <= 0 or new_mean <= 0:
+        return None
+    if metric.better == "higher" and metric.unit.endswith("/s"):
+        return new_mean / base_mean
+    words = set(metric.name.rpartition(".")[2].split("_"))
+    if metric.better == "lower" and metric.unit in TIMES and not SPREADS & words:
+        return base_mean / new_mean
+    return None
+
+
+def load_pct(cell: CellData, summary: SummaryRecord) -> float | None:
+    """The most CPU other processes and the hypervisor took while the summary's runs ran, in % of a core; None
+    where a run did not measure it (runs of other backends, or from before niclab recorded it)."""
+    worst = None
+    for run_id in summary.runs:
+        run = cell.runs.get(run_id)
+        load = run.host_load if run is not None else None
+        if load is None or load.others_cpu_pct is None:
+            return None
+        taken = load.others_cpu_pct + (load.steal_pct or 0.0) * (load.cpus or 1)
+        worst = taken if worst is None else max(worst, taken)
+    return worst
+
+
+def bounded(cell: CellData, summary: SummaryRecord) -> bool:
+    """Whether what contention cost this side is bounded: it was measured, and no heavier than the bound's."""
+    load = load_pct(cell, summary)
+    return load is not None and load <= MEASURED_LOAD_PCT
+
+
+def beyond_contention(ratio: float | None, base: str, new: str) -> bool:
+    """Whether a speed ratio (`speed`) lies beyond what host contention explains, by how each side was contended
+    ("", "bounded" or "unbounded"): a bounded contended new side explains down to half the base's speed, a bounded
+    contended base side up to twice the new's, an unbounded one any speed that way, an uncontended side nothing."""
+    if ratio is None:
+        return False
+    slowest = 1 - CONTENTION_BOUND_PCT / 100
+    low = {"": 1.0, "bounded": slowest}.get(new, 0.0)
+    high = {"": 1.0, "bounded": 1 / slowest}.get(base, math.inf)
+    return not low <= ratio <= high
+
+
 def _p_value(base: list[float], new: list[float], paired: bool) -> float:
     result = scipy_stats.ttest_rel(base, new) if paired else scipy_stats.ttest_ind(base, new, equal_var=False)
     if math.isnan(result.pvalue):  # no variance at all (of the differences, when paired)
@@ -217,7 +297,7 @@ def compare_pair(
     every_metric: bool,
     paired: bool,
 ) -> list[Change]:
-    better_of = _direction()
+    metrics = _metrics()
     across = across_hosts(base_cell, new_cell)
     if paired and across:
         raise NiclabError(
@@ -242,18 +322,30 @@ def compare_pair(
         else:
             base_samples, new_samples = b.samples, n.samples
         change = 100.0 * (new_mean - base_mean) / abs(base_mean) if base_mean else None
-        if contention and not paired:
-            verdict = CONTENDED
-        elif len(base_samples) < 2 or len(new_samples) < 2:
-            verdict = "untested"
+        contended = bool(contention) and not paired  # paired: the contention hit both sides alike and cancels
+        beyond, how = "", {}
+        if contended:
+            how = {
+                side: ("bounded" if bounded(cell, s) else "unbounded") if s.contention else ""
+                for side, cell, s in (("base", base_cell, b), ("new", new_cell, n))
+            }
+        if len(base_samples) < 2 or len(new_samples) < 2:
+            verdict = CONTENDED if contended else "untested"
         else:
             p_value = _p_value(base_samples, new_samples, paired)
-            better = better_of.get(b.name)
+            metric = metrics.get(b.name)
+            better = metric.better if metric is not None else None
             if p_value < alpha and change is not None and abs(change) > threshold_pct and better:
                 improved = (change > 0) == (better == "higher")
                 verdict = "better" if improved else "worse"
             else:
                 verdict = "no significant change"
+            if contended:  # a verdict stands only beyond what the contention explains
+                ratio = speed(metric, base_mean, new_mean)
+                if verdict in ("better", "worse") and beyond_contention(ratio, how["base"], how["new"]):
+                    beyond = BEYOND
+                else:
+                    verdict, p_value = CONTENDED, None
         changes.append(
             Change(
                 base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}",
@@ -272,6 +364,8 @@ def compare_pair(
                 paired,
                 left_out,
                 across,
+                beyond,
+                [side for side, kind in how.items() if kind == "unbounded"],
             )
         )
     return changes
@@ -324,7 +418,13 @@ def _measurements_text(changes: list[Change], base: Path, new: Path, threshold_p
                 "or the sides ran on different boots"
             )
         if c.contention:
-            why = "host contention (paired: rounds it hit on both sides alike)" if c.paired else "no verdict"
+            if c.paired:
+                why = "host contention (paired: rounds it hit on both sides alike)"
+            else:
+                why = f"{c.verdict}, {c.beyond}" if c.beyond else "no verdict"
+                if c.unbounded:
+                    sides = " and ".join(c.unbounded)
+                    why += f" ({sides}: heavier than the one busy core the bound was measured under, or not measured)"
             lines.append(f"{c.cell} {c.name}: {why}: {'; '.join(c.contention)}")
     return "\n".join(lines)
 
