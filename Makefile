@@ -5,23 +5,35 @@
 PYTHON  ?= $(shell command -v /usr/bin/python3 || command -v python3)
 VENV    ?= .venv
 SCENARIO ?= scenarios/two-node.yaml
+UNIT_JOBS ?= 2
 STAMP   := $(VENV)/.niclab-installed
 BIN     := $(VENV)/bin
 
 LAB_STAMP := $(VENV)/.niclab-lab-installed
 
-.PHONY: demo test unit lint setup host test-host venv image vagrant lab lab-python docker clean
+.PHONY: demo test unit durations lint setup host test-host venv image vagrant lab lab-python docker clean
 
 demo: setup
 	$(BIN)/niclab run $(SCENARIO)
 
+# The unit tests on two workers (they boot no guest), then the integration tests one at a time: they measure,
+# and guests beside other guests on a 2-core machine measure the neighbour (docs/development.md). Each part
+# prints its 15 slowest tests; exit status 5 ("nothing collected", when PYTEST_ARGS selects only the other
+# part) is no failure.
 test: setup test-host lab-python lint
-	$(BIN)/pytest -ra $(PYTEST_ARGS)
+	$(BIN)/pytest -ra -m "not integration" -n $(UNIT_JOBS) --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -ra -m integration --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The unit tests alone: they boot no guest. Every test below tests/integration is marked `integration`
 # (tests/integration/conftest.py), so `-m "not integration"` leaves them out.
 unit: lab-python
-	$(BIN)/pytest -ra -m "not integration" $(PYTEST_ARGS)
+	$(BIN)/pytest -ra -m "not integration" -n $(UNIT_JOBS) $(PYTEST_ARGS)
+
+# Refresh tests/durations.json (each test's seconds: the suite's order, tests/order.py, and CI's shards) from a
+# whole run on a quiet machine.
+durations: setup test-host lab-python
+	$(BIN)/pytest -m "not integration" -n $(UNIT_JOBS) --store-durations --durations-path tests/durations.json $(PYTEST_ARGS)
+	$(BIN)/pytest -m integration --store-durations --durations-path tests/durations.json $(PYTEST_ARGS)
 
 # ruff's lint and format check over the code, mypy over the package (files from pyproject.toml; every function
 # annotated), then import-linter: the layer folders import only from below (contracts in pyproject.toml).
