@@ -282,7 +282,8 @@ class QemuBackend:
         supervisor = stack.enter_context(Supervisor(workdir))
         with ExitStack() as fds:
             attachments = self._wire(topology, fds, cleanup, supervisor, workdir)
-            firmware = qemu_firmware(binary)
+            # qboot under TCG only: measured there; under KVM SeaBIOS is quick, and the KVM probe boots with it
+            firmware = qemu_firmware(binary) if accel == "tcg" else None
             plans = {
                 spec.name: self._plan(spec, images[spec.name], accel, attachments, firmware) for spec in topology.nodes
             }
