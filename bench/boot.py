@@ -15,13 +15,16 @@ With --bzimage, each run is paired with one booting the same image's
 compressed bzImage (as niclab did before it kept the kernel unpacked for a
 PVH boot): NICLAB_IMAGE points at a view of the image without its vmlinux.
 
+With --seabios, each run is paired with one whose guests start with QEMU's
+default firmware (SeaBIOS, NICLAB_QBOOT=0) instead of qboot.
+
 With --against IMAGE_DIR, each run is paired with one booting that built
 image instead of the micro image (NICLAB_IMAGE points at it): the lab image
 (`niclab image info lab` gives its directory) against micro, under the
 same accelerator. Give the scenario memory enough for the other image's
 initramfs (its manifest's min_memory_mib).
 
-    .venv/bin/python bench/boot.py [--runs 3] [--bzimage | --against IMAGE_DIR] [SCENARIO]
+    .venv/bin/python bench/boot.py [--runs 3] [--bzimage | --seabios | --against IMAGE_DIR] [SCENARIO]
     .venv/bin/python bench/boot.py --sweep [--runs 2]
 """
 
@@ -40,9 +43,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def one_run(scenario: Path, out: Path, image: Path | None = None) -> tuple[float, float]:
+def one_run(
+    scenario: Path, out: Path, image: Path | None = None, env_extra: dict[str, str] | None = None
+) -> tuple[float, float]:
     started = time.monotonic()
-    env = {**os.environ, **({"NICLAB_IMAGE": str(image)} if image else {})}
+    env = {**os.environ, **({"NICLAB_IMAGE": str(image)} if image else {}), **(env_extra or {})}
     result = subprocess.run(
         [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"],
         capture_output=True,
@@ -118,6 +123,17 @@ def compare_bzimage(scenario: Path, runs: int) -> None:
     print(f"median: bzImage {a:.1f} s, PVH {b:.1f} s: {b / a:.0%} of the time (harness start to every agent)")
 
 
+def compare_firmware(scenario: Path, runs: int) -> None:
+    qboot, seabios = [], []
+    with tempfile.TemporaryDirectory(prefix="niclab-bench-boot-") as out:
+        for n in range(1, runs + 1):
+            qboot.append(one_run(scenario, Path(out) / "qboot")[0])
+            seabios.append(one_run(scenario, Path(out) / "seabios", env_extra={"NICLAB_QBOOT": "0"})[0])
+            print(f"run {n}: guests answering after {seabios[-1]:4.1f} s (SeaBIOS) / {qboot[-1]:4.1f} s (qboot)")
+    a, b = statistics.median(seabios), statistics.median(qboot)
+    print(f"median: SeaBIOS {a:.1f} s, qboot {b:.1f} s: {b / a:.0%} of the time (harness start to every agent)")
+
+
 def compare_image(scenario: Path, runs: int, other: Path) -> None:
     micro, them = [], []
     with tempfile.TemporaryDirectory(prefix="niclab-bench-boot-") as out:
@@ -136,10 +152,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sweep", action="store_true", help="a 5-value MTU sweep: one boot against five")
     parser.add_argument("--bzimage", action="store_true", help="pair each run with one booting the bzImage")
+    parser.add_argument("--seabios", action="store_true", help="pair each run with one booting SeaBIOS, not qboot")
     parser.add_argument("--against", metavar="IMAGE_DIR", help="pair each run with one booting this built image")
     args = parser.parse_args()
     if args.against:
         compare_image(Path(args.scenario), args.runs, Path(args.against))
+        return
+    if args.seabios:
+        compare_firmware(Path(args.scenario), args.runs)
         return
     if args.sweep:
         sweep(args.runs)

@@ -1,7 +1,10 @@
+import dataclasses
+
 import pytest
 
 from niclab.model import nics
 from niclab.model.topology import NodeSpec, Port
+from niclab.plumbing.backends.qemu import qemu_firmware
 from niclab.plumbing.backends.qemu_cmd import NicPlan, VmPlan, mac_address, qemu_argv
 
 
@@ -81,3 +84,33 @@ def test_agent_port_has_its_own_slot_and_nics_are_limited_to_free_slots():
     assert "virtio-serial-pci,id=vser0,bus=pci.0,addr=0x2" in option_values(argv, "-device")
     with pytest.raises(ValueError, match="PCI slots for 29"):
         qemu_argv("qemu", plan(models=("e1000",) * 30))
+
+
+def test_firmware_is_qemus_default_unless_the_plan_names_one():
+    assert "-bios" not in qemu_argv("qemu", plan())
+    argv = qemu_argv("qemu", dataclasses.replace(plan(), firmware="/usr/share/qemu/qboot.rom"))
+    assert option_values(argv, "-bios") == ["/usr/share/qemu/qboot.rom"]
+
+
+def fake_qemu(tmp_path, data_dirs):
+    binary = tmp_path / "qemu-system-x86_64"
+    binary.write_text("#!/bin/sh\n" + "".join(f"echo {d}\n" for d in data_dirs))
+    binary.chmod(0o755)
+    return str(binary)
+
+
+def test_qboot_is_found_in_qemus_data_directories(tmp_path, monkeypatch):
+    monkeypatch.delenv("NICLAB_QBOOT", raising=False)
+    (tmp_path / "seabios").mkdir()
+    (tmp_path / "qemu").mkdir()
+    (tmp_path / "qemu" / "qboot.rom").write_bytes(b"\0")
+    binary = fake_qemu(tmp_path, [tmp_path / "seabios", tmp_path / "qemu"])
+    assert qemu_firmware(binary) == str(tmp_path / "qemu" / "qboot.rom")
+    monkeypatch.setenv("NICLAB_QBOOT", "0")
+    assert qemu_firmware(binary) is None
+
+
+def test_without_qboot_qemu_keeps_its_default_firmware(tmp_path, monkeypatch):
+    monkeypatch.delenv("NICLAB_QBOOT", raising=False)
+    assert qemu_firmware(fake_qemu(tmp_path, [tmp_path])) is None
+    assert qemu_firmware(str(tmp_path / "no-such-qemu")) is None

@@ -124,6 +124,8 @@ class RigFacts(_Model):
     kernel_origin: str | None = None
     kernel_boot: str | None = None
     """How the guests' kernel was booted: pvh or bzimage."""
+    firmware: str | None = None
+    """The QEMU backend's guest firmware: qboot.rom under TCG where QEMU has it, else seabios (or NICLAB_QBOOT=0)."""
     agent_ready_s: dict[str, float] = Field(default_factory=dict)
     """Per node: seconds from start until its agent answered."""
     hosts: dict[str, str] = Field(default_factory=dict)

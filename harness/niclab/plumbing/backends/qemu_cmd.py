@@ -57,6 +57,9 @@ class VmPlan:
     serial_log: str
     qmp_socket: str
     agent_socket: str
+    # The firmware QEMU starts with (-bios), or None for its default (SeaBIOS): qboot, when the host has it,
+    # hands over to the kernel sooner (docs/architecture.md, "Where a boot's time goes").
+    firmware: str | None = None
 
 
 def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
@@ -75,6 +78,7 @@ def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
         str(node.cpus),
         "-m",
         f"{node.memory_mib}M",
+        *(["-bios", plan.firmware] if plan.firmware else []),
         "-nodefaults",
         "-no-user-config",
         "-display",
