@@ -40,6 +40,7 @@ crashes now "broke".
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -56,6 +57,7 @@ from niclab.run.records import SummaryRecord
 from niclab.ui.report.data import CellData, RunData, for_compare, load_run
 from niclab.ui.report.render import TEMPLATES
 from niclab.ui.testchanges import TestComparison, compare_tests
+from niclab.ui.welch import welch_p_value
 
 METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
 PAIRED = "paired t-test on the differences of alternating repeats (A1 B1 B2 A2 … on one boot)"
@@ -87,6 +89,7 @@ class Change:
         return f"{self.verdict}, {self.across}" if self.across else self.verdict
 
 
+@functools.cache
 def _direction() -> dict[str, str | None]:
     return {m.name: m.better for m in all_metrics()}
 
@@ -203,10 +206,10 @@ def fair_pairs(
 
 
 def _p_value(base: list[float], new: list[float], paired: bool) -> float:
-    result = scipy_stats.ttest_rel(base, new) if paired else scipy_stats.ttest_ind(base, new, equal_var=False)
-    if math.isnan(result.pvalue):  # no variance at all (of the differences, when paired)
+    p_value = float(scipy_stats.ttest_rel(base, new).pvalue) if paired else welch_p_value(base, new)
+    if math.isnan(p_value):  # no variance at all (of the differences, when paired)
         return 1.0 if statistics.fmean(base) == statistics.fmean(new) else 0.0
-    return float(result.pvalue)
+    return p_value
 
 
 def compare_pair(

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from niclab.base.collector import collector_paused
 from niclab.base.errors import UsageError
 from niclab.run.records import (
     CellEndRecord,
@@ -142,7 +143,14 @@ def load_run(path: Path, keep: Keep = every_record) -> RunData:
         raise UsageError(f"{path} is not a niclab run directory (it has no results.jsonl)")
     info = read_run_info(path / "run.json") or RunInfoRecord()
     cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.cells}
-    for _, record in read_results(results):
+    with collector_paused():
+        _hold(cells, read_results(results), keep)
+    return RunData(path, info, list(cells.values()))
+
+
+def _hold(cells: dict[str, CellData], records: Iterator[tuple[int, Record]], keep: Keep) -> None:
+    """The records `keep` takes, each put in its cell (a cell first seen here is added)."""
+    for _, record in records:
         cell = cells.setdefault(record.cell, CellData(record.cell, {}))
         cell.params = record.params
         if not keep(record):
@@ -163,7 +171,6 @@ def load_run(path: Path, keep: Keep = every_record) -> RunData:
             cell.expectations.append(record)
         elif isinstance(record, TestRecord):
             cell.tests.append(record)
-    return RunData(path, info, list(cells.values()))
 
 
 def load_runs(paths: list[Path], keep: Keep = every_record) -> list[RunData]:
