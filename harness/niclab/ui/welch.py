@@ -17,7 +17,7 @@ import numpy as np
 from scipy.special import stdtr
 
 
-def _var_and_mean(samples: Sequence[float]) -> tuple[np.float64, np.float64, int]:
+def _var_and_mean(samples: Sequence[float]) -> tuple[np.floating, np.floating, int]:
     x = np.asarray(samples, dtype=np.float64)
     n = x.shape[0]
     count = np.float64(n)
