@@ -85,3 +85,22 @@ def test_a_sweep_of_many_cells_shows_the_first_cells_and_findings_and_says_how_m
     html = render_html(report)
     assert f"Findings ({SHOWN_CELLS + 50})" in html and f"And {SHOWN_CELLS + 50 - SHOWN_FINDINGS} more" in html
     assert f"The first {SHOWN_CELLS} of\n  {SHOWN_CELLS + 50} cells" in html
+
+
+@pytest.mark.parametrize("name", STUDY)
+def test_a_comparison_of_two_runs_holds_summaries_and_what_pairing_reads_and_judges_alike(name):
+    from niclab.ui.compare import compare, selftest_changes
+    from niclab.ui.report.data import for_comparing_runs
+
+    whole, held = load_run(RUNS / name), load_run(RUNS / name, for_comparing_runs)
+    for full, slim in zip(whole.cells, held.cells, strict=True):
+        assert slim.id == full.id and slim.params == full.params
+        assert slim.summaries == full.summaries and slim.tests == full.tests
+        assert not slim.runs and not slim.measurements and slim.end is None
+        if full.facts is None:
+            assert slim.facts is None
+            continue
+        assert slim.facts is not None and slim.facts.rig.hosts == full.facts.rig.hosts
+        assert slim.facts.interleaved_with == full.facts.interleaved_with and not slim.facts.nodes
+    assert compare(held, held, every_metric=True) == compare(whole, whole, every_metric=True)
+    assert selftest_changes(held, held) == selftest_changes(whole, whole)

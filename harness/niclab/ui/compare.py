@@ -49,13 +49,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from scipy import stats as scipy_stats
 
 from niclab.base.errors import NiclabError
 from niclab.model.bench import all_metrics
 from niclab.run.records import SummaryRecord
-from niclab.ui.report.data import CellData, RunData, for_compare, load_run
-from niclab.ui.report.render import TEMPLATES
+from niclab.ui.report.assets import TEMPLATES
+from niclab.ui.report.data import CellData, RunData, for_comparing_runs, load_run
 from niclab.ui.testchanges import TestComparison, compare_tests
 from niclab.ui.welch import welch_p_value
 
@@ -206,7 +205,12 @@ def fair_pairs(
 
 
 def _p_value(base: list[float], new: list[float], paired: bool) -> float:
-    p_value = float(scipy_stats.ttest_rel(base, new).pvalue) if paired else welch_p_value(base, new)
+    if paired:  # A/B within one run only: a comparison of two runs never loads scipy.stats (about 50 MB)
+        from scipy import stats as scipy_stats
+
+        p_value = float(scipy_stats.ttest_rel(base, new).pvalue)
+    else:
+        p_value = welch_p_value(base, new)
     if math.isnan(p_value):  # no variance at all (of the differences, when paired)
         return 1.0 if statistics.fmean(base) == statistics.fmean(new) else 0.0
     return p_value
@@ -354,7 +358,8 @@ def as_json(
 def compare_dirs(
     base: Path, new: Path, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
 ) -> list[Change]:
-    return compare(load_run(base, for_compare), load_run(new, for_compare), threshold_pct, alpha, every_metric)
+    runs = load_run(base, for_comparing_runs), load_run(new, for_comparing_runs)
+    return compare(*runs, threshold_pct, alpha, every_metric)
 
 
 def as_html(

@@ -111,39 +111,60 @@ def params_of(cell_id: str) -> dict:
     return dict(part.partition("=")[::2] for part in cell_id.split(","))
 
 
-Keep = Callable[[Record], bool]
+Keep = Callable[[Record], Record | None]  # what of a record to hold: the record, a part of it, or nothing
 
 
-def every_record(record: Record) -> bool:
-    return True
+def every_record(record: Record) -> Record | None:
+    return record
 
 
-def for_report(record: Record) -> bool:
+def for_report(record: Record) -> Record | None:
     """What a report draws from: all but the `cell_end` records and the measurements without a curve (the
     summaries hold their figures)."""
     if isinstance(record, MeasurementRecord):
-        return bool(record.extra.curve)
-    return not isinstance(record, CellEndRecord)
+        return record if record.extra.curve else None
+    return None if isinstance(record, CellEndRecord) else record
 
 
-def for_compare(record: Record) -> bool:
+def for_compare(record: Record) -> Record | None:
     """What a comparison judges from: the cells' provenance, their runs, summaries and selftests."""
-    return isinstance(record, CellRecord | RunRecord | SummaryRecord | TestRecord)
+    return record if isinstance(record, CellRecord | RunRecord | SummaryRecord | TestRecord) else None
+
+
+def for_comparing_runs(record: Record) -> Record | None:
+    """What a comparison of two runs judges from: summaries and selftests, and of a cell's provenance only
+    the lab hosts its nodes ran on and the cells it alternated with (a cell record of the same model,
+    without the rest). Not the `run` records: only pairing the repeats of two cells of one run reads them."""
+    if isinstance(record, CellRecord):
+        return CellRecord.model_validate(
+            {
+                "type": record.type,
+                "version": record.version,
+                "scenario": record.scenario,
+                "cell": record.cell,
+                "params": record.params,
+                "time": record.time,
+                "rig": {"hosts": record.rig.hosts},
+                "interleaved_with": record.interleaved_with,
+            }
+        )
+    return record if isinstance(record, SummaryRecord | TestRecord) else None
 
 
 def load_run(path: Path, keep: Keep = every_record) -> RunData:
     """A run directory's records, validated (niclab.run.records): a damaged file is one RunDirError line.
 
-    Every record is read and validated; only those `keep` takes are held (a sweep of 20,000 cells holds
-    some 150,000 records: a report needs neither the measurements the summaries already hold nor the
-    `cell_end` records). A cell with no record kept is still listed, as run.json names it.
+    Every record is read and validated; only what `keep` takes of them is held (a sweep of 20,000 cells
+    has some 150,000 records: a report needs neither the measurements the summaries already hold nor the
+    `cell_end` records, a comparison of two runs no `run` record and little of a cell's provenance). A cell
+    with no record kept is still listed, as run.json names it.
     """
     results = path / "results.jsonl"
     if not results.exists() and not results.is_symlink():
         raise UsageError(f"{path} is not a niclab run directory (it has no results.jsonl)")
-    info = read_run_info(path / "run.json") or RunInfoRecord()
-    cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.cells}
     with collector_paused():
+        info = read_run_info(path / "run.json") or RunInfoRecord()
+        cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.cells}
         _hold(cells, read_results(results), keep)
     return RunData(path, info, list(cells.values()))
 
@@ -153,8 +174,10 @@ def _hold(cells: dict[str, CellData], records: Iterator[tuple[int, Record]], kee
     for _, record in records:
         cell = cells.setdefault(record.cell, CellData(record.cell, {}))
         cell.params = record.params
-        if not keep(record):
+        held = keep(record)
+        if held is None:
             continue
+        record = held
         if isinstance(record, CellRecord):
             cell.facts = record
         elif isinstance(record, CellEndRecord):
