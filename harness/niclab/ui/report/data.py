@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import difflib
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from niclab.base.collector import collector_paused
 from niclab.base.errors import UsageError
@@ -134,8 +137,11 @@ def for_compare(record: Record) -> Record | None:
 def for_comparing_runs(record: Record) -> Record | None:
     """What a comparison of two runs judges from: summaries and selftests, and of a cell's provenance only
     the lab hosts its nodes ran on and the cells it alternated with (a cell record of the same model,
-    without the rest). Not the `run` records: only pairing the repeats of two cells of one run reads them."""
+    without the rest; none for a cell that has neither). Not the `run` records: only pairing the repeats
+    of two cells of one run reads them."""
     if isinstance(record, CellRecord):
+        if not (record.rig.hosts or record.interleaved_with):
+            return None  # what the comparison reads of a cell without them is the same without the record
         return CellRecord.model_validate(
             {
                 "type": record.type,
@@ -169,15 +175,42 @@ def load_run(path: Path, keep: Keep = every_record) -> RunData:
     return RunData(path, info, list(cells.values()))
 
 
+def _shrunk(model: Any, fields_sets: dict[frozenset[str], frozenset[str]]) -> Any:
+    """A model held for reading, and the models inside it, sharing one frozen set of the fields their input
+    gave with every model given the same ones.
+
+    Each model keeps the names of the fields its input set (exclude_unset reads them); as a set of its own
+    that is a third of what a summary takes in memory. Text values are interned too. Held records are
+    read, never assigned to: an assignment would fail loudly on the frozen set rather than change the
+    others.
+    """
+    given = frozenset(model.__pydantic_fields_set__)
+    object.__setattr__(model, "__pydantic_fields_set__", fields_sets.setdefault(given, given))
+    fields = model.__dict__
+    for name, value in fields.items():
+        if type(value) is str:  # names, units, hosts: the same few words in every record
+            fields[name] = sys.intern(value)
+        elif isinstance(value, BaseModel):
+            _shrunk(value, fields_sets)
+        elif isinstance(value, dict) and value and isinstance(next(iter(value.values())), BaseModel):
+            for inner in value.values():
+                _shrunk(inner, fields_sets)
+    return model
+
+
 def _hold(cells: dict[str, CellData], records: Iterator[tuple[int, Record]], keep: Keep) -> None:
-    """The records `keep` takes, each put in its cell (a cell first seen here is added)."""
+    """What `keep` takes of the records, each put in its cell (a cell first seen here is added)."""
+    fields_sets: dict[frozenset[str], frozenset[str]] = {}
     for _, record in records:
         cell = cells.setdefault(record.cell, CellData(record.cell, {}))
-        cell.params = record.params
+        if cell.params == record.params:  # one dict of a cell's parameters, not one per record
+            record.__dict__["params"] = cell.params
+        else:
+            cell.params = record.params
         held = keep(record)
         if held is None:
             continue
-        record = held
+        record = _shrunk(held, fields_sets)
         if isinstance(record, CellRecord):
             cell.facts = record
         elif isinstance(record, CellEndRecord):
