@@ -175,32 +175,42 @@ def load_run(path: Path, keep: Keep = every_record) -> RunData:
     return RunData(path, info, list(cells.values()))
 
 
-def _shrunk(model: Any, fields_sets: dict[frozenset[str], frozenset[str]]) -> Any:
-    """A model held for reading, and the models inside it, sharing one frozen set of the fields their input
-    gave with every model given the same ones.
+Shared = dict[Any, Any]  # what held models share: frozen sets of given fields, and equal flat models
+
+
+def _shrunk(model: Any, shared: Shared) -> Any:
+    """A model held for reading, and the models inside it, made smaller: one frozen set of the fields their
+    input gave, shared with every model given the same ones; interned text; and a model of text and whole
+    numbers only (a NIC's summary, a host's facts) the same object as an equal one held before.
 
     Each model keeps the names of the fields its input set (exclude_unset reads them); as a set of its own
-    that is a third of what a summary takes in memory. Text values are interned too. Held records are
-    read, never assigned to: an assignment would fail loudly on the frozen set rather than change the
-    others.
+    that is a third of what a summary takes in memory. Held records are read, never assigned to: an
+    assignment would fail loudly on the frozen set rather than change the others.
     """
     given = frozenset(model.__pydantic_fields_set__)
-    object.__setattr__(model, "__pydantic_fields_set__", fields_sets.setdefault(given, given))
+    object.__setattr__(model, "__pydantic_fields_set__", shared.setdefault(given, given))
     fields = model.__dict__
+    flat = not model.__pydantic_extra__
     for name, value in fields.items():
         if type(value) is str:  # names, units, hosts: the same few words in every record
             fields[name] = sys.intern(value)
         elif isinstance(value, BaseModel):
-            _shrunk(value, fields_sets)
+            fields[name] = _shrunk(value, shared)
+            flat = False
         elif isinstance(value, dict) and value and isinstance(next(iter(value.values())), BaseModel):
-            for inner in value.values():
-                _shrunk(inner, fields_sets)
-    return model
+            for key, inner in value.items():
+                value[key] = _shrunk(inner, shared)
+            flat = False
+        elif value is not None and type(value) not in (int, bool):  # not floats: -0.0 == 0.0
+            flat = False
+    if not flat:
+        return model
+    return shared.setdefault((type(model), tuple((k, type(v), v) for k, v in fields.items())), model)
 
 
 def _hold(cells: dict[str, CellData], records: Iterator[tuple[int, Record]], keep: Keep) -> None:
     """What `keep` takes of the records, each put in its cell (a cell first seen here is added)."""
-    fields_sets: dict[frozenset[str], frozenset[str]] = {}
+    shared: Shared = {}
     for _, record in records:
         cell = cells.setdefault(record.cell, CellData(record.cell, {}))
         if cell.params == record.params:  # one dict of a cell's parameters, not one per record
@@ -210,7 +220,7 @@ def _hold(cells: dict[str, CellData], records: Iterator[tuple[int, Record]], kee
         held = keep(record)
         if held is None:
             continue
-        record = _shrunk(held, fields_sets)
+        record = _shrunk(held, shared)
         if isinstance(record, CellRecord):
             cell.facts = record
         elif isinstance(record, CellEndRecord):
