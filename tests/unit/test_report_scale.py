@@ -104,3 +104,27 @@ def test_a_comparison_of_two_runs_holds_summaries_and_what_pairing_reads_and_jud
         assert slim.facts.interleaved_with == full.facts.interleaved_with and not slim.facts.nodes
     assert compare(held, held, every_metric=True) == compare(whole, whole, every_metric=True)
     assert selftest_changes(held, held) == selftest_changes(whole, whole)
+
+
+@pytest.mark.parametrize("name", STUDY)
+def test_held_records_share_what_they_can_and_still_write_as_read(name):
+    import json
+
+    from niclab.run.records import as_json, read_results
+
+    run = load_run(RUNS / name)
+    held = [
+        record
+        for cell in run.cells
+        for record in [cell.facts, cell.end, *cell.summaries, *cell.runs.values(), *cell.measurements]
+        + [*cell.errors, *cell.expectations, *cell.tests]
+        if record is not None
+    ]
+    read = [record for _, record in read_results(RUNS / name / "results.jsonl")]
+    assert sorted(json.dumps(as_json(r), sort_keys=True) for r in held) == sorted(
+        json.dumps(as_json(r), sort_keys=True) for r in read
+    )
+    summaries = [s for cell in run.cells for s in cell.summaries]
+    assert summaries[0].__pydantic_fields_set__ is summaries[-1].__pydantic_fields_set__
+    with pytest.raises(TypeError, match="never assigned to"):
+        summaries[0].unstable = True  # a default (unset) field: changing it would change every summary's set

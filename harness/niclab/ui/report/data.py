@@ -175,20 +175,35 @@ def load_run(path: Path, keep: Keep = every_record) -> RunData:
     return RunData(path, info, list(cells.values()))
 
 
-Shared = dict[Any, Any]  # what held models share: frozen sets of given fields, and equal flat models
+Shared = dict[Any, Any]  # what held models share: sets of given fields, and equal flat models
+
+
+class _GivenFields(set):
+    """The names of the fields a held model's input gave, shared by the models given the same ones: a set
+    (pydantic's exclude_unset reads it as one) that refuses to change."""
+
+    def _refuse(self, *args: object) -> None:
+        raise TypeError("a held record is read, never assigned to: its set of given fields is shared")
+
+    add = discard = remove = pop = clear = update = _refuse
+    intersection_update = difference_update = symmetric_difference_update = _refuse
+    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse  # type: ignore[assignment]
 
 
 def _shrunk(model: Any, shared: Shared) -> Any:
-    """A model held for reading, and the models inside it, made smaller: one frozen set of the fields their
-    input gave, shared with every model given the same ones; interned text; and a model of text and whole
-    numbers only (a NIC's summary, a host's facts) the same object as an equal one held before.
+    """A model held for reading, and the models inside it, made smaller: one set of the fields their input
+    gave, shared with every model given the same ones (and refusing to change); interned text; and a model
+    of text and whole numbers only (a NIC's summary, a host's facts) the same object as an equal one held
+    before.
 
     Each model keeps the names of the fields its input set (exclude_unset reads them); as a set of its own
     that is a third of what a summary takes in memory. Held records are read, never assigned to: an
-    assignment would fail loudly on the frozen set rather than change the others.
+    assignment would fail loudly on the shared set rather than change the others.
     """
     given = frozenset(model.__pydantic_fields_set__)
-    object.__setattr__(model, "__pydantic_fields_set__", shared.setdefault(given, given))
+    if given not in shared:
+        shared[given] = _GivenFields(given)
+    object.__setattr__(model, "__pydantic_fields_set__", shared[given])
     fields = model.__dict__
     flat = not model.__pydantic_extra__
     for name, value in fields.items():
