@@ -8,8 +8,8 @@ each cell netperf TCP_STREAM of two repeats, about 3.9 KB of results.jsonl
 per cell (20,000 cells: some 78 MB, more than the 57 MB of the sweep issue 31 measured). A sibling run of
 the same cells, its figures a little apart, is what `compare` judges against.
 
-Each command runs in its own process; its wall time and peak memory (the
-child's maximum resident set, from os.wait4) are printed per cell count, with
+Each command runs in its own process; its wall time, CPU time and peak memory
+(the child's own high-water mark of resident memory, VmHWM) are printed per cell count, with
 the growth per 1,000 cells between the smallest and largest. `plan` answers
 for a scenario whose matrix has 1,000 cells.
 
@@ -66,7 +66,8 @@ def cell_ids(count: int) -> Iterator[tuple[str, dict[str, Any]]]:
                     params = {"kernel": kernel, "nic": nic, "mtu": mtu, "rx_usecs": usecs}
                     yield ",".join(f"{k}={v}" for k, v in params.items()), params
                     made += 1
-    raise SystemExit(f"at most {made} cells")
+    if made < count:
+        raise SystemExit(f"at most {made} cells")
 
 
 def cell_records(cell: str, params: dict[str, Any], rng: random.Random) -> list[Record]:
@@ -219,14 +220,26 @@ benchmarks:
     return path
 
 
+# The child reports its own peak: a child's ru_maxrss from wait4 is at least what the parent held when it
+# forked (Linux keeps the high-water mark across exec), and this parent holds more than a small run needs.
+PEAK = (
+    "import atexit, runpy, sys\n"
+    "def peak():\n"
+    "    with open('/proc/self/status') as status:\n"
+    "        kb = next(line.split()[1] for line in status if line.startswith('VmHWM:'))\n"
+    "    sys.stderr.write(f'\\nscale.py peak kB {kb}\\n')\n"
+    "atexit.register(peak)\n"
+    "sys.argv = ['niclab', *sys.argv[1:]]\n"
+    "runpy.run_module('niclab', run_name='__main__', alter_sys=True)\n"
+)
+
+
 def timed(args: list[str]) -> tuple[float, float, float]:
     """`niclab ARGS` in a child process: its wall seconds, CPU seconds (what a busy host does not inflate)
-    and peak resident MB."""
+    and peak resident MB (the child's own VmHWM)."""
     started = time.monotonic()
     with open(os.devnull, "w") as devnull:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "niclab", *args], stdout=devnull, stderr=subprocess.PIPE, cwd=REPO
-        )
+        child = subprocess.Popen([sys.executable, "-c", PEAK, *args], stdout=devnull, stderr=subprocess.PIPE, cwd=REPO)
         assert child.stderr is not None
         errors = child.stderr.read()
         _, status, usage = os.wait4(child.pid, 0)
@@ -235,7 +248,10 @@ def timed(args: list[str]) -> tuple[float, float, float]:
     if code not in (0, 1) or (code == 1 and args[0] != "compare"):  # compare exits 1 on a worse metric
         sys.exit(f"niclab {' '.join(args)} exited {code}:\n{errors.decode(errors='replace')}")
     child.returncode = code
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    peaks = [
+        line.split()[-1] for line in errors.decode(errors="replace").splitlines() if line.startswith("scale.py peak")
+    ]
+    return wall, usage.ru_utime + usage.ru_stime, int(peaks[-1]) / 1024
 
 
 def parquet_available() -> bool:

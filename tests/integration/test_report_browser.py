@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from niclab.ui.report import report_runs
+from niclab.ui.report.page import report_runs
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 CHROMIUM_ARGS = [

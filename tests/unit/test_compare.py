@@ -121,6 +121,20 @@ def test_a_drop_beyond_what_contention_costs_is_worse_and_says_so():
     assert json.loads(as_json([change], Path("a"), Path("b"), 5.0, 0.05))["changes"][0]["beyond"] == BEYOND
 
 
+def test_two_run_directories_compared_from_disk_keep_the_load_the_bound_needs(tmp_path):
+    """compare_dirs holds little of a run (report.data.for_comparing_runs), but each run's host load it keeps."""
+    from niclab.ui.compare import compare_dirs
+
+    base, new = run_with({STREAM: [380.0, 376.0, 379.8]}), contended_on(run_with({STREAM: [93.0, 92.5, 93.7]}))
+    paths = []
+    for name, run in (("base", base), ("new", new)):
+        cell = run.cells[0]
+        given = [records.cell(cell="default", params={}), *cell.runs.values(), *cell.summaries]
+        paths.append(records.write_run(tmp_path / name, given, ["default"], scenario="two-node"))
+    (change,) = compare_dirs(*paths)
+    assert (change.verdict, change.beyond, change.unbounded) == ("worse", BEYOND, [])
+
+
 def test_a_drop_contention_can_explain_gets_no_verdict():
     base, new = {STREAM: [460.0, 465.0, 470.0]}, {STREAM: [320.0, 325.0, 330.0]}  # -30 %
     assert judged(base, new, "new") == {STREAM: "host contention, no verdict"}

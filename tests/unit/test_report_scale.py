@@ -85,3 +85,46 @@ def test_a_sweep_of_many_cells_shows_the_first_cells_and_findings_and_says_how_m
     html = render_html(report)
     assert f"Findings ({SHOWN_CELLS + 50})" in html and f"And {SHOWN_CELLS + 50 - SHOWN_FINDINGS} more" in html
     assert f"The first {SHOWN_CELLS} of\n  {SHOWN_CELLS + 50} cells" in html
+
+
+@pytest.mark.parametrize("name", STUDY)
+def test_a_comparison_of_two_runs_holds_summaries_and_what_pairing_reads_and_judges_alike(name):
+    from niclab.ui.compare import compare, selftest_changes
+    from niclab.ui.report.data import for_comparing_runs
+
+    whole, held = load_run(RUNS / name), load_run(RUNS / name, for_comparing_runs)
+    for full, slim in zip(whole.cells, held.cells, strict=True):
+        assert slim.id == full.id and slim.params == full.params
+        assert slim.summaries == full.summaries and slim.tests == full.tests
+        assert not slim.runs and not slim.measurements and slim.end is None
+        if full.facts is None or not (full.facts.rig.hosts or full.facts.interleaved_with):
+            assert slim.facts is None
+            continue
+        assert slim.facts is not None and slim.facts.rig.hosts == full.facts.rig.hosts
+        assert slim.facts.interleaved_with == full.facts.interleaved_with and not slim.facts.nodes
+    assert compare(held, held, every_metric=True) == compare(whole, whole, every_metric=True)
+    assert selftest_changes(held, held) == selftest_changes(whole, whole)
+
+
+@pytest.mark.parametrize("name", STUDY)
+def test_held_records_share_what_they_can_and_still_write_as_read(name):
+    import json
+
+    from niclab.run.records import as_json, read_results
+
+    run = load_run(RUNS / name)
+    held = [
+        record
+        for cell in run.cells
+        for record in [cell.facts, cell.end, *cell.summaries, *cell.runs.values(), *cell.measurements]
+        + [*cell.errors, *cell.expectations, *cell.tests]
+        if record is not None
+    ]
+    read = [record for _, record in read_results(RUNS / name / "results.jsonl")]
+    assert sorted(json.dumps(as_json(r), sort_keys=True) for r in held) == sorted(
+        json.dumps(as_json(r), sort_keys=True) for r in read
+    )
+    summaries = [s for cell in run.cells for s in cell.summaries]
+    assert summaries[0].__pydantic_fields_set__ is summaries[-1].__pydantic_fields_set__
+    with pytest.raises(TypeError, match="never assigned to"):
+        summaries[0].unstable = True  # a default (unset) field: changing it would change every summary's set

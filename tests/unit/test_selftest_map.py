@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from niclab.ui.report import report_runs
 from niclab.ui.report.build import build
 from niclab.ui.report.data import load_run
+from niclab.ui.report.page import report_runs
 from niclab.ui.report.selftests import selftest_map
 from tests import records
 from tests.records import in_cell as at

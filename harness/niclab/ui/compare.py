@@ -61,6 +61,7 @@ crashes now "broke".
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -69,14 +70,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from scipy import stats as scipy_stats
 
 from niclab.base.errors import NiclabError
 from niclab.model.bench import MetricInfo, all_metrics
 from niclab.run.records import SummaryRecord
-from niclab.ui.report.data import CellData, RunData, for_compare, load_run
-from niclab.ui.report.render import TEMPLATES
+from niclab.ui.report.assets import TEMPLATES
+from niclab.ui.report.data import CellData, RunData, for_comparing_runs, load_run
 from niclab.ui.testchanges import TestComparison, compare_tests
+from niclab.ui.welch import welch_p_value
 
 METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
 PAIRED = "paired t-test on the differences of alternating repeats (A1 B1 B2 A2 … on one boot)"
@@ -121,6 +122,7 @@ class Change:
         return ", ".join(part for part in (self.verdict, self.beyond, self.across) if part)
 
 
+@functools.cache
 def _metrics() -> dict[str, MetricInfo]:
     return {m.name: m for m in all_metrics()}
 
@@ -283,10 +285,15 @@ def beyond_contention(ratio: float | None, base: str, new: str) -> bool:
 
 
 def _p_value(base: list[float], new: list[float], paired: bool) -> float:
-    result = scipy_stats.ttest_rel(base, new) if paired else scipy_stats.ttest_ind(base, new, equal_var=False)
-    if math.isnan(result.pvalue):  # no variance at all (of the differences, when paired)
+    if paired:  # A/B within one run only: a comparison of two runs never loads scipy.stats (about 50 MB)
+        from scipy import stats as scipy_stats
+
+        p_value = float(scipy_stats.ttest_rel(base, new).pvalue)
+    else:
+        p_value = welch_p_value(base, new)
+    if math.isnan(p_value):  # no variance at all (of the differences, when paired)
         return 1.0 if statistics.fmean(base) == statistics.fmean(new) else 0.0
-    return float(result.pvalue)
+    return p_value
 
 
 def compare_pair(
@@ -451,7 +458,8 @@ def as_json(
 def compare_dirs(
     base: Path, new: Path, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
 ) -> list[Change]:
-    return compare(load_run(base, for_compare), load_run(new, for_compare), threshold_pct, alpha, every_metric)
+    runs = load_run(base, for_comparing_runs), load_run(new, for_comparing_runs)
+    return compare(*runs, threshold_pct, alpha, every_metric)
 
 
 def as_html(

@@ -97,7 +97,7 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
 
 
 def write_run_report(run_dir: Path, progress: Progress) -> Path | str:
-    from niclab.ui.report import report_runs
+    from niclab.ui.report.page import report_runs
 
     try:
         return report_runs([run_dir], run_dir / "report.html")
@@ -263,7 +263,7 @@ def cmd_nics(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     import yaml
 
-    from niclab.ui.report import report_runs
+    from niclab.ui.report.page import report_runs
 
     prices = None
     if args.prices:
@@ -284,14 +284,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from niclab.ui import compare
-    from niclab.ui.report.data import for_compare, load_run
+    from niclab.ui.report.data import for_compare, for_comparing_runs, load_run
     from niclab.ui.testchanges import compare_tests
 
     base = Path(args.base)
     new = Path(args.new) if args.new else base
     if args.cells:
         if args.new:  # two runs: nothing pairs their repeats
-            a, b = load_run(base, for_compare).cell(args.cells[0]), load_run(new, for_compare).cell(args.cells[1])
+            a = load_run(base, for_comparing_runs).cell(args.cells[0])
+            b = load_run(new, for_comparing_runs).cell(args.cells[1])
             changes = compare.compare_pair(a, b, args.threshold, args.alpha, args.all, paired=False)
         else:
             run = load_run(base, for_compare)
@@ -301,7 +302,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     elif not args.new:
         raise UsageError("compare needs two runs, or one run and --cells BASE_CELL NEW_CELL")
     else:
-        base_run, new_run = load_run(base, for_compare), load_run(new, for_compare)
+        base_run, new_run = load_run(base, for_comparing_runs), load_run(new, for_comparing_runs)
         changes = compare.compare(base_run, new_run, args.threshold, args.alpha, every_metric=args.all)
         tests = compare.selftest_changes(base_run, new_run)
     render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]

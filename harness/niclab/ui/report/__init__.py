@@ -1,20 +1,9 @@
 """Reports: one self-contained HTML page from one or more run directories.
 
-from niclab.ui.report import report_runs
+from niclab.ui.report.page import report_runs
 report_runs([Path("runs/…-nic-shootout")], Path("report.html"))
+
+The package itself imports nothing: a comparison or an export that reads
+runs through niclab.ui.report.data does not load matplotlib for figures it
+never draws.
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-
-from niclab.ui.report.build import build
-from niclab.ui.report.data import for_report, load_runs
-from niclab.ui.report.render import write_report
-
-
-def report_runs(run_dirs: list[Path], out: Path, prices: dict[str, float] | None = None) -> Path:
-    return write_report(build(load_runs(run_dirs, for_report), prices), out)
-
-
-__all__ = ["report_runs"]

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from niclab.base.collector import collector_paused
 from niclab.base.errors import UsageError
 from niclab.run.records import (
     CellEndRecord,
@@ -110,43 +114,131 @@ def params_of(cell_id: str) -> dict:
     return dict(part.partition("=")[::2] for part in cell_id.split(","))
 
 
-Keep = Callable[[Record], bool]
+Keep = Callable[[Record], Record | None]  # what of a record to hold: the record, a part of it, or nothing
 
 
-def every_record(record: Record) -> bool:
-    return True
+def every_record(record: Record) -> Record | None:
+    return record
 
 
-def for_report(record: Record) -> bool:
+def for_report(record: Record) -> Record | None:
     """What a report draws from: all but the `cell_end` records and the measurements without a curve (the
     summaries hold their figures)."""
     if isinstance(record, MeasurementRecord):
-        return bool(record.extra.curve)
-    return not isinstance(record, CellEndRecord)
+        return record if record.extra.curve else None
+    return None if isinstance(record, CellEndRecord) else record
 
 
-def for_compare(record: Record) -> bool:
+def for_compare(record: Record) -> Record | None:
     """What a comparison judges from: the cells' provenance, their runs, summaries and selftests."""
-    return isinstance(record, CellRecord | RunRecord | SummaryRecord | TestRecord)
+    return record if isinstance(record, CellRecord | RunRecord | SummaryRecord | TestRecord) else None
+
+
+def for_comparing_runs(record: Record) -> Record | None:
+    """What a comparison of two runs judges from: summaries and selftests, and of a cell's provenance only
+    the lab hosts its nodes ran on and the cells it alternated with (a cell record of the same model,
+    without the rest; none for a cell that has neither). Of a `run` record only the host's load while it
+    ran, where it was measured (compare's contention bound reads it, niclab.ui.compare.load_pct): the same
+    model without its NICs, counters and options."""
+    if isinstance(record, RunRecord):
+        return record.model_copy(update={"nics": {}, "counters": {}, "options": {}}) if record.host_load else None
+    if isinstance(record, CellRecord):
+        if not (record.rig.hosts or record.interleaved_with):
+            return None  # what the comparison reads of a cell without them is the same without the record
+        return CellRecord.model_validate(
+            {
+                "type": record.type,
+                "version": record.version,
+                "scenario": record.scenario,
+                "cell": record.cell,
+                "params": record.params,
+                "time": record.time,
+                "rig": {"hosts": record.rig.hosts},
+                "interleaved_with": record.interleaved_with,
+            }
+        )
+    return record if isinstance(record, SummaryRecord | TestRecord) else None
 
 
 def load_run(path: Path, keep: Keep = every_record) -> RunData:
     """A run directory's records, validated (niclab.run.records): a damaged file is one RunDirError line.
 
-    Every record is read and validated; only those `keep` takes are held (a sweep of 20,000 cells holds
-    some 150,000 records: a report needs neither the measurements the summaries already hold nor the
-    `cell_end` records). A cell with no record kept is still listed, as run.json names it.
+    Every record is read and validated; only what `keep` takes of them is held (a sweep of 20,000 cells
+    has some 150,000 records: a report needs neither the measurements the summaries already hold nor the
+    `cell_end` records, a comparison of two runs only the host load of its `run` records and little of a
+    cell's provenance). A cell with no record kept is still listed, as run.json names it.
     """
     results = path / "results.jsonl"
     if not results.exists() and not results.is_symlink():
         raise UsageError(f"{path} is not a niclab run directory (it has no results.jsonl)")
-    info = read_run_info(path / "run.json") or RunInfoRecord()
-    cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.cells}
-    for _, record in read_results(results):
+    with collector_paused():
+        info = read_run_info(path / "run.json") or RunInfoRecord()
+        cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.cells}
+        _hold(cells, read_results(results), keep)
+    return RunData(path, info, list(cells.values()))
+
+
+Shared = dict[Any, Any]  # what held models share: sets of given fields, and equal flat models
+
+
+class _GivenFields(set):
+    """The names of the fields a held model's input gave, shared by the models given the same ones: a set
+    (pydantic's exclude_unset reads it as one) that refuses to change."""
+
+    def _refuse(self, *args: object) -> None:
+        raise TypeError("a held record is read, never assigned to: its set of given fields is shared")
+
+    add = discard = remove = pop = clear = update = _refuse
+    intersection_update = difference_update = symmetric_difference_update = _refuse
+    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse  # type: ignore[assignment]
+
+
+def _shrunk(model: Any, shared: Shared) -> Any:
+    """A model held for reading, and the models inside it, made smaller: one set of the fields their input
+    gave, shared with every model given the same ones (and refusing to change); interned text; and a model
+    of text and whole numbers only (a NIC's summary, a host's facts) the same object as an equal one held
+    before.
+
+    Each model keeps the names of the fields its input set (exclude_unset reads them); as a set of its own
+    that is a third of what a summary takes in memory. Held records are read, never assigned to: an
+    assignment would fail loudly on the shared set rather than change the others.
+    """
+    given = frozenset(model.__pydantic_fields_set__)
+    if given not in shared:
+        shared[given] = _GivenFields(given)
+    object.__setattr__(model, "__pydantic_fields_set__", shared[given])
+    fields = model.__dict__
+    flat = not model.__pydantic_extra__
+    for name, value in fields.items():
+        if type(value) is str:  # names, units, hosts: the same few words in every record
+            fields[name] = sys.intern(value)
+        elif isinstance(value, BaseModel):
+            fields[name] = _shrunk(value, shared)
+            flat = False
+        elif isinstance(value, dict) and value and isinstance(next(iter(value.values())), BaseModel):
+            for key, inner in value.items():
+                value[key] = _shrunk(inner, shared)
+            flat = False
+        elif value is not None and type(value) not in (int, bool):  # not floats: -0.0 == 0.0
+            flat = False
+    if not flat:
+        return model
+    return shared.setdefault((type(model), tuple((k, type(v), v) for k, v in fields.items())), model)
+
+
+def _hold(cells: dict[str, CellData], records: Iterator[tuple[int, Record]], keep: Keep) -> None:
+    """What `keep` takes of the records, each put in its cell (a cell first seen here is added)."""
+    shared: Shared = {}
+    for _, record in records:
         cell = cells.setdefault(record.cell, CellData(record.cell, {}))
-        cell.params = record.params
-        if not keep(record):
+        if cell.params == record.params:  # one dict of a cell's parameters, not one per record
+            record.__dict__["params"] = cell.params
+        else:
+            cell.params = record.params
+        held = keep(record)
+        if held is None:
             continue
+        record = _shrunk(held, shared)
         if isinstance(record, CellRecord):
             cell.facts = record
         elif isinstance(record, CellEndRecord):
@@ -163,7 +255,6 @@ def load_run(path: Path, keep: Keep = every_record) -> RunData:
             cell.expectations.append(record)
         elif isinstance(record, TestRecord):
             cell.tests.append(record)
-    return RunData(path, info, list(cells.values()))
 
 
 def load_runs(paths: list[Path], keep: Keep = every_record) -> list[RunData]:

@@ -8,9 +8,8 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from niclab.base.atomic import write_text
+from niclab.ui.report.assets import TEMPLATES
 from niclab.ui.report.build import Report
-
-TEMPLATES = Path(__file__).with_name("templates")
 
 
 def _data_uri(text: str, mime: str) -> str:
