@@ -32,8 +32,8 @@ unit: lab-python
 # Refresh tests/durations.json (each test's seconds: the suite's order, tests/order.py, and CI's shards) from a
 # whole run on a quiet machine.
 durations: setup test-host lab-python
-	$(BIN)/pytest -m "not integration" -n $(UNIT_JOBS) --store-durations --durations-path tests/durations.json $(PYTEST_ARGS)
-	$(BIN)/pytest -m integration --store-durations --durations-path tests/durations.json $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not integration" -n $(UNIT_JOBS) --store-durations --durations-path=tests/durations.json $(PYTEST_ARGS)
+	$(BIN)/pytest -m integration --store-durations --durations-path=tests/durations.json $(PYTEST_ARGS)
 
 # ruff's lint and format check over the code, mypy over the package (files from pyproject.toml; every function
 # annotated), then import-linter: the layer folders import only from below (contracts in pyproject.toml).
