@@ -25,6 +25,8 @@ def repo() -> Path:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slowest modules first (tests/order.py), so the workers of `make test` finish together."""
-    items[:] = longest_first(items, read_durations())
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers that take whole modules (`--dist loadscope`), the slowest modules first (tests/order.py),
+    so the workers finish together; otherwise the collection's order."""
+    if config.getoption("dist", None) == "loadscope":
+        items[:] = longest_first(items, read_durations())

@@ -1,10 +1,10 @@
 """The suite's order: its slowest modules first, by the durations stored in tests/durations.json.
 
-`make test` runs the suite on several pytest-xdist workers with `--dist loadscope`: a module's tests stay on one
-worker (its module fixtures, a booted session or a nested lab, are made once), and a worker that runs out of work
-takes the next module in collection order. Collected longest first, the modules are handed out as the longest
-processing time first rule would: the nested lab's module does not start last and leave one worker running alone.
-Within a module the tests keep their order.
+On several pytest-xdist workers with `--dist loadscope` (tests/conftest.py orders the suite only then) a module's
+tests stay on one worker (its module fixtures, a booted session or a nested lab, are made once), and a worker that
+runs out of work takes the next module in collection order. Collected longest first, the modules are handed out
+as the longest processing time first rule would: the nested lab's module does not start last and leave one worker
+running alone. Within a module the tests keep their order.
 
 The file is pytest-split's (test id -> seconds of set-up, call and tear-down), so the same file also splits the
 suite over several CI runners (docs/development.md, "Sharding"). Refresh it with `make durations`. A module the
