@@ -15,19 +15,7 @@ from niclab.run.plan import estimates
 from niclab.run.progress import RunProgress, RunTally, time_left
 from niclab.ui import console
 from niclab.ui.console import CLEAR, ProgressLines, clock, describe_progress
-
-TWO_CELLS = """\
-name: progress
-nodes: [a, b]
-links:
-  - between: [a, b]
-    nic: e1000
-matrix:
-  secs: [5, 4]
-benchmarks:
-  - netperf: {test: TCP_STREAM, seconds: "${secs}"}
-  - netperf: {test: TCP_RR, seconds: 5}
-"""
+from tests.unit.test_runner import TWO_CELLS  # two cells of the replay's two-node e1000 pair
 
 
 class Clock:
