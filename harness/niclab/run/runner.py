@@ -228,12 +228,11 @@ class Runner:
             works = [self._work(n, cell, len(cells)) for n, cell in enumerate(cells, start=1)]
             self.tally = self.start_tally(cells)
             with ExitStack() as stack:
-                if rigs is None:
-                    rigs = stack.enter_context(BootKeeper(self.backend, self.progress))
-                else:
+                if rigs is not None:
                     rigs.progress = self.progress  # the boots it makes now are this run's
+                keeper = rigs or stack.enter_context(BootKeeper(self.backend, self.progress))
                 for work, rounds in schedule(works):
-                    self._run_step(rigs, work, rounds)
+                    self._run_step(keeper, work, rounds)
         except KeyboardInterrupt:
             if rigs is not None:
                 rigs.drop()

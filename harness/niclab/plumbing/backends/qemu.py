@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -133,6 +134,12 @@ def qemu_firmware(binary: str) -> str | None:
     """
     if os.environ.get("NICLAB_QBOOT", "1") == "0":
         return None
+    return _qboot_of(binary)
+
+
+@functools.cache
+def _qboot_of(binary: str) -> str | None:
+    """Where this QEMU's data directories (`-L help`) hold qboot, asked once per binary and process."""
     try:
         listed = subprocess.run([binary, "-L", "help"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
