@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import statistics
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -97,13 +98,10 @@ def rtt_summary(rtts: Mapping[str, float]) -> str:
     worst pair named (eight nodes on a segment have 56; the cell record keeps every one)."""
     if len(rtts) <= SHOWN_PAIRS:
         return ", ".join(f"{k} {v:.2f} ms" for k, v in sorted(rtts.items()))
-    ordered = sorted(rtts.values())
-    middle = len(ordered) // 2
-    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
     worst = max(sorted(rtts), key=lambda k: rtts[k])
     return (
-        f"min {ordered[0]:.2f} / median {median:.2f} / max {ordered[-1]:.2f} ms over {len(rtts)} pairs, "
-        f"the worst {worst}"
+        f"min {min(rtts.values()):.2f} / median {statistics.median(rtts.values()):.2f} / max {rtts[worst]:.2f} ms "
+        f"over {len(rtts)} pairs, the worst {worst}"
     )
 
 
