@@ -26,6 +26,15 @@ QEMU 7.2's TCG emulation of SVM now and then kills an L1's kernel in the thread
 of an L2 vCPU (an oops whose `Comm:` is `CPU n/KVM`), or an L2 guest.
 `NestedLab.crashed()` says whether a failure was that; the tests then boot
 that L1 again (`reboot`) and run the command once more, and say so.
+
+The same crash can kill niclab's KVM probe on an L1 (its guest ends before
+userspace). niclab then caches TCG for that host, as it should on a real
+host, and every later run there boots L2 under TCG inside TCG: four times
+slower, enough for the kernel's selftests to time out. On this rig KVM works
+in every L1 (kvm_amd loads at boot), so a run whose nodes fell back to TCG
+on an L1 is the emulated SVM's doing too: `kvm_lost()` finds them in the
+run's records, `forget_kvm()` drops those verdicts from the controller's
+cache, and the command runs once more.
 """
 
 from __future__ import annotations
@@ -36,16 +45,18 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from niclab.base.node import CommandResult
 from niclab.base.procs import Child, Supervisor
-from niclab.plumbing.accel import qemu_binary
+from niclab.plumbing.accel import host_cache_file, qemu_binary
 from niclab.plumbing.backends.qemu import tail, udp_cable
 from niclab.plumbing.guest import AgentError, AgentNode, GuestAgent
 from niclab.plumbing.image import Image
+from niclab.plumbing.image.store import find_image
 
 CARD_SLOT = 0x04  # each L1's card: 0000:00:04.0
 CARD = f"0000:00:{CARD_SLOT:02x}.0"
@@ -58,10 +69,15 @@ def tunnel_address(index: int) -> str:
     return f"{TUNNEL_NET}.{index + 1}"
 
 
+def host_uri(name: str) -> str:
+    """The libvirt URI the inventory gives the L1 `name` (the key of its cached KVM verdicts)."""
+    return f"qemu+ssh://root@{name}/system"
+
+
 def lab_yaml(key_dir: Path | None = None) -> str:
     """The two-host inventory the controller uses: one e1000 card on each L1, the crossover cable between them."""
     hosts = "\n".join(
-        f'  {name}: {{libvirt: "qemu+ssh://root@{name}/system", address: {tunnel_address(i)}, '
+        f'  {name}: {{libvirt: "{host_uri(name)}", address: {tunnel_address(i)}, '
         f"capacity: {{cpus: 2, memory_mib: 1536}}}}"
         for i, name in enumerate(HOSTS)
     )
@@ -219,6 +235,7 @@ class NestedLab:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.supervisor = self._stack.enter_context(Supervisor(self.workdir))
         self._ssh_setup()
+        self.forget_kvm(HOSTS)  # new L1s under old names: an earlier session's verdicts are not theirs
         cards, tunnels = udp_cable(), udp_cable()
         for end in (*cards, *tunnels):
             self._stack.callback(end.close)
@@ -323,6 +340,29 @@ class NestedLab:
             if GUEST_DIED.search(logs):
                 found.append(name)
         return found
+
+    @staticmethod
+    def kvm_lost(found: list[dict]) -> set[str]:
+        """The L1s on which a run's nodes ran under TCG, from the run's `cell` records."""
+        lost: set[str] = set()
+        for record in found:
+            if record.get("type") != "cell":
+                continue
+            rig = record.get("rig", {})
+            hosts = rig.get("hosts", {})
+            accels = rig.get("accel_nodes") or dict.fromkeys(hosts, rig.get("accel"))
+            lost |= {hosts[node] for node, accel in accels.items() if accel == "tcg" and hosts.get(node) in HOSTS}
+        return lost
+
+    def forget_kvm(self, names: Iterable[str], why: str = "") -> None:
+        """Drop the controller's cached KVM verdicts for these L1s (a lab run's is of niclab's default image,
+        whatever its nodes boot): the next run there probes again."""
+        probe = find_image()
+        for name in sorted(names):
+            if why:
+                print(f"\n[nested] {why} on {name}: its KVM verdict is forgotten", file=sys.stderr)
+            if probe is not None:
+                host_cache_file(host_uri(name), probe).unlink(missing_ok=True)
 
     def reboot(self, name: str, why: str) -> None:
         """Boot a fresh L1 (its disk is a snapshot: nothing of the dead one is left), and say why."""

@@ -138,7 +138,7 @@ class BenchContext:
     gone: Callable[[], dict[str, str]] = _nothing_gone  # node -> why its guest is gone, for the dead ones
     console: Callable[[str], str] = _no_console  # node -> the end of its serial console since its boot
     journal: Path | None = None  # where to note each test before it starts (a crash leaves the list behind)
-    accel: str = ""  # kvm or tcg: a slow machine loosens the tests' timing
+    accel: str = ""  # kvm, tcg, or mixed (some nodes under each): a slow machine loosens the tests' timing
 
 
 class Benchmark(Protocol):

@@ -65,6 +65,8 @@ DMESG_LINES = 400  # kept per test program
 RUN_SLACK_S = 60  # beyond a program's own limit before niclab gives up on it
 GONE_WAIT_S = 15.0  # how long a lost agent may precede its guest's death
 MAX_RESTARTS = 3  # boots after crashes in one run; more and the run gives up
+SLOW_ACCELS = ("tcg", "mixed")  # a rig with any node under TCG: KSFT_MACHINE_SLOW, and the hint below
+TIMEOUT_HINT = " under TCG (the benchmark's `timeout:` gives each program more)"
 NO_LIMIT_S = 900  # a program whose target sets no time limit (`timeout=0`) still gets one here
 STATES: tuple[TestState, ...] = ("pass", "fail", "skip", "xfail", "crash")
 COUNTS = {"pass": "passed", "fail": "failed", "skip": "skipped", "xfail": "xfailed", "crash": "crashed"}
@@ -289,7 +291,7 @@ def _run_one(
 
     raw = raw_name(target, test)
     try:
-        script = _script(target, test, seconds, marker, ctx.accel == "tcg")
+        script = _script(target, test, seconds, marker, slow=ctx.accel in SLOW_ACCELS)
         result = client.run(script, timeout=seconds + RUN_SLACK_S, check=False)
     except NiclabError as exc:  # the agent lost, a timeout: a crash if a guest died meanwhile
         dead = _wait_gone(ctx)
@@ -312,7 +314,7 @@ def _run_one(
     elif result.returncode in EXIT_STATES:
         state, reason = EXIT_STATES[result.returncode], ""
     elif result.returncode in (124, 137) and result.seconds >= seconds - 1:
-        state, reason = "fail", f"timeout after {seconds} s"
+        state, reason = "fail", f"timeout after {seconds} s" + (TIMEOUT_HINT if ctx.accel in SLOW_ACCELS else "")
     else:
         state, reason = "fail", f"exit {result.returncode}"
     if state in ("skip", "xfail") or (state == "fail" and not reason.startswith("timeout")):
