@@ -128,3 +128,45 @@ def test_held_records_share_what_they_can_and_still_write_as_read(name):
     assert summaries[0].__pydantic_fields_set__ is summaries[-1].__pydantic_fields_set__
     with pytest.raises(TypeError, match="never assigned to"):
         summaries[0].unstable = True  # a default (unset) field: changing it would change every summary's set
+
+
+def _bonded_sweep(tmp_path: Path, count: int) -> Path:
+    """A sweep of `count` cells, each with its provenance and two runs; every seventh cell bonds three ports and
+    puts its interrupts on one CPU (the report's bonding figure and irq finding read those runs)."""
+    given = []
+    for n in range(count):
+        params = {"nic": ("e1000", "rtl8139")[n % 2], "ports": 3 if n % 7 == 0 else 1}
+        cell_id = ",".join(f"{k}={v}" for k, v in params.items()) + f",n={n}"
+        nics = {"a": {"model": params["nic"], "ports": params["ports"]}}
+        counters = {"a": {"link0": {"rx_packets": 10, "interrupts_per_cpu": [900, 10]}}}
+        given += records.in_cell(
+            cell_id,
+            params,
+            records.cell(nodes={"a": {"kernel": "6.1", "interfaces": {"link0": {"driver": params["nic"]}}}}),
+            records.run("0.1", nics=nics, counters=counters),
+            records.run("0.2", nics=nics, counters=counters),
+            records.summary(
+                "netperf.TCP_STREAM.throughput_mbps", unit="Mbit/s", samples=[90.0 + n, 91.0 + n], runs=["0.1", "0.2"]
+            ),
+        )
+    cells = list(dict.fromkeys(r.cell for r in given))
+    return records.write_run(tmp_path / "sweep", given, cells, scenario="sweep")
+
+
+def test_a_report_of_a_sweep_holds_the_provenance_of_the_cells_it_shows_only_and_reads_the_same(tmp_path):
+    run_dir = _bonded_sweep(tmp_path, SHOWN_CELLS + 30)
+    whole, held = load_run(run_dir), load_run(run_dir, for_report)
+    for n, (full, slim) in enumerate(zip(whole.cells, held.cells, strict=True)):
+        assert slim.summaries == full.summaries and slim.params == full.params
+        if n < SHOWN_CELLS:
+            assert slim.facts == full.facts and slim.runs == full.runs
+            continue
+        assert slim.facts is not None and not slim.facts.nodes  # that it booted, no more
+        assert slim.runs == (full.runs if full.params["ports"] == 3 else {})  # the bonded ones' runs
+    made = build([held]), build([whole])
+    for report in made:
+        report.generated_at = "then"
+    assert render_html(made[0]) == render_html(made[1])
+    assert [f.text for f in made[0].findings] == [f.text for f in made[1].findings]
+    beyond = f"n={SHOWN_CELLS + 3}"  # a bonded cell the report does not show whole
+    assert any(f.where.endswith(beyond) and "bonded ports landed on CPU 0" in f.text for f in made[0].findings)

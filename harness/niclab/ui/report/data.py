@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -115,18 +115,73 @@ def params_of(cell_id: str) -> dict:
 
 
 Keep = Callable[[Record], Record | None]  # what of a record to hold: the record, a part of it, or nothing
+SHOWN_CELLS = 200  # cells a report shows whole (summary table, provenance): a sweep of thousands stays readable
+
+
+@runtime_checkable
+class PerRun(Protocol):
+    """A Keep that depends on the run directory: `of` makes it from the run's run.json."""
+
+    def of(self, info: RunInfoRecord) -> Keep: ...
 
 
 def every_record(record: Record) -> Record | None:
     return record
 
 
-def for_report(record: Record) -> Record | None:
-    """What a report draws from: all but the `cell_end` records and the measurements without a curve (the
-    summaries hold their figures)."""
+def _drawn(record: Record) -> Record | None:
+    """All but the `cell_end` records and the measurements without a curve (the summaries hold their figures)."""
     if isinstance(record, MeasurementRecord):
         return record if record.extra.curve else None
     return None if isinstance(record, CellEndRecord) else record
+
+
+def _bonded(record: RunRecord) -> bool:
+    return any((nic.ports or 1) >= 2 for nic in record.nics.values())
+
+
+class ForReport:
+    """What a report draws from. Of the cells it shows whole (the first SHOWN_CELLS, in run.json's order or
+    the scenario's, which a merge of shards follows), all but the `cell_end` records and the measurements
+    without a curve. Of the others only what its figures and findings read beyond the summaries: a `run`
+    record where a NIC bonds ports (the bonding figure, the interrupt finding), and of the `cell` record
+    that it was written (a merge of shards prefers a cell that booted). A sweep of 20,000 cells then holds
+    its summaries, not 20,000 cells' provenance. A run whose run.json lists no cells holds every cell whole."""
+
+    def of(self, info: RunInfoRecord) -> Keep:
+        listed = info.cells
+        if not listed:
+            return _drawn
+        rank = {cell_id: n for n, cell_id in reversed(list(enumerate(info.order)))}
+        by_order = sorted(listed, key=lambda cell_id: rank.get(cell_id, len(rank)))
+        whole = set(listed[:SHOWN_CELLS]) | set(by_order[:SHOWN_CELLS])
+        known = set(listed)
+
+        def keep(record: Record) -> Record | None:
+            if record.cell in whole or record.cell not in known:
+                return _drawn(record)
+            if isinstance(record, RunRecord):
+                return record if _bonded(record) else None
+            if isinstance(record, CellRecord):
+                return CellRecord.model_validate(
+                    {
+                        "type": record.type,
+                        "version": record.version,
+                        "scenario": record.scenario,
+                        "cell": record.cell,
+                        "params": record.params,
+                        "time": record.time,
+                    }
+                )
+            return _drawn(record)
+
+        return keep
+
+    def __call__(self, record: Record) -> Record | None:  # a record of a run whose shown cells are not known
+        return _drawn(record)
+
+
+for_report = ForReport()
 
 
 def for_compare(record: Record) -> Record | None:
@@ -160,13 +215,14 @@ def for_comparing_runs(record: Record) -> Record | None:
     return record if isinstance(record, SummaryRecord | TestRecord) else None
 
 
-def load_run(path: Path, keep: Keep = every_record) -> RunData:
+def load_run(path: Path, keep: Keep | PerRun = every_record) -> RunData:
     """A run directory's records, validated (niclab.run.records): a damaged file is one RunDirError line.
 
     Every record is read and validated; only what `keep` takes of them is held (a sweep of 20,000 cells
     has some 150,000 records: a report needs neither the measurements the summaries already hold nor the
-    `cell_end` records, a comparison of two runs only the host load of its `run` records and little of a
-    cell's provenance). A cell with no record kept is still listed, as run.json names it.
+    `cell_end` records nor the provenance of cells it does not show, a comparison of two runs only the host
+    load of its `run` records and little of a cell's provenance). A cell with no record kept is still listed,
+    as run.json names it.
     """
     results = path / "results.jsonl"
     if not results.exists() and not results.is_symlink():
@@ -174,7 +230,7 @@ def load_run(path: Path, keep: Keep = every_record) -> RunData:
     with collector_paused():
         info = read_run_info(path / "run.json") or RunInfoRecord()
         cells: dict[str, CellData] = {cid: CellData(cid, params_of(cid)) for cid in info.cells}
-        _hold(cells, read_results(results), keep)
+        _hold(cells, read_results(results), keep.of(info) if isinstance(keep, PerRun) else keep)
     return RunData(path, info, list(cells.values()))
 
 
@@ -257,7 +313,7 @@ def _hold(cells: dict[str, CellData], records: Iterator[tuple[int, Record]], kee
             cell.tests.append(record)
 
 
-def load_runs(paths: list[Path], keep: Keep = every_record) -> list[RunData]:
+def load_runs(paths: list[Path], keep: Keep | PerRun = every_record) -> list[RunData]:
     return [load_run(Path(p), keep) for p in paths]
 
 

@@ -20,7 +20,7 @@ from niclab.model import bench
 from niclab.run.records import SummaryRecord
 from niclab.ui import csvsafe
 from niclab.ui.formats import beside_their_link, drivers_line, format_value, metric_label
-from niclab.ui.report.data import CellData, RunData
+from niclab.ui.report.data import SHOWN_CELLS, CellData, RunData
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,6 @@ class Table:
             f"| {test} | {unit} | " + " | ".join(c.text() for c in cells) + " |" for test, unit, cells in self.rows
         ]
         return "\n".join(lines + [""] + [f"{note}" for note in self.notes]) + "\n"
-
-
-SHOWN_CELLS = 200  # columns of the summary table (and cells of the provenance): a sweep of thousands stays readable
 
 
 def column_label(run: RunData, cell: CellData) -> str:
