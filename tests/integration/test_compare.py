@@ -21,12 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from niclab.ui.compare import CONTENTION_BOUND_PCT
+
 from .conftest import niclab
 
 HERE = Path(__file__).parent
 METRIC = "netperf.TCP_STREAM.throughput_mbps"
 CONTENDED = "host contention, no verdict"
-BEYOND = "beyond host contention (at most 50 % slower)"
+BEYOND = f"beyond host contention (at most {CONTENTION_BOUND_PCT:g} % slower)"
 
 pytestmark = pytest.mark.measures
 

@@ -5,7 +5,7 @@ import pytest
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.run.records import RunInfoRecord
-from niclab.ui.compare import as_html, as_json, as_text, compare, compare_cells
+from niclab.ui.compare import CONTENTION_BOUND_PCT, as_html, as_json, as_text, compare, compare_cells
 from niclab.ui.report.data import CellData, RunData
 from tests import records
 
@@ -100,7 +100,13 @@ def judged(
     return {c.name: c.shown for c in compare(base_run, new_run)}
 
 
-BEYOND = "beyond host contention (at most 50 % slower)"
+BEYOND = f"beyond host contention (at most {CONTENTION_BOUND_PCT:g} % slower)"
+SLOWEST = 1 - CONTENTION_BOUND_PCT / 100  # the least speed a bounded contended side ran at, of its quiet speed
+
+
+def around(value: float) -> list[float]:
+    """Three samples about `value`, 0.5 % apart: a change between two such sides is significant."""
+    return [value, value * 1.005, value * 0.995]
 
 
 def test_a_drop_beyond_what_contention_costs_is_worse_and_says_so():
@@ -140,11 +146,11 @@ def test_a_drop_contention_can_explain_gets_no_verdict():
     assert judged(base, new, "new") == {STREAM: "host contention, no verdict"}
     (change,) = compare(run_with(base), contended_on(run_with(new)))
     assert change.p_value is None and change.beyond == ""
-    # the edge: half the base's speed is the most contention explains
-    assert judged({STREAM: [400.0, 401.0, 399.0]}, {STREAM: [201.0, 202.0, 200.0]}, "new") == {
+    # the edge: SLOWEST of the base's speed is the most contention explains
+    assert judged({STREAM: around(400.0)}, {STREAM: around(400.0 * SLOWEST * 1.03)}, "new") == {
         STREAM: "host contention, no verdict"
     }
-    assert judged({STREAM: [400.0, 401.0, 399.0]}, {STREAM: [190.0, 191.0, 189.0]}, "new") == {
+    assert judged({STREAM: around(400.0)}, {STREAM: around(400.0 * SLOWEST * 0.97)}, "new") == {
         STREAM: f"worse, {BEYOND}"
     }
     # one sample cannot be tested, and under contention says why there is no verdict
@@ -158,19 +164,21 @@ def test_which_side_was_contended_decides_which_way_contention_explains_a_change
     # a contended base was slowed down, which a 30 % gain may be all of
     assert judged(base, gain, "base") == {STREAM: "host contention, no verdict"}
     assert judged(base, gain, "both") == {STREAM: "host contention, no verdict"}
-    # ... but not a gain beyond twice the base's speed
-    assert judged(base, {STREAM: [650.0, 652.0, 648.0]}, "base") == {STREAM: f"better, {BEYOND}"}
+    # ... but not a gain beyond the base's speed over SLOWEST
+    assert judged(base, {STREAM: around(300.0 / SLOWEST * 1.03)}, "base") == {STREAM: "better, " + BEYOND}
+    assert judged(base, {STREAM: around(300.0 / SLOWEST * 0.97)}, "base") == {STREAM: "host contention, no verdict"}
     # a contended base cannot explain a drop at all
     assert judged(base, {STREAM: [250.0, 252.0, 248.0]}, "base") == {STREAM: f"worse, {BEYOND}"}
 
 
-def test_for_a_time_contention_explains_a_rise_up_to_twice_the_base():
-    base = {LATENCY: [200.0, 202.0, 198.0]}
-    assert judged(base, {LATENCY: [300.0, 303.0, 297.0]}, "new") == {LATENCY: "host contention, no verdict"}
-    assert judged(base, {LATENCY: [600.0, 606.0, 594.0]}, "new") == {LATENCY: f"worse, {BEYOND}"}
-    assert judged(base, {LATENCY: [150.0, 152.0, 148.0]}, "new") == {LATENCY: f"better, {BEYOND}"}
-    assert judged(base, {LATENCY: [150.0, 152.0, 148.0]}, "base") == {LATENCY: "host contention, no verdict"}
-    assert judged(base, {LATENCY: [90.0, 91.0, 89.0]}, "base") == {LATENCY: f"better, {BEYOND}"}
+def test_for_a_time_contention_explains_a_rise_up_to_the_base_over_the_least_speed():
+    base = {LATENCY: around(200.0)}
+    assert judged(base, {LATENCY: around(300.0)}, "new") == {LATENCY: "host contention, no verdict"}
+    assert judged(base, {LATENCY: around(200.0 / SLOWEST * 0.97)}, "new") == {LATENCY: "host contention, no verdict"}
+    assert judged(base, {LATENCY: around(200.0 / SLOWEST * 1.03)}, "new") == {LATENCY: f"worse, {BEYOND}"}
+    assert judged(base, {LATENCY: around(150.0)}, "new") == {LATENCY: f"better, {BEYOND}"}
+    assert judged(base, {LATENCY: around(150.0)}, "base") == {LATENCY: "host contention, no verdict"}
+    assert judged(base, {LATENCY: around(200.0 * SLOWEST * 0.97)}, "base") == {LATENCY: f"better, {BEYOND}"}
 
 
 def test_contention_heavier_than_the_bound_was_measured_under_explains_any_change_its_way():

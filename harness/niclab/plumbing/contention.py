@@ -24,9 +24,11 @@ calls a change on them only when it lies beyond what contention can cost
 What contention costs, measured here: one busy process beside the two-node
 e1000 pair took 31–42 % of its throughput on average (TCP_STREAM 452–473
 Mbit/s quiet, 256–282 loaded; bench/normalize.py: 31 % from the e1000, 42 %
-from a virtio reference), 46 % between the extreme runs. A contended guest
-is slower, never faster; `compare` takes it to run at no less than half its
-quiet speed.
+from a virtio reference), 46 % between the extreme runs; measured again per
+model (bench/contention_cost.py, four rounds): e1000 41 % on average and 45 %
+at the extremes, rtl8139 43 % and 50 %, virtio 49 % and 54 %. A contended
+guest is slower, never faster; `compare` takes it to run at no less than
+35 % of its quiet speed.
 
 vCPU waiting alone does not tell: measured here (2 cores, two-node e1000
 under TCG) the guests' vCPUs waited 14–27 % of the time on a quiet host
