@@ -336,3 +336,17 @@ def test_a_paired_comparison_of_cells_on_two_hosts_is_refused_and_an_unpaired_on
     apart = on_hosts(ab_run(DRIFTING_A, DRIFTING_B, alternated=False), {"A": "rig1", "B": "rig2"})
     [change] = compare_cells(apart, "A", "B")
     assert not change.paired and change.across == "across hosts (rig1 vs rig2)"
+
+
+def test_each_plugin_declares_which_of_its_metrics_move_with_the_guests_speed():
+    from niclab.model.bench import all_metrics
+
+    declared = {m.name: m for m in all_metrics()}
+    for metric in declared.values():  # a rate is better higher, a typical time better lower
+        assert metric.pace is None or (metric.pace, metric.better) in (("rate", "higher"), ("time", "lower")), metric
+    paces = {name: declared[name].pace for name in (STREAM, LATENCY, "netperf.TCP_RR.latency_p99_us")}
+    assert paces == {STREAM: "rate", LATENCY: "time", "netperf.TCP_RR.latency_p99_us": None}
+    # one fio job's extremes are a spread: contention moves them without a known bound
+    whole, slowest_job = "nfs.seqread.bandwidth_mb_s", "nfs.seqread.bandwidth_min_mb_s"
+    base, new = {whole: around(100.0), slowest_job: around(90.0)}, {whole: around(20.0), slowest_job: around(10.0)}
+    assert judged(base, new, "new") == {whole: f"worse, {BEYOND}", slowest_job: "host contention, no verdict"}

@@ -92,9 +92,6 @@ CONTENTION_BOUND_PCT = 65.0
 #: of a core (one busy process: 79–99 %). Heavier contention, or contention not measured so, has no known bound.
 MEASURED_LOAD_PCT = 100.0
 BEYOND = f"beyond host contention (at most {CONTENTION_BOUND_PCT:g} % slower)"
-#: Words of a time metric's name that make it a tail or a spread: contention stretches those without a known bound.
-SPREADS = frozenset({"max", "p90", "p99", "mdev", "jitter"})
-TIMES = frozenset({"s", "ms", "us", "ns"})
 
 
 @dataclass(frozen=True)
@@ -242,17 +239,12 @@ def fair_pairs(
 
 
 def speed(metric: MetricInfo | None, base_mean: float, new_mean: float) -> float | None:
-    """The new side's speed against the base's, for a metric that moves with the guests' speed: new / base for a
-    rate (higher is better, a unit per second), base / new for a typical time (lower is better, not a tail or
-    a spread). None for any other metric, or when a mean is not positive."""
-    if metric is None or base_mean <= 0 or new_mean <= 0:
+    """The new side's speed against the base's, for a metric that moves with the guests' speed (its plug-in
+    declares its `pace`): new / base for a rate, base / new for a typical time. None for any other metric, or
+    when a mean is not positive."""
+    if metric is None or metric.pace is None or base_mean <= 0 or new_mean <= 0:
         return None
-    if metric.better == "higher" and metric.unit.endswith("/s"):
-        return new_mean / base_mean
-    words = set(metric.name.rpartition(".")[2].split("_"))
-    if metric.better == "lower" and metric.unit in TIMES and not SPREADS & words:
-        return base_mean / new_mean
-    return None
+    return new_mean / base_mean if metric.pace == "rate" else base_mean / new_mean
 
 
 def load_pct(cell: CellData, summary: SummaryRecord) -> float | None:

@@ -72,6 +72,11 @@ class MetricInfo:
     unit: str  # Mbit/s, us, ms, %, /s, ...
     description: str
     better: str | None = None  # "higher", "lower", or None when neither is better
+    pace: Literal["rate", "time"] | None = None
+    """How the figure follows the guests' speed (compare's contention bound reads it): "rate", a figure per
+    unit of time that a slower guest makes smaller (throughput, transactions, IOPS); "time", a typical time
+    that a slower guest makes longer (a mean, median or minimum latency); None for the rest (loss, counts, CPU
+    use, tails, spreads and one job's extremes), which contention moves without a known bound."""
 
 
 @dataclass(frozen=True)

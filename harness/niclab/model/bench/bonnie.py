@@ -218,8 +218,10 @@ class Bonnie:
         found = []
         for field, metric, what, _ in BULK:
             unit, note = ("/s", "") if field == "seeks" else ("MB/s", ", 1 MB = 10^6 bytes")
-            found.append(MetricInfo(f"bonnie.{metric}", unit, what + note, "higher"))
-        return found + [MetricInfo(f"bonnie.{metric}", "/s", what, "higher") for _, metric, what, _ in FILES]
+            found.append(MetricInfo(f"bonnie.{metric}", unit, what + note, "higher", pace="rate"))
+        return found + [
+            MetricInfo(f"bonnie.{metric}", "/s", what, "higher", pace="rate") for _, metric, what, _ in FILES
+        ]
 
     def describe(self, options: BonnieOptions) -> str:
         return "bonnie++"

@@ -131,18 +131,21 @@ class Iperf3:
         out = []
         for test in ("TCP", "UDP"):
             out += [
-                MetricInfo(f"iperf3.{test}.throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
-                MetricInfo(f"iperf3.{test}.sent_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
+                MetricInfo(f"iperf3.{test}.throughput_mbps", "Mbit/s", "what the receiver got", "higher", pace="rate"),
+                MetricInfo(
+                    f"iperf3.{test}.sent_throughput_mbps", "Mbit/s", "what the sender sent", "higher", pace="rate"
+                ),
                 MetricInfo(
                     f"iperf3.{test}.reverse_throughput_mbps",
                     "Mbit/s",
                     "what the client got back from the server at the same time (bidir)",
                     "higher",
+                    pace="rate",
                 ),
             ]
         return out + [
             MetricInfo("iperf3.TCP.retransmits", "segments", "TCP segments sent again", "lower"),
-            MetricInfo("iperf3.TCP.rtt_mean_us", "us", "mean smoothed RTT the sender's TCP saw", "lower"),
+            MetricInfo("iperf3.TCP.rtt_mean_us", "us", "mean smoothed RTT the sender's TCP saw", "lower", pace="time"),
             MetricInfo("iperf3.UDP.loss_pct", "%", "datagrams sent but not received", "lower"),
             MetricInfo("iperf3.UDP.jitter_ms", "ms", "variation of datagram transit time (RFC 3550)", "lower"),
         ]

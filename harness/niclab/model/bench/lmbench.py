@@ -223,11 +223,19 @@ class Lmbench:
     def metrics(self) -> list[MetricInfo]:
         return [
             MetricInfo(
-                "lmbench.bw_tcp.throughput_mbps", "Mbit/s", "TCP bulk transfer rate, server to client", "higher"
+                "lmbench.bw_tcp.throughput_mbps",
+                "Mbit/s",
+                "TCP bulk transfer rate, server to client",
+                "higher",
+                pace="rate",
             ),
-            MetricInfo("lmbench.lat_tcp.latency_us", "us", "TCP request/response round trip (median)", "lower"),
-            MetricInfo("lmbench.lat_udp.latency_us", "us", "UDP request/response round trip (median)", "lower"),
-            MetricInfo("lmbench.lat_connect.latency_us", "us", "TCP connect and close (median)", "lower"),
+            MetricInfo(
+                "lmbench.lat_tcp.latency_us", "us", "TCP request/response round trip (median)", "lower", pace="time"
+            ),
+            MetricInfo(
+                "lmbench.lat_udp.latency_us", "us", "UDP request/response round trip (median)", "lower", pace="time"
+            ),
+            MetricInfo("lmbench.lat_connect.latency_us", "us", "TCP connect and close (median)", "lower", pace="time"),
         ]
 
     def metric_prefix(self, options: LmbenchOptions) -> str:

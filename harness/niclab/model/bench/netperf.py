@@ -29,6 +29,7 @@ from niclab.model.bench.netperf_parse import (
 )
 
 PORT = 12865
+TYPICAL_LATENCIES = frozenset({"latency_mean_us", "latency_p50_us", "latency_min_us"})  # not the tails: p90, p99, max
 
 __all__ = ["Netperf", "NetperfHung", "NetperfOptions", "client_argv", "measurements", "parse_keyvals", "server_argv"]
 
@@ -104,18 +105,26 @@ def _declared() -> list[MetricInfo]:
     out = []
     for test in ("TCP_STREAM", "TCP_MAERTS"):
         out += [
-            MetricInfo(f"netperf.{test}.throughput_mbps", "Mbit/s", "TCP bulk transfer rate", "higher"),
+            MetricInfo(f"netperf.{test}.throughput_mbps", "Mbit/s", "TCP bulk transfer rate", "higher", pace="rate"),
             MetricInfo(f"netperf.{test}.retransmits", "segments", "TCP segments the sender sent again", "lower"),
         ]
     out += [
-        MetricInfo("netperf.UDP_STREAM.send_throughput_mbps", "Mbit/s", "what the sender sent", "higher"),
-        MetricInfo("netperf.UDP_STREAM.recv_throughput_mbps", "Mbit/s", "what the receiver got", "higher"),
+        MetricInfo("netperf.UDP_STREAM.send_throughput_mbps", "Mbit/s", "what the sender sent", "higher", pace="rate"),
+        MetricInfo("netperf.UDP_STREAM.recv_throughput_mbps", "Mbit/s", "what the receiver got", "higher", pace="rate"),
         MetricInfo("netperf.UDP_STREAM.loss_pct", "%", "datagrams sent but not received", "lower"),
     ]
     for test in REQUEST_RESPONSE:
-        out.append(MetricInfo(f"netperf.{test}.transaction_rate", "/s", "transactions per second", "higher"))
+        out.append(
+            MetricInfo(f"netperf.{test}.transaction_rate", "/s", "transactions per second", "higher", pace="rate")
+        )
         out += [
-            MetricInfo(f"netperf.{test}.{metric}", "us", f"transaction latency ({key.split('_')[0].lower()})", "lower")
+            MetricInfo(
+                f"netperf.{test}.{metric}",
+                "us",
+                f"transaction latency ({key.split('_')[0].lower()})",
+                "lower",
+                pace="time" if metric in TYPICAL_LATENCIES else None,
+            )
             for key, metric in LATENCIES
         ]
     for test in (*STREAMS, *REQUEST_RESPONSE):

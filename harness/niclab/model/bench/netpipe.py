@@ -165,13 +165,18 @@ class Netpipe:
     def metrics(self) -> list[MetricInfo]:
         return [
             MetricInfo(
-                "netpipe.latency_us", "us", "one-way time of the smallest message (half its round trip)", "lower"
+                "netpipe.latency_us",
+                "us",
+                "one-way time of the smallest message (half its round trip)",
+                "lower",
+                pace="time",
             ),
             MetricInfo(
                 "netpipe.peak_throughput_mbps",
                 "Mbit/s",
                 "highest throughput over the message sizes (extra.curve: [bytes, Mbit/s, half RTT us])",
                 "higher",
+                pace="rate",
             ),
             MetricInfo("netpipe.peak_size_bytes", "bytes", "message size of the peak throughput"),
         ]

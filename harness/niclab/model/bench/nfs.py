@@ -328,6 +328,7 @@ class Nfs:
                         "MB/s",
                         f"{what}: bytes all jobs moved / the longest job's run time, 1 MB = 10^6 bytes",
                         "higher",
+                        pace="rate",
                     ),
                     MetricInfo(
                         f"nfs.{pattern}.{prefix}bandwidth_min_mb_s",
@@ -346,6 +347,7 @@ class Nfs:
                         "/s",
                         f"{what}: I/Os all jobs completed / the longest job's run time",
                         "higher",
+                        pace="rate",
                     ),
                 ]
         return out

@@ -74,8 +74,8 @@ class Ping:
     def metrics(self) -> list[MetricInfo]:
         return [
             MetricInfo("ping.loss_pct", "%", "probes without an answer", "lower"),
-            MetricInfo("ping.rtt_min_ms", "ms", "shortest round trip", "lower"),
-            MetricInfo("ping.rtt_avg_ms", "ms", "mean round trip", "lower"),
+            MetricInfo("ping.rtt_min_ms", "ms", "shortest round trip", "lower", pace="time"),
+            MetricInfo("ping.rtt_avg_ms", "ms", "mean round trip", "lower", pace="time"),
             MetricInfo("ping.rtt_max_ms", "ms", "longest round trip", "lower"),
             MetricInfo("ping.rtt_mdev_ms", "ms", "mean deviation of the round trip", "lower"),
         ]
