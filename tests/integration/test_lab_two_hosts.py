@@ -300,14 +300,23 @@ def guest_died(nested: NestedLab, out: Path, hosts: tuple[str, ...]) -> str:
 def test_parallel_spreads_four_emulated_cells_over_both_hosts_and_a_lost_host_fails_only_its_cell(nested, tmp_path):
     """Four emulated cells with --parallel: the first two run at once, one on each host; while the last two
     boot, l1b goes away (its L1 killed): its cell fails naming it, the other cells measure, l1a holds nothing.
-    A cell may have ended on l1b before the kill (the cells that boot last are then both l1b's)."""
-    for attempt in range(2):
+    A cell may have ended on l1b before the kill (the cells that boot last are then both l1b's).
+
+    This test starts the most L2 guests under the emulated SVM, so it runs again up to twice after a guest
+    death there (in 2 of 3 runs here, an e1000e cell's guest on l1a died just after the kill); the evidence
+    of each stays in the attempt's directory (guest-died.txt)."""
+    attempts = 3
+    for attempt in range(attempts):
         out = tmp_path / f"attempt{attempt}"
         returncode, progress, died, killed_at = parallel_run_losing_l1b(nested, out)
         lost = nested.kvm_lost([r for run in runs_in(out) for r in records(run)])
         if not (died or lost):
             break
-        assert attempt == 0, f"the emulated SVM killed a guest, or KVM, twice in a row:\n{died}{lost}\n{progress}"
+        if died:
+            (out / "guest-died.txt").write_text(died)
+        assert attempt < attempts - 1, (
+            f"the emulated SVM killed a guest, or KVM, {attempts} times:\n{died}{lost}\n{progress}"
+        )
         if died:
             print(f"\n[nested] {died}\n[nested] the emulated SVM's crash: the run starts again", file=sys.stderr)
         nested.forget_kvm(lost, "a run fell back to TCG (the emulated SVM's crash killed its KVM probe's guest)")
