@@ -52,7 +52,7 @@ from pathlib import Path
 
 from niclab.base.node import CommandResult
 from niclab.base.procs import Child, Supervisor
-from niclab.plumbing.accel import host_cache_file, qemu_binary
+from niclab.plumbing.accel import AccelChoice, cached_host_choice, host_cache_file, qemu_binary
 from niclab.plumbing.backends.qemu import tail, udp_cable
 from niclab.plumbing.guest import AgentError, AgentNode, GuestAgent
 from niclab.plumbing.image import Image
@@ -67,6 +67,9 @@ TUNNEL_NET = "198.18.250"  # the L1s' own network, inside them: l1a is .1, l1b .
 
 def tunnel_address(index: int) -> str:
     return f"{TUNNEL_NET}.{index + 1}"
+
+
+TCG = AccelChoice("tcg", "not cached", "")
 
 
 def host_uri(name: str) -> str:
@@ -200,6 +203,14 @@ GUEST_DIED = re.compile(
 )
 
 
+# The end of libvirt's log of each L2 guest's QEMU on an L1, not of niclab's KVM probes: a probe's guest ends
+# itself (its init exits, panic=-1, on_reboot=destroy), which libvirt logs as reason=shutdown.
+L2_LOGS = (
+    'for f in /var/log/libvirt/qemu/*.log; do case "$f" in */niclab-probe-*) ;; *) tail -n {lines} "$f" ;; esac; '
+    "done 2>/dev/null"
+)
+
+
 class LabHostGone(Exception):
     """An L1 died, in a way that is not the emulated SVM's known crash."""
 
@@ -235,7 +246,7 @@ class NestedLab:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.supervisor = self._stack.enter_context(Supervisor(self.workdir))
         self._ssh_setup()
-        self.forget_kvm(HOSTS)  # new L1s under old names: an earlier session's verdicts are not theirs
+        self.forget_kvm(HOSTS, only_tcg=True)  # new L1s under old names: an earlier session's TCG is not theirs
         cards, tunnels = udp_cable(), udp_cable()
         for end in (*cards, *tunnels):
             self._stack.callback(end.close)
@@ -336,7 +347,7 @@ class NestedLab:
             if EMULATED_SVM_CRASH.search(console) or (host.child and host.child.exit_reason()):
                 found.append(name)
                 continue
-            logs = self.run(name, "tail -n 30 /var/log/libvirt/qemu/*.log 2>/dev/null", check=False).stdout
+            logs = self.run(name, L2_LOGS.format(lines=30), check=False).stdout
             if GUEST_DIED.search(logs):
                 found.append(name)
         return found
@@ -354,15 +365,17 @@ class NestedLab:
             lost |= {hosts[node] for node, accel in accels.items() if accel == "tcg" and hosts.get(node) in HOSTS}
         return lost
 
-    def forget_kvm(self, names: Iterable[str], why: str = "") -> None:
+    def forget_kvm(self, names: Iterable[str], why: str = "", only_tcg: bool = False) -> None:
         """Drop the controller's cached KVM verdicts for these L1s (a lab run's is of niclab's default image,
-        whatever its nodes boot): the next run there probes again."""
+        whatever its nodes boot): the next run there probes again. With `only_tcg`, a verdict of KVM stays: a
+        probe's guest ends itself under the emulated SVM, which is one more chance of its crash."""
         probe = find_image()
         for name in sorted(names):
+            if probe is None or (only_tcg and (cached_host_choice(host_uri(name), probe) or TCG).accel == "kvm"):
+                continue
             if why:
                 print(f"\n[nested] {why} on {name}: its KVM verdict is forgotten", file=sys.stderr)
-            if probe is not None:
-                host_cache_file(host_uri(name), probe).unlink(missing_ok=True)
+            host_cache_file(host_uri(name), probe).unlink(missing_ok=True)
 
     def reboot(self, name: str, why: str) -> None:
         """Boot a fresh L1 (its disk is a snapshot: nothing of the dead one is left), and say why."""

@@ -269,8 +269,9 @@ def bounded(cell: CellData, summary: SummaryRecord) -> bool:
 
 def beyond_contention(ratio: float | None, base: str, new: str) -> bool:
     """Whether a speed ratio (`speed`) lies beyond what host contention explains, by how each side was contended
-    ("", "bounded" or "unbounded"): a bounded contended new side explains down to half the base's speed, a bounded
-    contended base side up to twice the new's, an unbounded one any speed that way, an uncontended side nothing."""
+    ("", "bounded" or "unbounded"): a bounded contended new side explains a speed down to 1 - CONTENTION_BOUND_PCT
+    / 100 (0.35), a bounded contended base side one up to its inverse (2.86), an unbounded one any speed that way,
+    an uncontended side nothing."""
     if ratio is None:
         return False
     slowest = 1 - CONTENTION_BOUND_PCT / 100
