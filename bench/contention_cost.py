@@ -20,13 +20,11 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
+from compare_power import busy_process, run_scenario
 from niclab.ui.compare import CONTENTION_BOUND_PCT, MEASURED_LOAD_PCT
 
 SCENARIO = """\
@@ -45,31 +43,9 @@ benchmarks:
 METRIC = "netperf.TCP_STREAM.throughput_mbps"
 
 
-@contextmanager
-def busy_process():
-    """One process spinning on a CPU, as a CI runner's neighbour would."""
-    with open("/dev/null", "w") as sink:
-        proc = subprocess.Popen(["yes"], stdout=sink)
-    try:
-        time.sleep(1)
-        yield
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
 def run(work: Path, name: str, nics: list[str]) -> Path:
-    """`niclab run` of the scenario (quietly, exiting on failure); its run directory."""
-    scenario = work / "contention-cost.yaml"
-    scenario.write_text(SCENARIO.format(nics=", ".join(nics)))
-    out = work / name
-    result = subprocess.run(
-        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"], capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        sys.exit(f"niclab run {name} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
-    (run_dir,) = out.iterdir()
-    return run_dir
+    """The scenario over these models, run quietly (bench/compare_power.py's run_scenario); its run directory."""
+    return run_scenario(work, name, SCENARIO.format(nics=", ".join(nics)))
 
 
 def figures(run_dir: Path) -> tuple[dict[str, float], dict[str, list[float]]]:

@@ -136,6 +136,12 @@ def _drawn(record: Record) -> Record | None:
     return None if isinstance(record, CellEndRecord) else record
 
 
+def _bare_cell(record: CellRecord, **kept: Any) -> CellRecord:
+    """A `cell` record of the same model with only its header (which cell, when) and the fields `kept`."""
+    header = {name: getattr(record, name) for name in ("type", "version", "scenario", "cell", "params", "time")}
+    return CellRecord.model_validate(header | kept)
+
+
 def _bonded(record: RunRecord) -> bool:
     return any((nic.ports or 1) >= 2 for nic in record.nics.values())
 
@@ -163,16 +169,7 @@ class ForReport:
             if isinstance(record, RunRecord):
                 return record if _bonded(record) else None
             if isinstance(record, CellRecord):
-                return CellRecord.model_validate(
-                    {
-                        "type": record.type,
-                        "version": record.version,
-                        "scenario": record.scenario,
-                        "cell": record.cell,
-                        "params": record.params,
-                        "time": record.time,
-                    }
-                )
+                return _bare_cell(record)
             return _drawn(record)
 
         return keep
@@ -200,18 +197,7 @@ def for_comparing_runs(record: Record) -> Record | None:
     if isinstance(record, CellRecord):
         if not (record.rig.hosts or record.interleaved_with):
             return None  # what the comparison reads of a cell without them is the same without the record
-        return CellRecord.model_validate(
-            {
-                "type": record.type,
-                "version": record.version,
-                "scenario": record.scenario,
-                "cell": record.cell,
-                "params": record.params,
-                "time": record.time,
-                "rig": {"hosts": record.rig.hosts},
-                "interleaved_with": record.interleaved_with,
-            }
-        )
+        return _bare_cell(record, rig={"hosts": record.rig.hosts}, interleaved_with=record.interleaved_with)
     return record if isinstance(record, SummaryRecord | TestRecord) else None
 
 
