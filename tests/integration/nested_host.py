@@ -52,7 +52,7 @@ from pathlib import Path
 
 from niclab.base.node import CommandResult
 from niclab.base.procs import Child, Supervisor
-from niclab.plumbing.accel import AccelChoice, cached_host_choice, host_cache_file, qemu_binary
+from niclab.plumbing.accel import cached_host_choice, host_cache_file, qemu_binary
 from niclab.plumbing.backends.qemu import tail, udp_cable
 from niclab.plumbing.guest import AgentError, AgentNode, GuestAgent
 from niclab.plumbing.image import Image
@@ -67,9 +67,6 @@ TUNNEL_NET = "198.18.250"  # the L1s' own network, inside them: l1a is .1, l1b .
 
 def tunnel_address(index: int) -> str:
     return f"{TUNNEL_NET}.{index + 1}"
-
-
-TCG = AccelChoice("tcg", "not cached", "")
 
 
 def host_uri(name: str) -> str:
@@ -371,7 +368,8 @@ class NestedLab:
         probe's guest ends itself under the emulated SVM, which is one more chance of its crash."""
         probe = find_image()
         for name in sorted(names):
-            if probe is None or (only_tcg and (cached_host_choice(host_uri(name), probe) or TCG).accel == "kvm"):
+            cached = cached_host_choice(host_uri(name), probe) if probe is not None else None
+            if probe is None or (only_tcg and cached is not None and cached.accel == "kvm"):
                 continue
             if why:
                 print(f"\n[nested] {why} on {name}: its KVM verdict is forgotten", file=sys.stderr)
