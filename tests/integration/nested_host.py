@@ -24,8 +24,13 @@ OpenSSH reads ~/.ssh/config from the password database's home, not $HOME.
 
 QEMU 7.2's TCG emulation of SVM now and then kills an L1's kernel in the thread
 of an L2 vCPU (an oops whose `Comm:` is `CPU n/KVM`), or an L2 guest.
-`NestedLab.crashed()` says whether a failure was that; the tests then boot
-that L1 again (`reboot`) and run the command once more, and say so.
+The same emulation can also freeze an L1 whole as an L2 guest starts (its agent
+and sshd stop answering, its console says nothing). `NestedLab.crashed()` says
+whether a failure was either; the tests then boot that L1 again (`reboot`) and
+run the command once more, and say so. Before a frozen L1 is booted again,
+`diagnose()` keeps what can be seen of it in `hang.txt` beside its console: how
+busy each QEMU thread is, what QEMU's monitor says, and the L1 kernel's own
+backtrace on every CPU (an NMI, which the L1 turns into a panic).
 
 The same crash can kill niclab's KVM probe on an L1 (its guest ends before
 userspace). niclab then caches TCG for that host, as it should on a real
@@ -39,6 +44,7 @@ cache, and the command runs once more.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -120,7 +126,7 @@ def l1_argv(debian: Image, host: L1) -> list[str]:
     return [
         qemu_binary(),
         "-name",
-        f"{host.name},process=niclab-lab-{host.name}",
+        f"{host.name},process=niclab-lab-{host.name},debug-threads=on",  # its vCPU threads by name in hang.txt
         "-machine",
         "q35,kernel-irqchip=split,accel=tcg",
         "-device",
@@ -141,13 +147,16 @@ def l1_argv(debian: Image, host: L1) -> list[str]:
         "-initrd",
         str(debian.initrd),
         "-append",
-        f"{debian.cmdline} intel_iommu=on",
+        # the kernel's warnings on the console too (the image's loglevel=3 keeps a stall or a lockup off it)
+        f"{debian.cmdline} intel_iommu=on loglevel=5",
         "-drive",
         f"file={debian.disk},if=virtio,format=qcow2,snapshot=on",
         "-chardev",
         "file,id=serial0,path=serial.log",
         "-serial",
         "chardev:serial0",
+        "-qmp",
+        "unix:qmp.sock,server=on,wait=off",
         "-chardev",
         "socket,id=qga0,path=qga.sock,server=on,wait=off",
         "-device",
@@ -180,6 +189,9 @@ modprobe ccp || true
 # udev has loaded it at boot already, with nested paging: npt=0 would need a reload, and makes L2 so slow
 # under TCG's SVM that its guests had not answered after 10 minutes.
 modprobe kvm_amd || true
+# an NMI from the test (diagnose(), on a frozen L1) panics, which prints where the CPU was
+sysctl -qw kernel.unknown_nmi_panic=1
+sysctl -qw kernel.panic_print=64 || true  # and every CPU's backtrace
 systemctl start virtlogd.service libvirtd.service ssh.service
 install -d -m 0700 /root/.ssh
 printf '%s\\n' '{public_key}' > /root/.ssh/authorized_keys
@@ -337,17 +349,47 @@ class NestedLab:
                               f"{tail(host.console, 40)}") from None  # fmt: skip
 
     def crashed(self) -> list[str]:
-        """The L1s whose kernel shows the emulated SVM's crash, or whose L2 guests died, on their console now."""
+        """The L1s whose kernel shows the emulated SVM's crash, whose L2 guests died, or that froze."""
         found = []
         for name, host in self.hosts.items():
             console = tail(host.console, 60)
             if EMULATED_SVM_CRASH.search(console) or (host.child and host.child.exit_reason()):
                 found.append(name)
                 continue
-            logs = self.run(name, L2_LOGS.format(lines=30), check=False).stdout
-            if GUEST_DIED.search(logs):
+            logs = self.l2_logs(name, 30)
+            if logs is None or GUEST_DIED.search(logs):
                 found.append(name)
         return found
+
+    def l2_logs(self, name: str, lines: int) -> str | None:
+        """The end of libvirt's logs of the L2 guests on an L1; None if the L1 froze (diagnose() has kept why)."""
+        try:
+            return self.run(name, L2_LOGS.format(lines=lines), check=False).stdout
+        except LabHostGone as exc:
+            print(f"\n[nested] {str(exc).splitlines()[0]}\n[nested] {self.diagnose(name)}", file=sys.stderr)
+            return None
+
+    def diagnose(self, name: str) -> str:
+        """What can be seen of an L1 that stopped answering, kept in `hang.txt` beside its console: each QEMU
+        thread's CPU use over 3 s (a vCPU thread at 100 % spins in TCG), QEMU's status, and the end of the
+        console after an NMI (which the L1 turns into a panic and a backtrace). Returns a line saying where."""
+        host = self.hosts[name]
+        assert host.child is not None
+        report = [f"{name}: its guest agent stopped answering; QEMU pid {host.child.pid}"]
+        report.append(threads_busy(host.child.pid))
+        console_before = host.console.stat().st_size if host.console.exists() else 0
+        report.append(qmp(host.boots[-1] / "qmp.sock", ["query-status", "inject-nmi"]))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and host.child.exit_reason() is None:
+            time.sleep(1)
+        report.append(f"QEMU after the NMI: {host.child.exit_reason() or 'still running'}")
+        with host.console.open("rb") as console:
+            console.seek(console_before)
+            after = console.read().decode(errors="replace")
+        report.append(f"its console after the NMI:\n{after[-6000:] or '(nothing)'}")
+        where = host.boots[-1] / "hang.txt"
+        where.write_text("\n".join(report) + "\n")
+        return f"{name} froze: {report[1].splitlines()[0]}; the rest in {where}"
 
     @staticmethod
     def kvm_lost(found: list[dict]) -> set[str]:
@@ -385,6 +427,54 @@ class NestedLab:
     def kill(self, name: str) -> None:
         """Pull the plug on an L1 (its QEMU ends at once), as a lab host that goes away."""
         self.hosts[name].stack.close()
+
+
+def threads_busy(pid: int, seconds: float = 3.0) -> str:
+    """Each thread of a process, its state and its share of a CPU over `seconds` (from /proc)."""
+
+    def sample() -> dict[str, tuple[str, int]]:
+        found = {}
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue
+            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2 :].split()
+            found[f"{comm} [{task.name}]"] = (fields[0], int(fields[11]) + int(fields[12]))
+        return found
+
+    before = sample()
+    time.sleep(seconds)
+    after = sample()
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = {
+        thread: (state, 100 * (used - before[thread][1]) / tick / seconds)
+        for thread, (state, used) in after.items()
+        if thread in before
+    }
+    ranked = sorted(busy.items(), key=lambda item: -item[1][1])
+    return "QEMU threads: " + ", ".join(f"{thread} {state} {pct:.0f} %" for thread, (state, pct) in ranked)
+
+
+def qmp(path: Path, commands: list[str], timeout: float = 10.0) -> str:
+    """Each command's answer from a QEMU's QMP socket, or why there was none (a QEMU whose main loop is stuck)."""
+    lines = []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(path))
+            stream = sock.makefile("rwb")
+            stream.readline()  # the greeting
+            for command in ["qmp_capabilities", *commands]:
+                stream.write(json.dumps({"execute": command}).encode() + b"\n")
+                stream.flush()
+                while b'"event"' in (answer := stream.readline()):
+                    pass
+                lines.append(f"QMP {command}: {answer.decode(errors='replace').strip() or '(closed)'}")
+    except OSError as exc:
+        lines.append(f"QMP: no answer ({exc})")
+    return "\n".join(lines)
 
 
 def _end(child: Child) -> None:
