@@ -1,7 +1,10 @@
+import gzip
 import io
 import stat
 
-from niclab.plumbing.image.cpio import CpioWriter, Entry
+import pytest
+
+from niclab.plumbing.image.cpio import CpioWriter, Entry, archive_end, plain_archives, read_entries
 
 
 def read_newc(blob: bytes) -> list[tuple[str, int, bytes, tuple[int, int]]]:
@@ -46,3 +49,34 @@ def test_same_entries_give_same_bytes():
 
     assert build() == build()
     assert len(build()) % 4 == 0
+
+
+def newc(entries: list[Entry]) -> bytes:
+    out = io.BytesIO()
+    writer = CpioWriter(out)
+    for entry in entries:
+        writer.add(entry)
+    writer.close()
+    return out.getvalue()
+
+
+def test_an_initrd_of_plain_and_gzipped_archives_reads_as_the_kernel_unpacks_it():
+    first = newc([Entry("init", stat.S_IFREG | 0o755, b"#!/bin/sh\n" * 50)])
+    second = newc([Entry("lib/a.ko", stat.S_IFREG | 0o644, b"\x7fELF" * 300)])
+    third = newc([Entry("init", stat.S_IFREG | 0o755, b"later\n")])
+    # plain, plain, gzipped, NUL padding, gzipped: a plain image, then an add-on and a driver layer
+    initrd = first + second + gzip.compress(third, mtime=0) + b"\0" * 8 + gzip.compress(third, mtime=0)
+    assert plain_archives(initrd) == first + second + third + third
+    names = [(e.name, e.data[:6]) for e in read_entries(plain_archives(initrd))]
+    assert names == [("init", b"#!/bin"), ("lib/a.ko", b"\x7fELF\x7fE"), ("init", b"later\n"), ("init", b"later\n")]
+    assert archive_end(initrd, 0) == len(first)
+
+
+def test_an_initrd_cut_short_or_of_something_else_is_an_error():
+    archive = newc([Entry("init", stat.S_IFREG | 0o755, b"x" * 100)])
+    with pytest.raises(ValueError, match="cut short"):
+        plain_archives(gzip.compress(archive)[:-20])
+    with pytest.raises(ValueError, match="no trailer"):
+        plain_archives(archive[:-120])
+    with pytest.raises(ValueError, match="neither a newc archive nor a gzip one"):
+        plain_archives(archive + b"BZh9")

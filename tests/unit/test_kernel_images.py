@@ -194,3 +194,20 @@ def test_config_values_leave_out_options_not_set():
         "C": "m",
         "D": '"x"',
     }
+
+
+def test_a_kernels_image_of_a_plain_base_holds_its_archives_plain_too(base, tmp_path):
+    import stat
+
+    from niclab.plumbing.image.cpio import Entry, plain_archives, read_entries
+    from niclab.plumbing.image.store import write_cpio
+
+    write_cpio(base.userspace, [Entry("init", stat.S_IFREG | 0o755, b"#!/bin/sh\n")])
+    base.manifest["initramfs"] = "plain"  # a base built from a recipe with initramfs = "plain" (micro)
+    (base.directory / "manifest.json").write_text(json.dumps(base.manifest))
+    image = kernel_image(KernelChoice(build=str(fake_build_tree(tmp_path / "linux"))), lambda _: None, base)
+    initrd = image.initrd.read_bytes()
+    assert initrd.startswith(gzip.decompress(base.userspace.read_bytes()))  # plain: no gzip header to inflate
+    names = [e.name for e in read_entries(plain_archives(initrd))]
+    assert names[0] == "init" and any(n.endswith("/e1000.ko") for n in names), names
+    assert image.manifest["initramfs"] == "plain"

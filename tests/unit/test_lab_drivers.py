@@ -304,3 +304,14 @@ def test_a_driver_for_cards_named_by_their_pci_id_alone_goes_with_that_id(data_d
         topology = parse(text, "s.yaml").cells[0].scenario.topology()
     # the guest binds the cards of that ID to r8168, whatever module the kernel has for them (r8169)
     assert topology.node("a").drivers == (("10ec:8168", DriverChoice("dkms", "r8168-dkms")),)
+
+
+def test_a_recipes_initramfs_is_gzip_or_plain_and_not_taken_from_its_parent(repo, tmp_path):
+    shutil.copytree(repo / "images" / "micro", tmp_path / "micro")
+    assert load_recipe(tmp_path / "micro").initramfs == "plain"  # micro boots sooner under TCG unpacked
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "recipe.toml").write_text('extends = "micro"\n')
+    assert load_recipe(tmp_path / "lab").initramfs == "gzip"  # a layer's modules and firmware stay packed
+    (tmp_path / "lab" / "recipe.toml").write_text('extends = "micro"\ninitramfs = "zstd"\n')
+    with pytest.raises(NiclabError, match=r"lab/recipe.toml: initramfs = 'zstd': it is one of gzip, plain"):
+        load_recipe(tmp_path / "lab")

@@ -2,12 +2,15 @@
 
 Every entry is owned by root with mtime 0, so the same tree gives the same
 bytes, and device nodes such as /dev/console are just headers. The reader
-walks archives one after the other, as the kernel unpacks an initramfs.
+walks archives one after the other, as the kernel unpacks an initramfs, and
+`plain_archives` unpacks the gzipped ones among them (an initrd.img holds
+plain archives, gzipped ones, or both one after the other).
 """
 
 from __future__ import annotations
 
 import stat
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -81,3 +84,44 @@ def read_entries(data: bytes) -> Iterator[Entry]:
             continue
         yield Entry(name, mode, data[at : at + size], rdev)
         at = (at + size + 3) & ~3
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+NEWC_MAGIC = b"070701"
+
+
+def plain_archives(data: bytes) -> bytes:
+    """An initramfs's archives one after the other, each gzipped one unpacked, as the kernel reads them: plain
+    newc archives as they are, gzip members decompressed, the NUL padding between them skipped."""
+    out: list[bytes] = []
+    at = 0
+    while at < len(data):
+        if data.startswith(GZIP_MAGIC, at):
+            member = zlib.decompressobj(wbits=31)
+            out.append(member.decompress(data[at:]) + member.flush())
+            if not member.eof:
+                raise ValueError(f"a gzip archive at byte {at} is cut short")
+            at = len(data) - len(member.unused_data)
+        elif data.startswith(NEWC_MAGIC, at):
+            end = archive_end(data, at)
+            out.append(data[at:end])
+            at = end
+        elif data[at] == 0:
+            at += 1
+        else:
+            raise ValueError(f"byte {at} starts neither a newc archive nor a gzip one")
+    return b"".join(out)
+
+
+def archive_end(data: bytes, at: int) -> int:
+    """Where the plain newc archive that starts at `at` ends: after its trailer, padded to 4 bytes."""
+    while at + 110 <= len(data):
+        header = data[at : at + 110]
+        if header[:6] != NEWC_MAGIC:
+            raise ValueError(f"byte {at}: a newc header was expected")
+        size, name_size = int(header[54:62], 16), int(header[94:102], 16)
+        name = data[at + 110 : at + 110 + name_size - 1]
+        at = (((at + 110 + name_size + 3) & ~3) + size + 3) & ~3
+        if name == b"TRAILER!!!":
+            return min(at, len(data))
+    raise ValueError("a newc archive has no trailer")

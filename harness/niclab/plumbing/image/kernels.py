@@ -202,7 +202,8 @@ def _write(base: Image, files: KernelFiles, choice: KernelChoice, work: Path) ->
     if files.config is not None:
         (work / "config").write_text(files.config)
     firmware = base.directory / FIRMWARE_ARCHIVE  # the base image's firmware, for this kernel's modules as well
-    write_initrd(work, base.userspace, modules.entries, firmware if firmware.is_file() else None)
+    packing = base.manifest.get("initramfs", "gzip")  # as the base image holds its own archives
+    write_initrd(work, base.userspace, modules.entries, firmware if firmware.is_file() else None, packing)
     facts = {}
     if "module_firmware" in base.manifest:
         have = {name for files in base.manifest["module_firmware"].values() for name, ok in files.items() if ok}

@@ -17,14 +17,13 @@ neither is a disk image (layer_obstacle). Everything else is built whole.
 
 from __future__ import annotations
 
-import gzip
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
 from niclab.base.node import Progress
-from niclab.plumbing.image.cpio import read_entries
+from niclab.plumbing.image.cpio import plain_archives, read_entries
 from niclab.plumbing.image.drivers import FirmwareSet, every_module_under, firmware_set, lab_facts, unpacked_bytes
 from niclab.plumbing.image.kernelfiles import ModuleSet, from_root, module_set
 from niclab.plumbing.image.manifest import installed_packages
@@ -153,9 +152,9 @@ def fetch_layer(recipe: Recipe, parent_dir: Path, parent: dict, work: Path, prog
 
 
 def archive_bytes(path: Path) -> int:
-    """What a gzipped newc archive's regular files take unpacked (the parent's userspace archive); an
-    initrd.img of several archives one after the other counts them all."""
-    return sum(len(e.data) for e in read_entries(gzip.decompress(path.read_bytes())) if stat.S_ISREG(e.mode))
+    """What a newc archive's regular files take unpacked (the parent's userspace archive); an initrd.img of
+    several archives one after the other, gzipped or plain, counts them all."""
+    return sum(len(e.data) for e in read_entries(plain_archives(path.read_bytes())) if stat.S_ISREG(e.mode))
 
 
 def layered_manifest(parent: dict, parent_id: str, recipe: Recipe, layer: Layer, facts: dict) -> dict:

@@ -20,6 +20,9 @@ FEATURE_SOURCES = {
     "addons.py": lambda recipe: recipe.addon,
 }
 FIRMWARE_CHOICES = ("none", "modules")
+# How initrd.img holds the userspace and modules archives: "gzip" (as they are kept beside it), or "plain"
+# (unpacked: the kernel then copies instead of inflating, which under TCG is most of the initramfs's time).
+INITRAMFS_CHOICES = ("gzip", "plain")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Recipe:
     module_dirs: tuple[str, ...] = ()
     # "modules": the firmware files the image's modules name (modinfo firmware:), from the root's /usr/lib/firmware
     firmware: str = "none"
+    initramfs: str = "gzip"  # INITRAMFS_CHOICES; a recipe that `extends` another does not take its parent's
     parent: Recipe | None = None  # the recipe this one `extends`: its files beside it are inputs too
     own_packages: tuple[str, ...] = ()  # the packages its own recipe.toml lists (what a layer on the parent fetches)
     # an add-on (`addon = true`): no kernel, an archive added after any image's initramfs (plumbing/image/addon.py)
@@ -161,6 +165,9 @@ def load_recipe(directory: Path, _seen: tuple[str, ...] = ()) -> Recipe:
         firmware = str(data.get("firmware", "none"))
         if firmware not in FIRMWARE_CHOICES:
             raise NiclabError(f"{path}: firmware = {firmware!r}: it is one of {', '.join(FIRMWARE_CHOICES)}")
+        initramfs = str(data.get("initramfs", "gzip"))
+        if initramfs not in INITRAMFS_CHOICES:
+            raise NiclabError(f"{path}: initramfs = {initramfs!r}: it is one of {', '.join(INITRAMFS_CHOICES)}")
         return Recipe(
             name=directory.name,
             directory=directory,
@@ -175,6 +182,7 @@ def load_recipe(directory: Path, _seen: tuple[str, ...] = ()) -> Recipe:
             disk=_disk(data["disk"]) if "disk" in data else (parent.disk if parent else None),
             module_dirs=tuple(d.strip("/") for d in data.get("module_dirs", ())),
             firmware=firmware,
+            initramfs=initramfs,
             parent=parent,
             own_packages=own_packages,
         )

@@ -3,9 +3,11 @@
 Layout: <cache>/images/<recipe>-<hash>/{vmlinuz, initrd.img, manifest.json},
 vmlinux (the same kernel uncompressed, booted at its PVH entry: image.pvh) when
 the kernel has one, and disk.qcow2 for a recipe with a [disk] table.
-initrd.img is two gzipped cpio archives, one after the other, as the kernel
+initrd.img is two cpio archives, one after the other, as the kernel
 takes them: userspace.cpio.gz (the programs, kept beside it) and
-modules.cpio.gz (the kernel's modules), and for a recipe that takes its
+modules.cpio.gz (the kernel's modules), gzipped as they are kept or unpacked
+for a recipe with `initramfs = "plain"` (the micro image: the kernel copies
+them sooner than it inflates them), and for a recipe that takes its
 modules' firmware (the lab image) a third, firmware.cpio.gz. Beside them
 modules.alias and modules.builtin.modinfo, as in the initramfs, for finding a
 card's driver without unpacking it (plumbing/lab/drivers.py). An image for another kernel
@@ -121,16 +123,25 @@ def mark_used(image: Image) -> Image:
     return image
 
 
-def write_initrd(directory: Path, userspace: Path, modules: list[Entry], firmware: Path | None = None) -> None:
-    """modules.cpio.gz from the entries, and initrd.img: the userspace archive, then the modules one, then the
-    firmware one if the image has one; modules.alias and modules.builtin.modinfo copied beside them."""
+def write_initrd(
+    directory: Path, userspace: Path, modules: list[Entry], firmware: Path | None = None, initramfs: str = "gzip"
+) -> None:
+    """modules.cpio.gz from the entries, and initrd.img: the userspace archive, then the modules one (both
+    unpacked if `initramfs` is "plain"), then the firmware one if the image has one; modules.alias and
+    modules.builtin.modinfo copied beside them."""
     write_cpio(directory / "modules.cpio.gz", modules)
     for entry in modules:
         if entry.name.rsplit("/", 1)[-1] in ALIAS_FILES:
             (directory / entry.name.rsplit("/", 1)[-1]).write_bytes(entry.data)
     with open(directory / "initrd.img", "wb") as out:
-        for part in (userspace, directory / "modules.cpio.gz", *([firmware] if firmware else [])):
-            with open(part, "rb") as data:
+        for part in (userspace, directory / "modules.cpio.gz"):
+            if initramfs == "plain":
+                out.write(gzip.decompress(part.read_bytes()))
+            else:
+                with open(part, "rb") as data:
+                    shutil.copyfileobj(data, out)
+        if firmware is not None:
+            with open(firmware, "rb") as data:
                 shutil.copyfileobj(data, out)
 
 
@@ -208,9 +219,8 @@ def _build_layer(wanted: Recipe, parent: Image, work: Path, progress: Progress) 
     shutil.copyfile(parent.userspace, work / "userspace.cpio.gz")
     if layer.firmware is not None:
         write_cpio(work / FIRMWARE_ARCHIVE, layer.firmware.entries)
-    write_initrd(
-        work, work / "userspace.cpio.gz", layer.modules.entries, work / FIRMWARE_ARCHIVE if layer.firmware else None
-    )
+    firmware = work / FIRMWARE_ARCHIVE if layer.firmware else None
+    write_initrd(work, work / "userspace.cpio.gz", layer.modules.entries, firmware, wanted.initramfs)
     facts = {
         "input_hash": wanted.input_hash(),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -218,7 +228,7 @@ def _build_layer(wanted: Recipe, parent: Image, work: Path, progress: Progress) 
         "initrd_bytes": (work / "initrd.img").stat().st_size,
         "unpacked_bytes": archive_bytes(parent.userspace),
     }
-    return layered_manifest(parent.manifest, parent.id, wanted, layer, facts)
+    return {**layered_manifest(parent.manifest, parent.id, wanted, layer, facts), "initramfs": wanted.initramfs}
 
 
 def _build_whole(wanted: Recipe, work: Path, progress: Progress) -> dict:
@@ -255,7 +265,8 @@ def _build_whole(wanted: Recipe, work: Path, progress: Progress) -> dict:
     (work / "vmlinuz").write_bytes(kernel)
     if (unpacked := pvh_kernel(kernel)) is not None:
         (work / "vmlinux").write_bytes(unpacked)
-    write_initrd(work, work / "userspace.cpio.gz", modules.entries, work / FIRMWARE_ARCHIVE if firmware else None)
+    firmware_archive = work / FIRMWARE_ARCHIVE if firmware else None
+    write_initrd(work, work / "userspace.cpio.gz", modules.entries, firmware_archive, wanted.initramfs)
     if kernel_files.config is not None:
         (work / "config").write_text(kernel_files.config)
     manifest: dict = {
@@ -273,6 +284,7 @@ def _build_whole(wanted: Recipe, work: Path, progress: Progress) -> dict:
         "module_params": modules.params,
         "binaries": list(wanted.binaries),
         "initrd_bytes": (work / "initrd.img").stat().st_size,
+        "initramfs": wanted.initramfs,
         "packages": packages,
         "built_from_source": built,  # source package -> the unpacked directory (its version)
     }
