@@ -1,6 +1,6 @@
 """An image with add-ons: the image's initramfs followed by each add-on's archive.
 
-The kernel takes gzipped cpio archives one after the other as one initramfs, a
+The kernel takes cpio archives (plain or gzipped) one after the other as one initramfs, a
 later entry of a path replacing an earlier one, so an add-on (image.addon)
 goes behind any image's initrd.img as it is: the micro or the lab image, with
 its own kernel or another (image.kernels). The kernel and everything else of
