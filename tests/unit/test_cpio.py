@@ -4,7 +4,8 @@ import stat
 
 import pytest
 
-from niclab.plumbing.image.cpio import CpioWriter, Entry, archive_end, plain_archives, read_entries
+from niclab.base.errors import NiclabError
+from niclab.plumbing.image.cpio import CpioWriter, Entry, archive_end, plain_archives, read_entries, read_initrd
 
 
 def read_newc(blob: bytes) -> list[tuple[str, int, bytes, tuple[int, int]]]:
@@ -80,3 +81,9 @@ def test_an_initrd_cut_short_or_of_something_else_is_an_error():
         plain_archives(archive[:-120])
     with pytest.raises(ValueError, match="neither a newc archive nor a gzip one"):
         plain_archives(archive + b"BZh9")
+
+
+def test_an_initrd_file_niclab_cannot_read_is_named_with_the_fix(tmp_path):
+    (tmp_path / "initrd.img").write_bytes(gzip.compress(newc([Entry("init", stat.S_IFREG | 0o755, b"x")]))[:-9])
+    with pytest.raises(NiclabError, match=r"initrd.img: not an initramfs niclab can read .*niclab image build"):
+        read_initrd(tmp_path / "initrd.img")

@@ -40,7 +40,7 @@ from niclab.plumbing.drivers.asked import AskedModule
 from niclab.plumbing.drivers.build import BuiltDriver, ensure_driver
 from niclab.plumbing.image.addons import behind_initrd, derived_image
 from niclab.plumbing.image.assemble import Tree
-from niclab.plumbing.image.cpio import Entry, plain_archives, read_entries
+from niclab.plumbing.image.cpio import Entry, read_entries, read_initrd
 from niclab.plumbing.image.drivers import memory_floor_mib
 from niclab.plumbing.image.layer import archive_bytes
 from niclab.plumbing.image.modules import module_name
@@ -90,7 +90,7 @@ def driver_entries(image: Image, drivers: Mapping[str, BuiltDriver]) -> tuple[li
     each PCI ID the modules whose aliases for it were left out."""
     version = str(image.manifest.get("kernel_version", ""))
     base = f"usr/lib/modules/{version}"
-    entries = list(read_entries(plain_archives(image.initrd.read_bytes())))
+    entries = list(read_entries(read_initrd(image.initrd)))
     dep_text = _last(entries, f"{base}/modules.dep")
     alias_text = _last(entries, f"{base}/modules.alias")
     if dep_text is None or alias_text is None:

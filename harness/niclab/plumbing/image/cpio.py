@@ -13,7 +13,10 @@ import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
+
+from niclab.base.errors import NiclabError
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,16 @@ def plain_archives(data: bytes) -> bytes:
         else:
             raise ValueError(f"byte {at} starts neither a newc archive nor a gzip one")
     return b"".join(out)
+
+
+def read_initrd(path: Path) -> bytes:
+    """An initrd.img's (or one archive's) archives, plain; a file that is not one is an error naming it."""
+    try:
+        return plain_archives(path.read_bytes())
+    except (OSError, ValueError, zlib.error) as exc:
+        raise NiclabError(
+            f"{path}: not an initramfs niclab can read ({exc}): build the image again (niclab image build)"
+        ) from None
 
 
 def archive_end(data: bytes, at: int) -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from niclab.base.errors import NiclabError
 from niclab.base.node import Progress
-from niclab.plumbing.image.cpio import plain_archives, read_entries
+from niclab.plumbing.image.cpio import read_entries, read_initrd
 from niclab.plumbing.image.drivers import FirmwareSet, every_module_under, firmware_set, lab_facts, unpacked_bytes
 from niclab.plumbing.image.kernelfiles import ModuleSet, from_root, module_set
 from niclab.plumbing.image.manifest import installed_packages
@@ -154,7 +154,7 @@ def fetch_layer(recipe: Recipe, parent_dir: Path, parent: dict, work: Path, prog
 def archive_bytes(path: Path) -> int:
     """What a newc archive's regular files take unpacked (the parent's userspace archive); an initrd.img of
     several archives one after the other, gzipped or plain, counts them all."""
-    return sum(len(e.data) for e in read_entries(plain_archives(path.read_bytes())) if stat.S_ISREG(e.mode))
+    return sum(len(e.data) for e in read_entries(read_initrd(path)) if stat.S_ISREG(e.mode))
 
 
 def layered_manifest(parent: dict, parent_id: str, recipe: Recipe, layer: Layer, facts: dict) -> dict:
