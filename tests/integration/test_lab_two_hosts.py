@@ -312,6 +312,9 @@ def guest_died(nested: NestedLab, out: Path, hosts: tuple[str, ...]) -> str:
     return "\n".join(found)
 
 
+# Three attempts, each a run (up to 6 min when a guest falls back to TCG) and two L1s booted again: more than
+# the suite's 900 s per test, which would end the last attempt before it could pass.
+@pytest.mark.timeout(2400)
 def test_parallel_spreads_four_emulated_cells_over_both_hosts_and_a_lost_host_fails_only_its_cell(nested, tmp_path):
     """Four emulated cells with --parallel: the first two run at once, one on each host; while the last two
     boot, l1b goes away (its L1 killed): its cell fails naming it, the other cells measure, l1a holds nothing.
