@@ -60,6 +60,7 @@ from niclab.base.node import CommandResult
 from niclab.base.procs import Child, Supervisor
 from niclab.plumbing.accel import cached_host_choice, host_cache_file, qemu_binary
 from niclab.plumbing.backends.qemu import tail, udp_cable
+from niclab.plumbing.contention import thread_times
 from niclab.plumbing.guest import AgentError, AgentNode, GuestAgent
 from niclab.plumbing.image import Image
 from niclab.plumbing.image.store import find_image
@@ -430,31 +431,17 @@ class NestedLab:
 
 
 def threads_busy(pid: int, seconds: float = 3.0) -> str:
-    """Each thread of a process, its state and its share of a CPU over `seconds` (from /proc)."""
-
-    def sample() -> dict[str, tuple[str, int]]:
-        found = {}
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                stat = (task / "stat").read_text()
-            except OSError:
-                continue
-            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2 :].split()
-            found[f"{comm} [{task.name}]"] = (fields[0], int(fields[11]) + int(fields[12]))
-        return found
-
-    before = sample()
+    """Each thread of a process and its share of a CPU over `seconds` (niclab's own schedstat reader)."""
+    before = thread_times(pid)
     time.sleep(seconds)
-    after = sample()
-    tick = os.sysconf("SC_CLK_TCK")
+    after = thread_times(pid)
     busy = {
-        thread: (state, 100 * (used - before[thread][1]) / tick / seconds)
-        for thread, (state, used) in after.items()
-        if thread in before
+        f"{t.name} [{tid}]": 100 * (t.run_ns - before[tid].run_ns) / (seconds * 1e9)
+        for tid, t in after.items()
+        if tid in before
     }
-    ranked = sorted(busy.items(), key=lambda item: -item[1][1])
-    return "QEMU threads: " + ", ".join(f"{thread} {state} {pct:.0f} %" for thread, (state, pct) in ranked)
+    ranked = sorted(busy.items(), key=lambda item: -item[1])
+    return "QEMU threads: " + ", ".join(f"{thread} {pct:.0f} %" for thread, pct in ranked)
 
 
 def qmp(path: Path, commands: list[str], timeout: float = 10.0) -> str:
