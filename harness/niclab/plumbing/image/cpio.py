@@ -70,27 +70,31 @@ class CpioWriter:
         self._out.write(header + name + _pad(len(header) + len(name)))
 
 
+NEWC_MAGIC = b"070701"
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _entry_at(data: bytes, at: int) -> tuple[Entry, int]:
+    """The newc entry whose header starts at `at`, and where the next header starts (4-byte aligned)."""
+    header = data[at : at + 110]
+    mode, size, name_size = int(header[14:22], 16), int(header[54:62], 16), int(header[94:102], 16)
+    rdev = (int(header[78:86], 16), int(header[86:94], 16))
+    name = data[at + 110 : at + 110 + name_size - 1].decode(errors="replace")
+    body = (at + 110 + name_size + 3) & ~3
+    return Entry(name, mode, data[body : body + size], rdev), (body + size + 3) & ~3
+
+
 def read_entries(data: bytes) -> Iterator[Entry]:
     """The entries of newc archives one after the other (an initrd.img's, unpacked), in order: a later entry
     of a path replaces an earlier one when the kernel unpacks them."""
     at = 0
     while at + 110 <= len(data):
-        if data[at : at + 6] != b"070701":  # padding after an archive's trailer, before the next archive
+        if data[at : at + 6] != NEWC_MAGIC:  # padding after an archive's trailer, before the next archive
             at += 4
             continue
-        header = data[at : at + 110]
-        mode, size, name_size = int(header[14:22], 16), int(header[54:62], 16), int(header[94:102], 16)
-        rdev = (int(header[78:86], 16), int(header[86:94], 16))
-        name = data[at + 110 : at + 110 + name_size - 1].decode(errors="replace")
-        at = (at + 110 + name_size + 3) & ~3
-        if name == "TRAILER!!!":
-            continue
-        yield Entry(name, mode, data[at : at + size], rdev)
-        at = (at + size + 3) & ~3
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-NEWC_MAGIC = b"070701"
+        entry, at = _entry_at(data, at)
+        if entry.name != "TRAILER!!!":
+            yield entry
 
 
 def plain_archives(data: bytes) -> bytes:
@@ -129,12 +133,9 @@ def read_initrd(path: Path) -> bytes:
 def archive_end(data: bytes, at: int) -> int:
     """Where the plain newc archive that starts at `at` ends: after its trailer, padded to 4 bytes."""
     while at + 110 <= len(data):
-        header = data[at : at + 110]
-        if header[:6] != NEWC_MAGIC:
+        if data[at : at + 6] != NEWC_MAGIC:
             raise ValueError(f"byte {at}: a newc header was expected")
-        size, name_size = int(header[54:62], 16), int(header[94:102], 16)
-        name = data[at + 110 : at + 110 + name_size - 1]
-        at = (((at + 110 + name_size + 3) & ~3) + size + 3) & ~3
-        if name == b"TRAILER!!!":
+        entry, at = _entry_at(data, at)
+        if entry.name == "TRAILER!!!":
             return min(at, len(data))
     raise ValueError("a newc archive has no trailer")
