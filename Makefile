@@ -25,8 +25,9 @@ test: setup test-host lab-python lint
 	$(BIN)/pytest -ra -m integration --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The unit tests alone: they boot no guest. Every test below tests/integration is marked `integration`
-# (tests/integration/conftest.py), so `-m "not integration"` leaves them out.
-unit: lab-python
+# (tests/integration/conftest.py), so `-m "not integration"` leaves them out. What the host needs for them
+# (mmdebstrap for the real driver builds, libvirt-dev for libvirt-python) comes first, as for `make test`.
+unit: host test-host lab-python
 	$(BIN)/pytest -ra -m "not integration" -n $(UNIT_JOBS) $(PYTEST_ARGS)
 
 # Refresh tests/durations.json (each test's seconds: the suite's order, tests/order.py, and CI's shards) from a
