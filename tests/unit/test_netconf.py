@@ -1,3 +1,5 @@
+import subprocess
+
 from niclab.model.scenario import parse
 from niclab.plumbing import netconf
 from niclab.plumbing.netconf import verify
@@ -54,25 +56,116 @@ def test_subnets_stay_inside_198_18_0_0_slash_15():
     assert str(netconf.subnet(511)) == "198.19.255.0/24"
 
 
-def test_node_script_names_ports_by_mac_and_sets_everything():
+def run_node_script(tmp_path, script: str, interfaces: dict[str, str], fail: str = "") -> tuple[str, str, int]:
+    """Run a node script under sh against a fake /sys/class/net (`interfaces`: name -> MAC, carrier up) with
+    `ip`, `tc`, `ethtool` and `modprobe` that log their words and stdin; `ip` fails on a batch holding `fail`.
+    Returns (the log, stderr, exit status)."""
+    net = tmp_path / "sys" / "class" / "net"
+    for name, mac in interfaces.items():
+        (net / name).mkdir(parents=True)
+        (net / name / "address").write_text(mac + "\n")
+    for name in ("link0", "link1p0", "bond2", "link2p0", "link2p1", "link2p2", "link3"):  # after renaming
+        (net / name).mkdir(parents=True, exist_ok=True)
+        (net / name / "carrier").write_text("1\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "log"
+    for tool in ("ip", "tc", "ethtool", "modprobe"):
+        batch = (
+            f'[ "$1" = -batch ] && {{ in=$(cat); printf "%s\\n" "$in" >> {log}; '
+            f'case "$in" in *"{fail or "never"}"*) echo "Command failed -:1" >&2; exit 1;; esac; }}; '
+        )
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}; {batch if tool == "ip" else ""}exit 0\n')
+        (bin_dir / tool).chmod(0o755)
+    text = script.replace("/sys/class/net", str(net))
+    done = subprocess.run(
+        ["sh", "-c", text], capture_output=True, text=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=30
+    )
+    return (log.read_text() if log.exists() else ""), done.stderr, done.returncode
+
+
+def test_node_script_names_ports_by_mac_and_sets_everything_in_few_ip_runs(tmp_path):
     net = plan()
     ifaces = net.on("a")
     macs = {p.key: f"02:4e:4c:00:{p.link:02x}:{p.lane:02x}" for i in ifaces for p in i.ports}
     script = netconf.node_script(ifaces, macs)
-    assert "dev=$(by_mac 02:4e:4c:00:00:00)" in script
-    assert 'ip link set dev "$dev" name link0' in script
-    assert "ip link set dev link0 mtu 1500" in script
-    assert "ethtool -K link0 tso off gro on" in script
-    assert (
-        "tc qdisc del dev link0 root >/dev/null 2>&1 || true\ntc qdisc add dev link0 root netem delay 10ms loss 1%"
-    ) in script
-    assert "ip link add bond2 type bond mode balance-rr miimon 100" in script
-    assert "ip link set dev link2p1 master bond2" in script
-    assert "ip addr add 198.18.3.1/24 dev bond2" in script
-    assert "/sys/class/net/$n/carrier" in script
+    named = macs[net.find("a", 3).ports[0].key]
+    found = {f"eth{n}": mac for n, mac in enumerate(m for m in macs.values() if m != named)}
+    found["link3"] = named  # named by an earlier run: left as it is
+    log, stderr, status = run_node_script(tmp_path, script, found)
+    assert status == 0, stderr
+    assert log.splitlines() == [
+        "modprobe bonding max_bonds=0",
+        "ip link del bond2",
+        # one ip for the names and MTUs, before ethtool sets link0's offloads by its new name
+        "ip -batch -",
+        "link set dev eth0 down",
+        "link set dev eth0 name link0",
+        "link set dev link0 mtu 1500",
+        "ethtool -K link0 tso off gro on",
+        # then the other ports, the bond and the addresses, up to the first netem
+        "ip -batch -",
+        "link set dev eth1 down",
+        "link set dev eth1 name link2p0",
+        "link set dev link2p0 mtu 1500",
+        "link set dev eth2 down",
+        "link set dev eth2 name link2p1",
+        "link set dev link2p1 mtu 1500",
+        "link set dev eth3 down",
+        "link set dev eth3 name link2p2",
+        "link set dev link2p2 mtu 1500",
+        "link set dev link3 mtu 1500",
+        "link add bond2 type bond mode balance-rr miimon 100",
+        "link set dev link2p0 down",
+        "link set dev link2p0 master bond2",
+        "link set dev link2p1 down",
+        "link set dev link2p1 master bond2",
+        "link set dev link2p2 down",
+        "link set dev link2p2 master bond2",
+        "link set dev bond2 mtu 1500",
+        "addr flush dev link0",
+        "addr add 198.18.0.1/24 dev link0",
+        "link set dev link0 up",
+        "tc qdisc del dev link0 root",
+        "tc qdisc add dev link0 root netem delay 10ms loss 1%",
+        "ip -batch -",
+        "addr flush dev bond2",
+        "addr add 198.18.3.1/24 dev bond2",
+        "link set dev link2p0 up",
+        "link set dev link2p1 up",
+        "link set dev link2p2 up",
+        "link set dev bond2 up",
+        "addr flush dev link3",
+        "addr add 198.18.4.1/24 dev link3",
+        "link set dev link3 up",
+    ]
     # b's end of link 0 has its own netem: 5 ms, no loss.
     b_script = netconf.node_script(net.on("b"), {p.key: "02:00:00:00:00:00" for i in net.on("b") for p in i.ports})
     assert "tc qdisc add dev link0 root netem delay 5ms\n" in b_script
+
+
+def test_a_failed_ip_batch_stops_the_node_script_and_shows_the_batch(tmp_path):
+    net = plan()
+    ifaces = net.on("a")
+    macs = {p.key: f"02:4e:4c:00:{p.link:02x}:{p.lane:02x}" for i in ifaces for p in i.ports}
+    found = {f"eth{n}": mac for n, mac in enumerate(macs.values())}
+    log, stderr, status = run_node_script(tmp_path, netconf.node_script(ifaces, macs), found, fail="type bond")
+    assert status == 1
+    assert "Command failed -:1\nin the ip batch:\n" in stderr
+    assert "link add bond2 type bond mode balance-rr miimon 100\n" in stderr
+    assert "ethtool -K link0" in log and "tc qdisc" not in log  # nothing after the failed batch ran
+
+
+def test_a_port_without_carrier_fails_the_node_script_naming_it(tmp_path):
+    net = plan()
+    ifaces = net.on("c")
+    macs = {p.key: f"02:4e:4c:00:{p.link:02x}:{p.lane:02x}" for i in ifaces for p in i.ports}
+    script = netconf.node_script(ifaces, macs).replace("seq 200", "seq 2")
+    found = {f"eth{n}": mac for n, mac in enumerate(macs.values())}
+    (tmp_path / "sys" / "class" / "net" / "link1p1").mkdir(parents=True)  # no carrier file: down
+    _, stderr, status = run_node_script(tmp_path, script, found)
+    assert status == 4
+    assert stderr.strip() == "no carrier on: link1p1"
 
 
 STATE = """\
@@ -172,7 +265,7 @@ def test_the_script_can_run_again_a_stale_bond_goes_before_ports_are_found_by_ma
     macs = {port.key: f"02:00:00:00:00:{i:02x}" for i, port in enumerate(p for i in ifaces for p in i.ports)}
     script = netconf.node_script(ifaces, macs)
     assert script.index("ip link del bond2") < script.index("dev=$(by_mac")
-    assert script.index("ip link del bond2") < script.index("ip link add bond2 type bond")
+    assert script.index("ip link del bond2") < script.index("link add bond2 type bond")
 
 
 def test_the_reset_undoes_bonds_netem_addresses_and_changed_offloads_back_to_the_drivers():

@@ -149,7 +149,7 @@ def backend(request):
     fake.when(r"^netperf -H 127\.0\.0\.1 -p 12865 -t TCP_RR ", node="a", result=rr)
     fake.when(r"^end=.*awk -v p=:3241 ", node="a", result=replay.result(r"awk -v p=:3241 ", node="b"))
     fake.when(r"^ended=''.*:12865\$", node="a", result=replay.result(r"^ended=''.*:12865\$", node="b"))
-    fake.when(r"^echo '\[lo\]'", node="a", results=[LO_COUNTERS.format(n=10), LO_COUNTERS.format(n=5010)])
+    fake.when(r"^kv\(\) .*\necho '\[lo\]'", node="a", results=[LO_COUNTERS.format(n=10), LO_COUNTERS.format(n=5010)])
     yield fake
     assert fake.misses == []
 

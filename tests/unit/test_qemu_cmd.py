@@ -65,7 +65,7 @@ def test_one_device_and_netdev_per_port_in_slot_order():
     ]
     devices = [d for d in option_values(argv, "-device") if "netdev=" in d]
     assert devices == [
-        "e1000,netdev=net0l0,mac=02:4e:4c:00:00:00,bus=pci.0,addr=0x3",
+        "e1000,netdev=net0l0,mac=02:4e:4c:00:00:00,bus=pci.0,addr=0x3,autonegotiation=off",  # link up at once
         "rtl8139,netdev=net1l0,mac=02:4e:4c:00:01:00,bus=pci.0,addr=0x4",
         "virtio-net-pci,netdev=net2l0,mac=02:4e:4c:00:02:00,bus=pci.0,addr=0x5,event_idx=off",
     ]

@@ -10,7 +10,7 @@ import platform
 import shlex
 
 from niclab.base.node import Node
-from niclab.plumbing.guestsh import MODULE_FACTS, PCI_DIR, note_build_id, sections
+from niclab.plumbing.guestsh import KV, MODULE_FACTS, PCI_DIR, note_build_id, sections
 
 
 def node_script(ifnames: list[str]) -> str:
@@ -21,10 +21,9 @@ def node_script(ifnames: list[str]) -> str:
             f"echo '[{name}]'",
             f'ethtool -i {q} 2>/dev/null | awk \'{{k = $0; sub(/:.*/, "", k); v = $0; sub(/^[^:]*: */, "", v); '
             'if (k ~ /^(driver|version|firmware-version|bus-info)$/) print k "=" v}\'',
-            f"pci=$(pci_dir {q}); for f in vendor device subsystem_vendor subsystem_device; do "
-            f'echo "$f=$(cat $pci/$f 2>/dev/null)"; done',
-            f'echo "mac=$(cat /sys/class/net/{q}/address)"',
-            f'echo "mtu=$(cat /sys/class/net/{q}/mtu)"',
+            f'pci=$(pci_dir {q}); for f in vendor device subsystem_vendor subsystem_device; do kv $f "$pci/$f"; done',
+            f"kv mac /sys/class/net/{q}/address",
+            f"kv mtu /sys/class/net/{q}/mtu",
             f"module_facts $(readlink -f /sys/class/net/{q}/device)",
         ]
     return "\n".join(lines) + "\n"
@@ -84,16 +83,16 @@ def counters_script(ports: list[str], pci: bool = True) -> str:
 
     With `pci` False, the statistics alone: for a virtual device (the loopback), which has no interrupts.
     """
-    lines = [PCI_DIR] if pci else []
+    lines = [KV, PCI_DIR] if pci else [KV]
     for name in ports:
         q = shlex.quote(name)
         lines += [
             f"echo '[{name}]'",
-            f'for c in {" ".join(COUNTERS)}; do echo "$c=$(cat /sys/class/net/{q}/statistics/$c)"; done',
+            f"for c in {' '.join(COUNTERS)}; do kv $c /sys/class/net/{q}/statistics/$c; done",
         ]
         if pci:
             lines += [
-                f'pci=$(pci_dir {q}); irqs=$(ls $pci/msi_irqs 2>/dev/null); [ -n "$irqs" ] || irqs=$(cat $pci/irq)',
+                f'pci=$(pci_dir {q}); irqs=$(ls $pci/msi_irqs 2>/dev/null); [ -n "$irqs" ] || read -r irqs < $pci/irq',
                 f"for i in $irqs; do awk -v irq=$i '{_IRQ_AWK}' /proc/interrupts; done",
             ]
     return "\n".join(lines) + "\n"

@@ -1,10 +1,14 @@
 """Shell functions niclab's guest scripts share (POSIX sh: dash or busybox)."""
 
+# kv KEY FILE: "KEY=<the file's first line>" ("KEY=" if it cannot be read), with the shell's own `read`:
+# `$(cat FILE)` forks and execs a process, about 15 ms under TCG, and the scripts read dozens of sysfs files.
+KV = 'kv() { v=; read -r v 2>/dev/null < "$2" || true; echo "$1=$v"; }'
+
 # by_mac MAC: the name of the interface with that MAC (drivers load in modalias
 # order, so eth0, eth1 … say nothing about which cable is which).
 BY_MAC = (
-    'by_mac() { for d in /sys/class/net/*; do [ -f "$d/address" ] && [ "$(cat "$d/address")" = "$1" ] && '
-    '{ echo "${d##*/}"; return 0; }; '
+    'by_mac() { for d in /sys/class/net/*; do a=; read -r a 2>/dev/null < "$d/address" || true; '
+    '[ "$a" = "$1" ] && { echo "${d##*/}"; return 0; }; '
     'done; echo "no interface has MAC $1" >&2; return 3; }'
 )
 
@@ -16,15 +20,20 @@ PCI_DIR = (
     'do d=${d%/*}; done; echo "$d"; }'
 )
 
-# module_facts DEVICE: the module that owns the driver bound to a device (a sysfs directory), its version,
-# srcversion, taint flags and the bytes of its GNU build-id note, as key=value lines (none but module= if unbound).
+# module_facts DEVICE (kv comes with it): the module that owns the driver bound to a device (a sysfs directory), its
+# version, srcversion, taint flags and the bytes of its GNU build-id note, as key=value lines (none but module= if
+# unbound).
 # $SYS is sysfs (/sys unless a test points it at a tree of its own).
 MODULE_FACTS = (
-    'module_facts() { m=$(readlink "$1/driver/module"); m=${m##*/}; echo "module=$m"; [ -n "$m" ] || return 0; '
-    'echo "module_version=$(cat "${SYS:-/sys}/module/$m/version" 2>/dev/null)"; '
-    'for k in srcversion taint; do echo "$k=$(cat "${SYS:-/sys}/module/$m/$k" 2>/dev/null)"; done; '
-    'n="${SYS:-/sys}/module/$m/notes/.note.gnu.build-id"; '
-    'echo "build_note=$(od -An -tx1 -v "$n" 2>/dev/null | tr -d " \\n")"; }'
+    KV
+    + "\n"
+    + (
+        'module_facts() { m=$(readlink "$1/driver/module"); m=${m##*/}; echo "module=$m"; [ -n "$m" ] || return 0; '
+        'kv module_version "${SYS:-/sys}/module/$m/version"; '
+        'for k in srcversion taint; do kv $k "${SYS:-/sys}/module/$m/$k"; done; '
+        'n="${SYS:-/sys}/module/$m/notes/.note.gnu.build-id"; '
+        'echo "build_note=$(od -An -tx1 -v "$n" 2>/dev/null | tr -d " \\n")"; }'
+    )
 )
 
 

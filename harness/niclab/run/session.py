@@ -288,13 +288,14 @@ class Session:
 
     def facts_now(self) -> dict:
         """The nodes' facts as they are now (for the end of a cell: counters, drivers)."""
-        return {
-            name: facts.node_facts(
-                node,
-                [i.name for i in self.net.on(name)] + [p.ifname for i in self.net.on(name) for p in i.ports if i.bond],
-            )
-            for name, node in (self.rig.nodes.items() if self.rig else [])
-        }
+
+        def read(name: str, node: Node) -> dict:
+            ifaces = self.net.on(name)
+            bonded = [p.ifname for i in ifaces for p in i.ports if i.bond]
+            return facts.node_facts(node, [i.name for i in ifaces] + bonded)
+
+        nodes = self.rig.nodes.items() if self.rig else []
+        return netconf.parallel({name: partial(read, name, node) for name, node in nodes})  # one node's = 0.4 s
 
     def bench(self, tool: str, **options: object) -> list[Measurement]:
         """Run one benchmark now, e.g. bench("netperf", test="TCP_RR", link=1)."""

@@ -110,7 +110,6 @@ def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
             "-netdev",
             f"{nic.netdev},id={nic.netdev_id}",
             "-device",
-            f"{nic.qemu.device},netdev={nic.netdev_id},mac={nic.mac},"
-            f"bus=pci.0,addr={slot:#x}" + (f",{nic.qemu.properties}" if nic.qemu.properties else ""),
+            f"{nic.qemu.device},netdev={nic.netdev_id},mac={nic.mac},bus=pci.0,addr={slot:#x}{nic.qemu.arguments}",
         ]
     return argv

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 
 from niclab.model import knobs, nics, offloads
 from niclab.model import netem as netem_mod
-from niclab.plumbing.guestsh import sections
+from niclab.plumbing.guestsh import KV, sections
 from niclab.plumbing.netconf.plan import Iface
 from niclab.plumbing.netconf.script import port_knobs
 
@@ -26,28 +26,28 @@ FEATURE_AWK = (
 
 
 def state_script(ifaces: list[Iface]) -> str:
-    lines = []
+    lines = [KV]
     for iface in ifaces:
         q = shlex.quote(iface.name)
         lines += [
             f"echo '[iface {iface.name}]'",
-            f'echo "mtu=$(cat /sys/class/net/{q}/mtu)"',
-            f'echo "carrier=$(cat /sys/class/net/{q}/carrier 2>/dev/null)"',
+            f"kv mtu /sys/class/net/{q}/mtu",
+            f"kv carrier /sys/class/net/{q}/carrier",
             f'echo "qdisc=$(tc qdisc show dev {q} | head -n 1)"',
         ]
         if iface.bond is not None:
             lines += [
                 f"echo \"bond_mode=$(cut -d' ' -f1 /sys/class/net/{q}/bonding/mode)\"",
-                f'echo "bond_miimon=$(cat /sys/class/net/{q}/bonding/miimon)"',
-                f"for s in $(cat /sys/class/net/{q}/bonding/slaves); do "
-                f'echo "bond_port.$s=$(cat /sys/class/net/$s/bonding_slave/mii_status)"; done',
+                f"kv bond_miimon /sys/class/net/{q}/bonding/miimon",
+                f"read -r slaves < /sys/class/net/{q}/bonding/slaves || true; for s in $slaves; do "
+                "kv bond_port.$s /sys/class/net/$s/bonding_slave/mii_status; done",
             ]
         for port in iface.ports:
             p = shlex.quote(port.ifname)
             lines += [
                 f"echo '[port {port.ifname}]'",
-                f'echo "mtu=$(cat /sys/class/net/{p}/mtu)"',
-                f'echo "carrier=$(cat /sys/class/net/{p}/carrier 2>/dev/null)"',
+                f"kv mtu /sys/class/net/{p}/mtu",
+                f"kv carrier /sys/class/net/{p}/carrier",
                 f"echo \"driver=$(ethtool -i {p} 2>/dev/null | sed -n 's/^driver: //p')\"",
                 f"ethtool -k {p} 2>/dev/null | awk '{FEATURE_AWK}'",
             ]
