@@ -48,7 +48,8 @@ starts the replay over.
 The capture ran one cell, so it holds no reset (what a cell sharing a rig
 runs to undo the previous cell's network): the fake answers it, and the
 offload read-back before a plan changes offloads, with an empty success
-(`RESET_COMMANDS`), under any rule a test adds.
+(`RESET_COMMANDS`), under any rule a test adds; a guest's uptime (netconf.clock) with
+the host's clock (`GUEST_CLOCK`): a fake guest keeps time.
 
 A command nothing answers raises `ReplayMiss` and is kept in
 `FakeBackend.misses`, so a test can tell a replay gap from the failure it
@@ -87,6 +88,7 @@ from niclab.model.topology import Topology
 from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.backends.qemu_cmd import mac_address
 from niclab.plumbing.guest import AgentError
+from niclab.plumbing.netconf import clock
 
 REPO = Path(__file__).resolve().parents[1]
 REPLAY_DIR = Path(__file__).parent / "data" / "replay"
@@ -112,6 +114,14 @@ KILLED = "process qemu-{node} (pid 1) was killed by signal 9"
 
 #: What netconf runs between cells on a shared rig (reset_script), never captured: answered with success.
 RESET_COMMANDS = r"\Aset -e\n(?:tc qdisc del dev \S+ root |ip link del \S+ |by_mac.*\necho '\[port )"
+
+#: netconf.clock's reading of a guest's uptime: a fake guest's clock keeps the host's time (a replayed reading
+#: would stand still while the host's clock runs, and fail the check).
+GUEST_CLOCK = "\\A" + re.escape(clock.UPTIME) + "\\Z"
+
+
+def _guest_clock(node: str, command: str) -> str:
+    return f"uptime={time.monotonic():.3f}\n"
 
 
 def captured(data_dir: Path, tool: str, name: str) -> CommandResult:
@@ -331,7 +341,7 @@ class FakeBackend:
         self.replay = replay if isinstance(replay, Replay) else Replay.load(Path(replay))
         self.accel = accel
         self.facts = facts or {}  # added to (or replacing) the rig facts, e.g. {"accel_fallback": "..."}
-        self.rules: list[Rule] = [Rule(RESET_COMMANDS, result="")]
+        self.rules: list[Rule] = [Rule(RESET_COMMANDS, result=""), Rule(GUEST_CLOCK, call=_guest_clock)]
         self.deaths: list[Death] = []
         self.realize_failures: dict[int, BaseException] = {}
         self.realizations: list[Realization] = []

@@ -399,7 +399,7 @@ def test_a_cell_that_cannot_boot_is_recorded_and_the_next_cell_runs(tmp_path, ba
     assert info["status"] == "failed" and "did not come up" in info["message"]
 
 
-@pytest.mark.parametrize("how", [{"on": NETPERF_STREAM}, {"after": 5}], ids=["at-the-stream", "after-5-commands"])
+@pytest.mark.parametrize("how", [{"on": NETPERF_STREAM}, {"after": 7}], ids=["at-the-stream", "after-7-commands"])
 def test_a_node_that_dies_mid_benchmark_ends_its_cell_saying_which_and_why(tmp_path, backend, how):
     backend.kill("a", **how)
     h = harness(tmp_path, backend, TWO_CELLS)

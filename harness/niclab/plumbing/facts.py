@@ -14,7 +14,12 @@ from niclab.plumbing.guestsh import KV, MODULE_FACTS, PCI_DIR, note_build_id, se
 
 
 def node_script(ifnames: list[str]) -> str:
-    lines = [PCI_DIR, MODULE_FACTS, 'echo "kernel=$(uname -r)"']
+    lines = [
+        PCI_DIR,
+        MODULE_FACTS,
+        'echo "kernel=$(uname -r)"',
+        "kv clocksource /sys/devices/system/clocksource/clocksource0/current_clocksource",  # hpet: the TSC failed
+    ]
     for name in ifnames:
         q = shlex.quote(name)
         lines += [

@@ -20,7 +20,7 @@ from niclab.base.node import Node, Progress
 from niclab.model import offloads
 from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.guestsh import sections
-from niclab.plumbing.netconf import modules, pairs, params, verify
+from niclab.plumbing.netconf import clock, modules, pairs, params, verify
 from niclab.plumbing.netconf.plan import PREFIX, Iface, NetconfError, NetPlan, plan, subnet
 from niclab.plumbing.netconf.script import CARRIER_TIMEOUT_S, features_script, knobs_script, node_script, reset_script
 
@@ -214,8 +214,9 @@ def reset(rig: Rig, previous: NetPlan, baseline: Mapping[str, dict[str, dict[str
 def configure(
     rig: Rig, net: NetPlan, progress: Progress, baseline: Mapping[str, dict[str, dict[str, bool]]] | None = None
 ) -> dict:
-    """Configure every node (in parallel), check the result, ping across every wire. Returns facts: with the
-    idle round trips, the seed that chose the segments' extra pairs (netconf.pairs).
+    """Configure every node (in parallel), check the result, ping across every wire, and check each guest's
+    clock ran at the host's rate meanwhile (netconf.clock). Returns facts: with the idle round trips, the seed
+    that chose the segments' extra pairs (netconf.pairs).
 
     `baseline` (node -> port -> feature -> on): the offloads the driver started with, on a rig earlier
     cells used; a port that differs in a feature this plan does not name fails the check."""
@@ -248,7 +249,10 @@ def configure(
     states = parallel({node: partial(configure_node, node) for node in rig.nodes})
     configured = time.monotonic() - started
     seed = pairs.plan_seed(net)
+    before = parallel({node: partial(clock.read, rig.node(node)) for node in rig.nodes})
     rtts = reachability(rig, net, seed)
+    if problems := clock.problems(before, parallel({node: partial(clock.read, rig.node(node)) for node in rig.nodes})):
+        raise NetconfError("\n".join(problems))
     progress(
         f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
         f"idle RTT {rtt_summary(rtts)})"

@@ -1,0 +1,36 @@
+"""netconf.clock: a guest whose clock runs off the host's rate fails its cell; one that keeps time never does."""
+
+from niclab.plumbing.netconf import clock
+from niclab.plumbing.netconf.clock import Reading
+
+
+def test_a_clock_at_the_hosts_rate_passes_however_slow_the_agent_answered():
+    # the guest read its clock anywhere inside each command: early in the first, late in the second, and back
+    first = Reading(before=10.0, uptime=4.0, after=10.9)
+    assert clock.problem("a", first, Reading(before=11.0, uptime=4.0 + 1.9, after=11.9)) is None
+    assert clock.problem("a", first, Reading(before=11.0, uptime=4.0 + 0.1, after=11.9)) is None
+    assert clock.problem("a", Reading(10.0, 4.0, 10.05), Reading(10.6, 4.6, 10.65)) is None
+
+
+def test_a_clock_several_times_too_fast_fails_naming_the_node_and_its_rate():
+    # seen under TCG with eight guests on two cores: 5.85x
+    why = clock.problem("h", Reading(10.0, 20.0, 10.1), Reading(10.7, 20.0 + 5.85 * 0.65, 10.8))
+    assert why is not None and why.startswith("h: the guest's clock ran 5.") and "x the host's" in why
+    assert "calibrated its TSC wrongly" in why
+
+
+def test_a_clock_that_stood_still_fails_too():
+    assert clock.problem("b", Reading(10.0, 20.0, 10.1), Reading(12.0, 20.0, 12.1)) is not None
+
+
+def test_only_the_nodes_read_twice_are_judged_in_node_order():
+    good, fast = (Reading(0.0, 1.0, 0.1), Reading(1.0, 2.0, 1.1)), (Reading(0.0, 1.0, 0.1), Reading(1.0, 9.0, 1.1))
+    first = {"b": fast[0], "a": fast[0], "c": good[0], "d": None}
+    second = {"b": fast[1], "a": fast[1], "c": good[1], "d": good[1]}
+    assert [p.split(":")[0] for p in clock.problems(first, second)] == ["a", "b"]
+
+
+def test_the_uptime_line_is_read_from_the_scripts_output():
+    assert clock.parse_uptime("uptime=12.34\n") == 12.34
+    assert clock.parse_uptime("nothing\n") is None
+    assert clock.parse_uptime("uptime=soon\n") is None
