@@ -19,15 +19,24 @@ def test_a_clock_several_times_too_fast_fails_naming_the_node_and_its_rate():
     assert "calibrated its TSC wrongly" in why
 
 
+def test_a_clock_a_third_too_fast_over_the_set_up_fails():
+    # the first reading before the network is configured, the second after it is checked: 2.5 s apart, each
+    # command 0.1 s; a clock 1.3x fast advanced 3.25 s where the host allows at most 2.7 s
+    assert clock.problem("a", Reading(10.0, 4.0, 10.1), Reading(12.6, 4.0 + 1.3 * 2.55, 12.7)) is not None
+    assert clock.problem("a", Reading(10.0, 4.0, 10.1), Reading(12.6, 4.0 + 1.0 * 2.55, 12.7)) is None
+
+
 def test_a_clock_that_stood_still_fails_too():
     assert clock.problem("b", Reading(10.0, 20.0, 10.1), Reading(12.0, 20.0, 12.1)) is not None
 
 
-def test_only_the_nodes_read_twice_are_judged_in_node_order():
+def test_every_node_is_judged_in_node_order_and_one_whose_clock_cannot_be_read_is_a_problem_too():
     good, fast = (Reading(0.0, 1.0, 0.1), Reading(1.0, 2.0, 1.1)), (Reading(0.0, 1.0, 0.1), Reading(1.0, 9.0, 1.1))
-    first = {"b": fast[0], "a": fast[0], "c": good[0], "d": None}
+    unread = "d: its clock could not be read from /proc/uptime: exit status 1, no output"
+    first = {"b": fast[0], "a": fast[0], "c": good[0], "d": unread}
     second = {"b": fast[1], "a": fast[1], "c": good[1], "d": good[1]}
-    assert [p.split(":")[0] for p in clock.problems(first, second)] == ["a", "b"]
+    assert [p.split(":")[0] for p in clock.problems(first, second)] == ["a", "b", "d"]
+    assert clock.problems(first, second)[-1] == unread
 
 
 def test_the_uptime_line_is_read_from_the_scripts_output():

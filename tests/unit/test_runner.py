@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from niclab.run.progress import RunProgress
 from niclab.run.results import RunDir, new_run_info, read_records
 from niclab.run.runner import RunAborted, Runner, RunOutcome
 from niclab.run.session import Session
-from tests.fakes import FakeBackend, Replay, ReplayMiss
+from tests.fakes import GUEST_CLOCK, FakeBackend, Replay, ReplayMiss
 
 NETPERF_STREAM = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_STREAM "
 NETPERF_RR = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR "
@@ -416,6 +417,35 @@ def test_a_node_that_dies_mid_benchmark_ends_its_cell_saying_which_and_why(tmp_p
 
     assert not h.of("error", cell=second) and h.of("cell_end", cell=second)
     assert outcome.cells[1].ok and h.info()["status"] == "failed"
+
+
+def test_a_guest_whose_clock_runs_fast_fails_its_cell_naming_it_and_its_rate(tmp_path, backend):
+    # a guest whose TSC calibrated three times too low: its uptime runs three times the host's
+    backend.when(GUEST_CLOCK, node="b", call=lambda node, command: f"uptime={3 * time.monotonic():.3f}\n")
+    backend.when(r"^set -e\nby_mac", node="b", call=lambda node, command: time.sleep(0.5))  # then the replay's
+    h = harness(tmp_path, backend)
+    outcome = h.run()
+    [error] = h.of("error")
+    assert error["stage"] == "cell"
+    assert re.match(r"b: the guest's clock ran [23]\.\d\dx the host's", error["message"]), error["message"]
+    assert "a:" not in error["message"]  # a's clock kept time
+    assert h.of("run") == [] and not outcome.cells[0].ok  # nothing measured with it
+
+
+def test_a_set_up_that_fails_under_a_fast_clock_says_the_clock_is_why(tmp_path, backend):
+    # the guest's 20 s wait for carrier ends after a few seconds of the host's when its clock runs fast
+    backend.when(GUEST_CLOCK, node="a", call=lambda node, command: f"uptime={6 * time.monotonic():.3f}\n")
+    backend.when(
+        r"^set -e\nby_mac",
+        node="a",
+        call=lambda node, command: time.sleep(0.5),  # 3 s of the guest's clock
+        result={"returncode": 4, "stderr": "no carrier on: link0\n"},
+    )
+    h = harness(tmp_path, backend)
+    h.run()
+    [error] = h.of("error")
+    assert error["message"].startswith("a: the guest's clock ran "), error["message"]
+    assert error["message"].endswith("(and so: a: configuring link0 failed: no carrier on: link0)")
 
 
 def test_a_node_that_dies_while_the_cell_is_set_up_is_named_with_why(tmp_path, backend):

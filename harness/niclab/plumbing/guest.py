@@ -321,7 +321,8 @@ class GuestAgent:
         )
 
     def wait(self, pid: int, argv: tuple[str, ...], started: float, timeout: float) -> CommandResult:
-        deadline = time.monotonic() + timeout
+        waiting = time.monotonic()
+        deadline = waiting + timeout
         while True:
             result = self.status(pid, argv, started)
             if result is not None:
@@ -330,7 +331,8 @@ class GuestAgent:
             if now > deadline:
                 self.kill(pid)
                 raise GuestCommandError(f"{self.node}: `{shorten(argv)}` did not finish in {timeout:.0f} s; killed it")
-            time.sleep(poll_interval(now - started))
+            # from when the wait began: a server long running is asked soon after it was told to stop
+            time.sleep(poll_interval(now - max(started, waiting)))
 
     def kill(self, pid: int, signal: str = "KILL") -> None:
         """Signal the process group `pid` leads (commands run under setsid), else the process."""

@@ -1,4 +1,8 @@
-"""Shell functions niclab's guest scripts share (POSIX sh: dash or busybox)."""
+"""Shell functions niclab's guest scripts share (POSIX sh: dash or busybox).
+
+The scripts call iproute2's `ip` (netconf's `ip -batch -`): the images' /bin/sh is dash, and busybox's own
+sh would run busybox's `ip` applet, which has no -batch.
+"""
 
 # kv KEY FILE: "KEY=<the file's first line>" ("KEY=" if it cannot be read), with the shell's own `read`:
 # `$(cat FILE)` forks and execs a process, about 15 ms under TCG, and the scripts read dozens of sysfs files.

@@ -246,13 +246,25 @@ def configure(
                 raise NetconfError(f"{node}: the driver is not what the scenario asks:\n  " + "\n  ".join(problems))
         return observed
 
-    states = parallel({node: partial(configure_node, node) for node in rig.nodes})
-    configured = time.monotonic() - started
+    def clocks() -> dict[str, clock.Reading | str]:
+        return parallel({node: partial(clock.read, rig.node(node)) for node in rig.nodes})
+
+    before = clocks()
     seed = pairs.plan_seed(net)
-    before = parallel({node: partial(clock.read, rig.node(node)) for node in rig.nodes})
-    rtts = reachability(rig, net, seed)
-    if problems := clock.problems(before, parallel({node: partial(clock.read, rig.node(node)) for node in rig.nodes})):
-        raise NetconfError("\n".join(problems))
+    try:
+        states = parallel({node: partial(configure_node, node) for node in rig.nodes})
+        configured = time.monotonic() - started
+        rtts = reachability(rig, net, seed)
+    except NetconfError as exc:  # a guest whose clock runs fast gives up its waits early: then that is why
+        try:
+            wrong = clock.problems(before, clocks())
+        except NiclabError:
+            raise exc from None
+        if wrong:
+            raise NetconfError("\n".join([*wrong, f"(and so: {exc})"])) from exc
+        raise
+    if wrong := clock.problems(before, clocks()):
+        raise NetconfError("\n".join(wrong))
     progress(
         f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
         f"idle RTT {rtt_summary(rtts)})"

@@ -39,8 +39,8 @@ def state_script(ifaces: list[Iface]) -> str:
             lines += [
                 f"echo \"bond_mode=$(cut -d' ' -f1 /sys/class/net/{q}/bonding/mode)\"",
                 f"kv bond_miimon /sys/class/net/{q}/bonding/miimon",
-                f"read -r slaves < /sys/class/net/{q}/bonding/slaves || true; for s in $slaves; do "
-                "kv bond_port.$s /sys/class/net/$s/bonding_slave/mii_status; done",
+                f"slaves=; read -r slaves 2>/dev/null < /sys/class/net/{q}/bonding/slaves || true",
+                "for s in $slaves; do kv bond_port.$s /sys/class/net/$s/bonding_slave/mii_status; done",
             ]
         for port in iface.ports:
             p = shlex.quote(port.ifname)
