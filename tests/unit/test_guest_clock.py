@@ -43,3 +43,23 @@ def test_the_uptime_line_is_read_from_the_scripts_output():
     assert clock.parse_uptime("uptime=12.34\n") == 12.34
     assert clock.parse_uptime("nothing\n") is None
     assert clock.parse_uptime("uptime=soon\n") is None
+
+
+def test_a_clock_that_keeps_time_in_a_later_window_settles_and_one_that_never_does_is_returned():
+    # a's watchdog moves it to the HPET during the first window; b stays 5x fast; c kept time all along
+    rates = {"a": [5.0, 1.0, 1.0], "b": [5.0, 5.0, 5.0], "c": [1.0, 1.0, 1.0]}
+    host, window = [0.0], [0]
+    uptime = dict.fromkeys(rates, 10.0)
+
+    def read_all(nodes):
+        return {n: Reading(host[0], uptime[n], host[0] + 0.01) for n in nodes}
+
+    def sleep(seconds):
+        host[0] += seconds
+        for n in uptime:
+            uptime[n] += seconds * rates[n][window[0]]
+        window[0] += 1
+
+    off = clock.settle(read_all, ["a", "b"], sleep=sleep)
+    assert list(off) == ["b"] and off["b"].startswith("b: the guest's clock ran 5.")
+    assert window[0] == 3  # b was watched for all three windows

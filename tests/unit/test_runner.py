@@ -19,7 +19,7 @@ import pytest
 from niclab.base.errors import NiclabError
 from niclab.model.scenario import load_scenario
 from niclab.plumbing.backends.qemu import BootError
-from niclab.plumbing.netconf import pairs
+from niclab.plumbing.netconf import clock, pairs
 from niclab.run.plan import estimates
 from niclab.run.progress import RunProgress
 from niclab.run.results import RunDir, new_run_info, read_records
@@ -419,8 +419,9 @@ def test_a_node_that_dies_mid_benchmark_ends_its_cell_saying_which_and_why(tmp_p
     assert outcome.cells[1].ok and h.info()["status"] == "failed"
 
 
-def test_a_guest_whose_clock_runs_fast_fails_its_cell_naming_it_and_its_rate(tmp_path, backend):
-    # a guest whose TSC calibrated three times too low: its uptime runs three times the host's
+def test_a_guest_whose_clock_runs_fast_fails_its_cell_naming_it_and_its_rate(tmp_path, backend, monkeypatch):
+    # a guest whose TSC calibrated three times too low, and stays on it: its uptime runs three times the host's
+    monkeypatch.setattr(clock, "SETTLE_WINDOW_S", 0.3)
     backend.when(GUEST_CLOCK, node="b", call=lambda node, command: f"uptime={3 * time.monotonic():.3f}\n")
     backend.when(r"^set -e\nby_mac", node="b", call=lambda node, command: time.sleep(0.5))  # then the replay's
     h = harness(tmp_path, backend)
@@ -430,6 +431,28 @@ def test_a_guest_whose_clock_runs_fast_fails_its_cell_naming_it_and_its_rate(tmp
     assert re.match(r"b: the guest's clock ran [23]\.\d\dx the host's", error["message"]), error["message"]
     assert "a:" not in error["message"]  # a's clock kept time
     assert h.of("run") == [] and not outcome.cells[0].ok  # nothing measured with it
+
+
+def test_a_clock_that_ran_fast_during_the_set_up_and_keeps_time_since_is_recorded_and_the_cell_runs(
+    tmp_path, backend, monkeypatch
+):
+    # the kernel's watchdog moved the guest to the HPET just after the set-up: the later readings keep time
+    monkeypatch.setattr(clock, "SETTLE_WINDOW_S", 0.3)
+    readings = iter(range(10**6))
+
+    def uptime(node, command):
+        fast = next(readings) < 2  # before and after the set-up
+        return f"uptime={(3 if fast else 1) * time.monotonic() + (0 if fast else 1000):.3f}\n"
+
+    backend.when(GUEST_CLOCK, node="b", call=uptime)
+    backend.when(r"^set -e\nby_mac", node="b", call=lambda node, command: time.sleep(0.5))
+    h = harness(tmp_path, backend)
+    outcome = h.run()
+    assert outcome.cells[0].ok and not h.of("error")
+    [cell] = h.of("cell")
+    assert list(cell["network"]["clock_settled"]) == ["b"]
+    assert cell["network"]["clock_settled"]["b"].startswith("b: the guest's clock ran ")
+    assert h.of("run")  # measured, with a clock that keeps time
 
 
 def test_a_set_up_that_fails_under_a_fast_clock_says_the_clock_is_why(tmp_path, backend):
