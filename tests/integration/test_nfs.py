@@ -117,10 +117,13 @@ def test_bonnie_on_the_share_sends_its_blocks_over_the_link(session):
     too_fast = found[0].extra["too_fast"]
     for metric in ("block_write_mb_s", "rewrite_mb_s", "seeks_per_s"):
         assert figures.get(metric, 0) > 0, f"bonnie++ gave no {metric}: {sorted(figures)}, too fast: {too_fast}"
-    # 32 MiB read back over O_DIRECT takes about a second under TCG, but on a faster host it can end before bonnie++
-    # can time it (it prints +++++): then the figure is left out and named, and the bytes below prove the read
-    assert figures.get("block_read_mb_s", 0) > 0 or "get_block" in too_fast, f"{sorted(figures)}, {too_fast}"
-    # the 32 MiB file was written, then read and written again (rewrite), then read: all of it through link0
+    # A block read bonnie++ could not time (+++++) is left out and named. Over the link 32 MiB take a second or
+    # more under TCG; a read it could not time came from the client's cache, not the link (a fresh-clone run
+    # saw it: +++++ for the block read, and link0 received 36.8 MB, the rewrite's reads alone).
+    timed = figures.get("block_read_mb_s", 0) > 0
+    assert timed or "get_block" in too_fast, f"{sorted(figures)}, {too_fast}"
+    # the 32 MiB file was written, then read and written again (rewrite), then read (timed: through link0)
     assert tx_after - tx_before >= 2 * 32 * 2**20, f"link0 sent {tx_after - tx_before} bytes"
-    assert rx_after - rx_before >= 2 * 32 * 2**20, f"link0 received {rx_after - rx_before} bytes"
+    reads = 2 if timed else 1
+    assert rx_after - rx_before >= reads * 32 * 2**20, f"link0 received {rx_after - rx_before} bytes, {too_fast}"
     assert_nothing_left(session)
