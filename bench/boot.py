@@ -43,26 +43,30 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def one_run(
-    scenario: Path, out: Path, image: Path | None = None, env_extra: dict[str, str] | None = None
-) -> tuple[float, float]:
+def timed_run(
+    scenario: Path, out: Path, env_extra: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[list[dict], float]:
+    """`niclab run -q` of a scenario into `out` (exiting on failure): the run's records and its wall time."""
     started = time.monotonic()
-    env = {**os.environ, **({"NICLAB_IMAGE": str(image)} if image else {}), **(env_extra or {})}
     result = subprocess.run(
         [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, **(env_extra or {})},
+        cwd=cwd,
     )
     wall = time.monotonic() - started
     if result.returncode != 0:
-        sys.exit(f"niclab run failed:\n{result.stderr}")
+        sys.exit(f"niclab run{f' ({cwd})' if cwd else ''} failed:\n{result.stderr}")
     run = max(out.iterdir(), key=lambda p: p.stat().st_mtime)
-    cells = [
-        json.loads(line)
-        for line in (run / "results.jsonl").read_text().splitlines()
-        if json.loads(line)["type"] == "cell"
-    ]
+    return [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()], wall
+
+
+def one_run(
+    scenario: Path, out: Path, image: Path | None = None, env_extra: dict[str, str] | None = None
+) -> tuple[float, float]:
+    records, wall = timed_run(scenario, out, {**({"NICLAB_IMAGE": str(image)} if image else {}), **(env_extra or {})})
+    cells = [r for r in records if r["type"] == "cell"]
     return cells[0]["timings"]["agents_ready_since_start_s"], wall
 
 

@@ -24,34 +24,19 @@ drift. For eight nodes on one segment: bench/eight-node-switch.yaml.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
+
+from boot import timed_run
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def one_run(tree: Path, scenario: Path, out: Path) -> dict[str, float]:
     """One `niclab run` with the harness of `tree`; the first cell's costs."""
-    env = {**os.environ, "PYTHONPATH": str(tree / "harness")}
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tree,
-    )
-    wall = time.monotonic() - started
-    if result.returncode != 0:
-        sys.exit(f"niclab run ({tree}) failed:\n{result.stderr}")
-    run = max(out.iterdir(), key=lambda p: p.stat().st_mtime)
-    records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    records, wall = timed_run(scenario, out, {"PYTHONPATH": str(tree / "harness")}, cwd=tree)
     cells = [r for r in records if r["type"] == "cell"]
     runs = [r for r in records if r["type"] == "run"]
     extra = [r["seconds"] - r["options"]["seconds"] for r in runs if "seconds" in r.get("options", {})]

@@ -246,8 +246,8 @@ def configure(
                 raise NetconfError(f"{node}: the driver is not what the scenario asks:\n  " + "\n  ".join(problems))
         return observed
 
-    def clocks() -> dict[str, clock.Reading | str]:
-        return parallel({node: partial(clock.read, rig.node(node)) for node in rig.nodes})
+    def clocks(names: Collection[str] = tuple(rig.nodes)) -> dict[str, clock.Reading | str]:
+        return parallel({name: partial(clock.read, rig.node(name)) for name in names})
 
     before = clocks()
     seed = pairs.plan_seed(net)
@@ -265,12 +265,7 @@ def configure(
         raise
     settled: dict[str, str] = {}
     if ran_off := clock.judge(before, clocks()):
-        nodes = rig.nodes
-
-        def read_some(names: Collection[str]) -> dict[str, clock.Reading | str]:
-            return parallel({name: partial(clock.read, nodes[name]) for name in names})
-
-        if still := clock.settle(read_some, ran_off):
+        if still := clock.settle(clocks, ran_off):
             raise NetconfError("\n".join(still.values()))
         settled = ran_off
         progress(
