@@ -29,8 +29,9 @@ from niclab.ui.report.tables import summary_table
 from niclab.ui.table import cell_table
 from tests import records
 from tests.fakes import FakeBackend, Replay, captured
+from tests.helpers import LO_COUNTERS, LO_COUNTERS_READ, harness
 from tests.unit.test_netpipe_lmbench import FakeNode
-from tests.unit.test_runner import NETPERF_RR, harness
+from tests.unit.test_runner import NETPERF_RR
 
 # The loopback run first: its row still comes below the link's.
 SCENARIO = """\
@@ -46,8 +47,6 @@ expect:
   - netperf.TCP_RR.transaction_rate > 0
   - netperf.TCP_RR.transaction_rate[peer=self] > 1000000000
 """
-
-LO_COUNTERS = "[lo]\nrx_packets={n}\ntx_packets={n}\nrx_bytes=100\ntx_bytes=100\nrx_dropped=0\ntx_dropped=0\n"
 
 
 def scenario(benchmarks: str, tmp_path: Path):
@@ -149,7 +148,7 @@ def backend(request):
     fake.when(r"^netperf -H 127\.0\.0\.1 -p 12865 -t TCP_RR ", node="a", result=rr)
     fake.when(r"^end=.*awk -v p=:3241 ", node="a", result=replay.result(r"awk -v p=:3241 ", node="b"))
     fake.when(r"^ended=''.*:12865\$", node="a", result=replay.result(r"^ended=''.*:12865\$", node="b"))
-    fake.when(r"^kv\(\) .*\necho '\[lo\]'", node="a", results=[LO_COUNTERS.format(n=10), LO_COUNTERS.format(n=5010)])
+    fake.when(LO_COUNTERS_READ, node="a", results=[LO_COUNTERS.format(n=10), LO_COUNTERS.format(n=5010)])
     yield fake
     assert fake.misses == []
 

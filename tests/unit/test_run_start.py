@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from niclab.model.scenario import load_scenario
-from niclab.model.topology import Topology
-from niclab.plumbing.backends import BackendOption, BackendOptions, BackendPlugin, registry
+from niclab.plumbing.backends import BackendOptions, registry
 from niclab.run import start as run_start
 from niclab.run.start import NothingRealizable, RunRequest, plan, start
 from niclab.ui.cli.main import main
-from tests.fakes import FakeBackend, Replay
+from tests.fakes import Replay
+from tests.helpers import Fake, fake_plugin
 
 SCENARIO = """\
 name: fake-two-node
@@ -31,29 +31,6 @@ benchmarks:
 expect:
   - netperf.TCP_RR.transaction_rate > 1
 """
-
-
-class Fake(FakeBackend):
-    """The replay fake as a whole backend: it can realize any cell (the replay answers two e1000 guests)."""
-
-    def check(self, topology: Topology) -> str | None:
-        return None
-
-    def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
-        return ["the replay"]
-
-
-def fake_plugin(kernel_check: bool = False) -> BackendPlugin:
-    def create(options: BackendOptions, **kwargs: object) -> Fake:
-        return Fake(Replay.load(), facts={"note": options.text("fake_note")})
-
-    return BackendPlugin(
-        "fake",
-        "the replay of two e1000 guests",
-        create,
-        options=(BackendOption("fake-note", "a note the fake backend keeps in its rig facts", metavar="TEXT"),),
-        kernel_check=kernel_check,
-    )
 
 
 @pytest.fixture

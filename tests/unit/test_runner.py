@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,24 +22,15 @@ from niclab.plumbing.backends.qemu import BootError
 from niclab.plumbing.netconf import clock, pairs
 from niclab.run.plan import estimates
 from niclab.run.progress import RunProgress
-from niclab.run.results import RunDir, new_run_info, read_records
-from niclab.run.runner import RunAborted, Runner, RunOutcome
+from niclab.run.runner import RunAborted
 from niclab.run.session import Session
 from tests.fakes import GUEST_CLOCK, FakeBackend, Replay, ReplayMiss
+from tests.helpers import TWO_NODE, Harness, harness
 
 NETPERF_STREAM = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_STREAM "
 NETPERF_RR = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR "
 
-SCENARIO = """\
-name: fake-two-node
-nodes: [a, b]
-links:
-  - between: [a, b]
-    nic: e1000
-benchmarks:
-  - netperf: {test: TCP_STREAM, seconds: 5}
-  - netperf: {test: TCP_RR, seconds: 5}
-"""
+SCENARIO = TWO_NODE
 
 # Two cells that differ only in the stream's length: both replay, the second through the
 # replay's normalization (-l 4 is answered with what -l 5 printed).
@@ -71,47 +62,6 @@ def backend(replay):
     yield fake
     assert fake.misses == [], "the replay did not answer every command the test meant to be answered"
     assert all(r.closed for r in fake.realizations), "a realization was not closed: a guest would be left running"
-
-
-@dataclass
-class Harness:
-    runner: Runner
-    run_dir: RunDir
-    cells: list
-    lines: list[str] = field(default_factory=list)
-
-    def run(self) -> RunOutcome:
-        return self.runner.run(self.cells)
-
-    @property
-    def records(self) -> list[dict]:
-        return read_records(self.run_dir.results)
-
-    def info(self) -> dict:
-        return json.loads((self.run_dir.path / "run.json").read_text())
-
-    def of(self, kind: str, **where) -> list[dict]:
-        return [r for r in self.records if r["type"] == kind and all(r.get(k) == v for k, v in where.items())]
-
-
-def harness(tmp_path: Path, backend: FakeBackend, text: str = SCENARIO, repeat: int | None = None) -> Harness:
-    path = tmp_path / "scenario.yaml"
-    path.write_text(text)
-    scenario = load_scenario(path)
-    run_path = tmp_path / "run"
-    run_path.mkdir()
-    run_dir = RunDir(run_path)
-    info = new_run_info(
-        scenario=scenario.name,
-        scenario_file=str(path),
-        scenario_text=text,
-        cells=[c.id for c in scenario.cells],
-        cell_order=[c.id for c in scenario.cells],
-        backend=backend.name,
-        command=["niclab", "run"],
-    )
-    lines: list[str] = []
-    return Harness(Runner(backend, run_dir, info, lines.append, repeat=repeat), run_dir, scenario.cells, lines)
 
 
 def keyvals(stdout: str) -> dict[str, float]:
