@@ -143,6 +143,8 @@ def test_confidence_and_iterations_fill_each_other_in():
         ({"iterations": [2, 10]}, "3 <= min <= max <= 30"),
         ({"iterations": [10, 3]}, "3 <= min <= max <= 30"),
         ({"confidence": {"level": 90}}, "Input should be 95 or 99"),
+        ({"local_buffer": 2**31}, "less than or equal to 2147483647"),  # netperf reads sizes into C ints
+        ({"test": "TCP_RR", "response_size": 2**64 + 1}, "less than or equal to 2147483647"),
     ],
 )
 def test_options_that_do_not_fit(options, message):

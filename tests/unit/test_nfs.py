@@ -184,6 +184,8 @@ def test_options_are_checked_as_a_scenario_file_would_be():
         nfs.NfsOptions(block_size="64m", file_size="32m")
     with pytest.raises(ValidationError):
         nfs.NfsOptions(file_size="32MB")
+    with pytest.raises(ValidationError):  # digits other than ASCII: int() reads them, fio and mount do not
+        nfs.NfsOptions(export_size="1\u0663\u0662m")
     assert nfs.size_bytes("4k") == 4096 and nfs.size_bytes("32M") == 32 * 2**20 and nfs.size_bytes("1g") == 2**30
 
 

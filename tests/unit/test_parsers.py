@@ -83,6 +83,12 @@ def test_iperf3_command_line():
     ]
 
 
+def test_an_iperf3_bitrate_is_ascii_digits_and_a_unit():
+    assert iperf3.Iperf3Options(bitrate="2.5G").bitrate == "2.5G"
+    with pytest.raises(ValueError, match="should match pattern"):
+        iperf3.Iperf3Options(bitrate="\u0661\u0660M")  # Arabic-Indic digits: iperf3 would not read them
+
+
 def test_ping_summary(data_dir):
     found = by_metric(ping.parse((data_dir / "ping" / "ok.txt").read_text()))
     assert found["loss_pct"].value == 0

@@ -41,7 +41,7 @@ class Iperf3Options(BenchOptions):
     reverse: bool = Field(False, description="the server sends (-R)")
     bidir: bool = Field(False, description="both directions at once (--bidir)")
     bitrate: str | None = Field(
-        None, pattern=r"^\d+(\.\d+)?[KMG]?$", description="target rate (-b), e.g. 10M; UDP's default is 1M"
+        None, pattern=r"^[0-9]+(\.[0-9]+)?[KMG]?$", description="target rate (-b), e.g. 10M; UDP's default is 1M"
     )
     length: int | None = Field(None, ge=16, le=65507, description="datagram (UDP) or buffer (TCP) bytes (-l)")
 

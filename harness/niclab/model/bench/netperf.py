@@ -12,9 +12,9 @@ and the width is the full width of the interval in % (netperf's banner shows
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from niclab.base.node import GuestCommandError
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
@@ -38,6 +38,10 @@ class NetperfHung(BenchmarkError):
     """netperf did not end long after its test should have."""
 
 
+C_INT = 2**31 - 1  # netperf reads sizes into C ints
+Iterations = Annotated[int, Field(ge=3, le=30)]  # netperf clamps -i to 3..30
+
+
 class Confidence(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -49,13 +53,29 @@ class NetperfOptions(BenchOptions):
     test: Literal["TCP_STREAM", "TCP_MAERTS", "UDP_STREAM", "TCP_RR", "UDP_RR", "TCP_CRR"] = "TCP_STREAM"
     seconds: float = Field(10.0, gt=0, le=3600, description="test length (-l)")
     message_size: int | None = Field(None, ge=1, le=65507, description="send size in bytes (-- -m), streams")
-    local_buffer: int | None = Field(None, ge=1, description="local socket buffer bytes (-- -s)")
-    remote_buffer: int | None = Field(None, ge=1, description="remote socket buffer bytes (-- -S)")
-    request_size: int | None = Field(None, ge=1, description="request bytes (-- -r), request/response tests")
-    response_size: int | None = Field(None, ge=1, description="response bytes (-- -r), request/response tests")
+    local_buffer: int | None = Field(None, ge=1, le=C_INT, description="local socket buffer bytes (-- -s)")
+    remote_buffer: int | None = Field(None, ge=1, le=C_INT, description="remote socket buffer bytes (-- -S)")
+    request_size: int | None = Field(None, ge=1, le=C_INT, description="request bytes (-- -r), request/response tests")
+    response_size: int | None = Field(
+        None, ge=1, le=C_INT, description="response bytes (-- -r), request/response tests"
+    )
     cpu: bool = Field(False, description="measure CPU utilization and service demand on both ends (-c -C)")
     confidence: Confidence | None = Field(None, description="iterate until the mean is this sure (-I)")
-    iterations: tuple[int, int] | None = Field(None, description="[min, max] iterations for confidence (-i)")
+    iterations: tuple[Iterations, Iterations] | None = Field(
+        None, description="[min, max] iterations for confidence (-i max,min)"
+    )
+
+    @field_validator("iterations", mode="before")
+    @classmethod
+    def _min_then_max(cls, value: Any) -> Any:
+        """[min, max], each 3..30: one message for any pair out of that (the per-element bounds say less)."""
+        if isinstance(value, list | tuple) and len(value) == 2 and all(type(n) is int for n in value):
+            low, high = value
+            if not 3 <= low <= high <= 30:
+                raise ValueError(
+                    f"{list(value)} must be [min, max] with 3 <= min <= max <= 30 (netperf clamps to that range)"
+                )
+        return value
 
     @model_validator(mode="after")
     def _fits_the_test(self) -> NetperfOptions:
@@ -64,12 +84,6 @@ class NetperfOptions(BenchOptions):
         if self.test in REQUEST_RESPONSE and self.message_size:
             raise ValueError(f"message_size is for stream tests, not {self.test}; use request_size")
         if self.iterations is not None:
-            low, high = self.iterations
-            if not 3 <= low <= high <= 30:
-                raise ValueError(
-                    f"iterations {list(self.iterations)} must be [min, max] with 3 <= min <= max <= 30 "
-                    "(netperf clamps to that range)"
-                )
             if self.confidence is None:
                 self.confidence = Confidence()
         elif self.confidence is not None:

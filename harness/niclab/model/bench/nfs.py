@@ -61,7 +61,7 @@ EXPORT_DIR = "/srv/niclab-nfs"
 MOUNT_DIR = "/mnt/niclab-nfs"
 NFSD_FS = "/proc/fs/nfsd"
 NFSD_THREADS = 8
-SIZE = r"^[1-9]\d*[kmgKMG]?$"  # as fio and tmpfs read them: k, m, g are 2^10, 2^20, 2^30 bytes
+SIZE = r"^[1-9][0-9]*[kmgKMG]?$"  # as fio and tmpfs read them (k, m, g: 2^10, 2^20, 2^30 bytes); ASCII digits
 #: pattern -> fio's rw= and the directions it moves data in
 PATTERNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "seqread": ("read", ("read",)),
