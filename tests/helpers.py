@@ -1,18 +1,28 @@
-"""Helpers the tests share: the runner over the replay fake, and the fake as a whole backend.
+"""Helpers the tests share: the runner over the replay fake, and Hypothesis strategies for benchmark options.
 
 `harness` sets up what `niclab run` sets up (a scenario file, a run directory,
 its run.json, a Runner) around a backend, usually tests/fakes.FakeBackend, and
-reads back what the runner wrote; `fake_plugin` registers the fake as
-`--backend fake`, so the command line runs a cell without a VM.
+reads back what the runner wrote. `options_entries` builds valid option
+mappings for any benchmark from its options model alone, so a new option is
+covered by the property tests without a new test.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
+import string
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from niclab.model.scenario import load_scenario
 from niclab.model.topology import Topology
@@ -113,3 +123,154 @@ def fake_plugin(kernel_check: bool = False, prepare: Callable[[Fake], None] | No
         options=(BackendOption("fake-note", "a note the fake backend keeps in its rig facts", metavar="TEXT"),),
         kernel_check=kernel_check,
     )
+
+
+# -- benchmark options, from their models ----------------------------------------------------------------------
+
+ABSENT = object()
+NAMES = string.ascii_letters + string.digits + "._-/"  # free text: names and paths (hostile text is the fuzzers')
+
+
+def _bounds(metadata: list[Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for item in metadata:
+        for key in ("ge", "gt", "le", "lt", "min_length", "max_length", "pattern"):
+            if (value := getattr(item, key, None)) is not None:
+                found[key] = value
+    return found
+
+
+def _number(kind: type, bounds: dict[str, Any]) -> st.SearchStrategy:
+    low = bounds.get("ge", bounds.get("gt"))
+    high = bounds.get("le", bounds.get("lt"))
+    if kind is int:
+        return st.integers(
+            None if low is None else low + ("gt" in bounds),
+            None if high is None else high - ("lt" in bounds),
+        )
+    return st.floats(
+        low,
+        high,
+        exclude_min="gt" in bounds,
+        exclude_max="lt" in bounds,
+        allow_nan=False,
+        allow_infinity=False,
+    )
+
+
+def _text(bounds: dict[str, Any]) -> st.SearchStrategy:
+    if pattern := bounds.get("pattern"):
+        # pydantic matches its patterns with Rust's regex, where `$` is the end; Python's would allow a newline
+        return st.from_regex(re.sub(r"^\^|\$$", "", pattern), fullmatch=True)
+    return st.text(NAMES, min_size=max(1, bounds.get("min_length", 1)), max_size=bounds.get("max_length", 40))
+
+
+def value_strategy(annotation: Any, metadata: list[Any] | None = None) -> st.SearchStrategy:
+    """Values of a field's type within its declared bounds (ge, le, gt, lt, pattern, lengths)."""
+    bounds = _bounds(metadata or [])
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if origin is Annotated:
+        inner, *extra = args
+        extra_meta = [m for item in extra for m in (item.metadata if isinstance(item, FieldInfo) else [item])]
+        return value_strategy(inner, [*(metadata or []), *extra_meta])
+    if origin in (Union, types.UnionType):
+        return st.one_of(*(st.none() if a is type(None) else value_strategy(a, metadata) for a in args))
+    if origin is Literal:
+        return st.sampled_from(args)
+    if origin is tuple:
+        return st.tuples(*(value_strategy(a) for a in args))
+    if origin is list:
+        (item,) = args
+        return st.lists(
+            value_strategy(item), min_size=bounds.get("min_length", 0), max_size=bounds.get("max_length", 4)
+        )
+    if annotation is bool:
+        return st.booleans()
+    if annotation in (int, float):
+        return _number(annotation, bounds)
+    if annotation is str:
+        return _text(bounds)
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return st.sampled_from([member.value for member in annotation])
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return model_entries(annotation)
+    raise TypeError(f"no strategy for {annotation!r}: teach tests/helpers.value_strategy this type")
+
+
+def model_entries(
+    model: type[BaseModel], overrides: dict[str, st.SearchStrategy] | None = None
+) -> st.SearchStrategy[dict[str, Any]]:
+    """Mappings a scenario could write for `model`: each optional field absent or given, by its alias; only those
+    the model accepts (its own validators judge the combinations). `overrides` give some fields' values (ABSENT
+    leaves a field out)."""
+    overrides = overrides or {}
+    fields: dict[str, st.SearchStrategy] = {}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if name in overrides or key in overrides:
+            fields[key] = overrides.get(name, overrides.get(key))
+            continue
+        given = value_strategy(info.annotation, info.metadata)
+        fields[key] = given if info.is_required() else st.one_of(st.just(ABSENT), given)
+
+    def accepted(entry: dict[str, Any]) -> bool:
+        try:
+            model.model_validate(entry)
+        except ValidationError:
+            return False
+        return True
+
+    return (
+        st.fixed_dictionaries(fields)
+        .map(lambda drawn: {k: v for k, v in drawn.items() if v is not ABSENT})
+        .filter(accepted)
+    )
+
+
+def _places() -> list[dict[str, Any]]:
+    """Where a benchmark may run on a scenario of nodes a and b joined by link 0: each combination of `from`, `to`,
+    `peer` and `link` the scenario accepts."""
+    found = []
+    for client, server, peer, link in itertools.product((None, "a", "b"), (None, "a", "b"), (None, "self"), (None, 0)):
+        if (peer and server) or (client and client == server):
+            continue  # a loopback run takes no `to`; a run goes between two nodes
+        given = {"from": client, "to": server, "peer": peer, "link": link}
+        found.append({key: value for key, value in given.items() if value is not None})
+    return found
+
+
+PLACES = _places()
+PLACE_FIELDS = {"from_": "from", "to": "to", "peer": "peer", "link": "link"}
+
+
+def options_entries(
+    options_model: type[BaseModel], extra: dict[str, st.SearchStrategy] | None = None, present: str | None = None
+) -> st.SearchStrategy[dict[str, Any]]:
+    """A benchmark's entry options for a scenario of nodes a and b on link 0: the place drawn from PLACES, at most
+    3 repeats, every other option from the model. `extra` overrides what only the plug-in knows (kselftest's
+    targets must be known targets); `present` names a field every entry gives."""
+    overrides: dict[str, st.SearchStrategy] = {field: st.just(ABSENT) for field in PLACE_FIELDS}
+    overrides["repeat"] = st.one_of(st.just(ABSENT), st.integers(1, 3))
+    overrides.update(extra or {})
+    places = PLACES
+    if present in PLACE_FIELDS:
+        places = [place for place in PLACES if PLACE_FIELDS[present] in place]
+    elif present is not None:
+        info = options_model.model_fields[present]
+        given = overrides.get(present, value_strategy(info.annotation, info.metadata))
+        overrides[present] = given.filter(lambda value: value is not ABSENT)
+    own = model_entries(options_model, overrides)
+
+    def placed(pair: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+        place, entry = pair
+        return {**place, **entry}
+
+    def accepted(entry: dict[str, Any]) -> bool:
+        try:
+            options_model.model_validate(entry)
+        except ValidationError:
+            return False  # a plug-in that refuses a place (nfs and kselftest take no peer: self)
+        return True
+
+    return st.tuples(st.sampled_from(places), own).map(placed).filter(accepted)

@@ -492,7 +492,7 @@ class Runner:
                 server=ends.server.name,
                 link=ends.link,
                 **peer,
-                options=spec.options.model_dump(by_alias=True, exclude_none=True),
+                options=spec.options.recorded(),
                 started_at=started_at,
                 finished_at=utc_now(),
                 seconds=run.seconds,

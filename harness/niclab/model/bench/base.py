@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from niclab.base.errors import NiclabError
 from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Node
@@ -36,6 +36,12 @@ class BenchOptions(BaseModel):
         "the reference the link's figure is read against",
     )
     repeat: int | None = Field(None, ge=1, le=100, description="runs of this benchmark (default: the scenario's)")
+
+    def recorded(self) -> dict[str, JsonValue]:
+        """The options as a `run` record keeps them: their JSON form (tuples as lists, models as mappings), by
+        the names a scenario writes (`from`), unset optional ones left out. `Options.model_validate` of it gives
+        these options back."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 LOOPBACK = "127.0.0.1"  # both ends' address in a `peer: self` run
