@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy  # noqa: F401
 import pytest
+import scipy.special
+import scipy.stats  # noqa: F401
 
 from tests.order import longest_first, read_durations
+
+# pytester's in-process runs (runpytest) unload, when they end, every module first imported during them; numpy
+# then refuses to load again ("cannot load module more than once per process") and any later test that computes
+# a statistic fails. Loaded here, before any test, they stay.
 
 pytest_plugins = ["pytester"]
 

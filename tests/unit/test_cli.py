@@ -149,7 +149,7 @@ def test_an_unexpected_exception_is_one_line_and_a_saved_traceback(monkeypatch, 
 
     monkeypatch.setattr(niclab.ui.cli.main, "cmd_nics", broken)
     monkeypatch.setenv("NICLAB_CACHE", str(tmp_path))
-    assert main(["nics"]) == 1
+    assert main(["nics"]) == 3  # niclab failed: not the cards, not the user
     err = capsys.readouterr().err
     assert err.startswith("niclab: internal error: RuntimeError: something nobody foresaw; this is a bug")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

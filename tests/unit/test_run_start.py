@@ -113,3 +113,38 @@ def test_a_cell_no_backend_can_realize_is_refused_before_the_run_directory(tmp_p
     with pytest.raises(NothingRealizable, match="the qemu backend cannot realize any cell of fake-two-node: node a"):
         start(plan(request, qemu), lambda line: None)
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_internal_error_in_a_cell_exits_3_and_the_last_line_says_niclab_failed_not_the_card(
+    monkeypatch, tmp_path, capsys
+):
+    def broken(backend: Fake) -> None:
+        backend.when(r"^netperf ", raises=RuntimeError("a bug nobody foresaw"))
+
+    monkeypatch.setitem(registry(), "fake", fake_plugin(prepare=broken))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO)
+    assert main(["run", str(scenario), "--backend", "fake", "--out", str(tmp_path / "runs"), "-q"]) == 3
+    out, err = capsys.readouterr()
+    [run_dir] = (tmp_path / "runs").iterdir()
+    log = run_dir / "cells" / "default" / "cell.log"
+    assert "FAILED: netperf TCP_RR: internal error: RuntimeError: a bug nobody foresaw" in out
+    assert err.splitlines()[-1] == (
+        f"niclab failed, not the card: 1 internal error (a bug in niclab); see the traceback in {log}, "
+        "and please report it"
+    )
+    assert "a bug nobody foresaw" in log.read_text() and "Traceback" in log.read_text()
+    assert json.loads((run_dir / "run.json").read_text())["internal_errors"][0]["cell"] == "default"
+
+
+def test_a_benchmark_that_failed_exits_1_and_blames_the_run_not_niclab(monkeypatch, tmp_path, capsys):
+    def refused(backend: Fake) -> None:
+        backend.when(r"^netperf ", result={"returncode": 1, "stderr": "netperf: send_data: Connection refused"})
+
+    monkeypatch.setitem(registry(), "fake", fake_plugin(prepare=refused))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO)
+    assert main(["run", str(scenario), "--backend", "fake", "--out", str(tmp_path / "runs"), "-q"]) == 1
+    out, err = capsys.readouterr()
+    assert "FAILED: netperf TCP_RR: netperf TCP_RR exited 1: netperf: send_data: Connection refused" in out
+    assert "niclab failed" not in out + err and "internal error" not in out + err

@@ -126,6 +126,7 @@ class CellWork:
     failed: bool = False
     summarized: set[int] = field(default_factory=set)  # benchmark indices whose summaries are written
     interleaved_with: list[str] = field(default_factory=list)  # cells whose repeats alternate with its own
+    under_way: str | None = None  # the benchmark run under way ("netperf TCP_RR run 2/3"), to name in a failure
 
     def __post_init__(self) -> None:
         self.outcome = CellOutcome(self.cell)
@@ -356,7 +357,7 @@ class Runner:
             session.abandon(rigs)
             if session.gone and not isinstance(exc, NodeGone):  # a guest died under it: that is the cause
                 exc = NodeGone(f"{describe_gone(session.gone)} ({describe_exception(exc)})")
-            self._cell_failed(exc, work.base, work.outcome, "cell")
+            self._cell_failed(exc, work.base, work.outcome, "cell", shown=work.under_way)
             work.failed = ended = True
             for index in range(len(cell.scenario.benchmarks)):  # what its finished runs measured (an interleaved
                 self._summarize_benchmark(work, index)  # cell has runs of every benchmark by now)
@@ -436,14 +437,17 @@ class Runner:
         of = f" run {n}/{repeats}" if repeats > 1 else ""
         self.progress(f"running {label}{of} (about {spec.plugin.estimate_seconds(spec.options):.0f} s)")
         started_at = utc_now()
+        work.under_way = f"{label}{of}"  # what a bug that ends the cell (below) is named by
         try:
             run = session.run(spec)
         except NiclabError as exc:
+            work.under_way = None
             self._run_ended(work, index)
             self._cell_failed(exc, base, work.outcome, "benchmark", shown=f"{label}{of}", run=run_id, benchmark=label)
             session.check_nodes()  # a node that died under the benchmark ends the cell, saying which and why
             return
         self._record_run(session, spec, label, run_id, n, repeats, started_at, run, base)
+        work.under_way = None
         work.runs.setdefault(index, []).append((run_id, run))
         self._run_ended(work, index)
         if run.stopped is not None:  # its results so far are recorded; so is why it stopped

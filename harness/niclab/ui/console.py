@@ -5,7 +5,8 @@ updates in place (the progress lines print above it) and counts the time with th
 is not a terminal), a plain line when the run starts and one per ended cell, never a carriage return.
 
 Exit codes: EXIT_OK (0) ok; EXIT_FAILED (1) a failed cell, benchmark or expectation, an interrupted run, a
-file that does not validate; EXIT_USAGE (2) the command line is wrong or a file it names does not exist.
+file that does not validate; EXIT_USAGE (2) the command line is wrong or a file it names does not exist;
+EXIT_BUG (3) niclab itself failed (an internal error, in a cell or anywhere): a bug, not the cards.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from niclab.base.problems import ScenarioError
 if TYPE_CHECKING:
     from niclab.run.progress import RunProgress
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUG = 0, 1, 2, 3
 T = TypeVar("T")
 STARTED = time.monotonic()  # as early as the command can know it
 TICK_S = 1.0  # how often the run's line in a terminal counts the time

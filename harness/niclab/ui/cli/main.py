@@ -1,4 +1,4 @@
-"""The `niclab` command. Exit codes: 0 ok, 1 failed, 2 usage error."""
+"""The `niclab` command. Exit codes: 0 ok, 1 failed, 2 usage error, 3 niclab failed (a bug; niclab.ui.console)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from niclab import __version__
 from niclab.base.errors import NiclabError, UsageError, describe_exception
 from niclab.base.node import Progress
 from niclab.ui.cli.lab import add_allow_uri_params
-from niclab.ui.console import EXIT_FAILED, EXIT_OK, STARTED, FileCheck, ProgressLines
+from niclab.ui.console import EXIT_BUG, EXIT_FAILED, EXIT_OK, STARTED, FileCheck, ProgressLines
 
 if TYPE_CHECKING:
     from niclab.plumbing.backends import Backend, BackendOption
+    from niclab.run.results import RunDir
 
 # -- verbs ----------------------------------------------------------------
 
@@ -93,7 +94,19 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
     print(f"report:  {write_run_report(run_dir.path, progress)}")
     if (nipa := write_run_nipa(run_dir.path, progress)) is not None:
         print(f"nipa:    {nipa}")
+    if started.info.internal_errors:
+        sys.stdout.flush()
+        print(internal_errors_line(started.info.internal_errors, run_dir), file=sys.stderr)
+        return EXIT_BUG
     return EXIT_OK if outcome.ok else EXIT_FAILED
+
+
+def internal_errors_line(errors: list[dict], run_dir: RunDir) -> str:
+    """The last line of a run in which niclab itself failed: a bug, whatever the cards did, and where to look."""
+    cells = list(dict.fromkeys(str(error.get("cell")) for error in errors))
+    logs = ", ".join(str(run_dir.cell_dir(cell) / "cell.log") for cell in cells)
+    count = f"{len(errors)} internal error{'s' if len(errors) > 1 else ''}"
+    return f"niclab failed, not the card: {count} (a bug in niclab); see the traceback in {logs}, and please report it"
 
 
 def write_run_report(run_dir: Path, progress: Progress) -> Path | str:
@@ -654,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"niclab: {describe_exception(exc)}; this is a bug in niclab: the traceback is in {saved}", file=sys.stderr
         )
-        return EXIT_FAILED
+        return EXIT_BUG
 
 
 def save_crash(exc: Exception) -> str:
