@@ -59,6 +59,19 @@ def test_udp_stream_separates_sender_receiver_and_loss(data_dir):
     assert found["remote_cpu_pct"].value == 64.29
 
 
+def test_udp_loss_over_confidence_iterations_comes_from_the_mean_rates(data_dir):
+    """-i 10,3 -I 99,5 on bonded tulips: netperf printed the mean rates, the last iteration's send count
+    (LOCAL_SEND_CALLS=34552) and no receive count (REMOTE_RECV_CALLS=0), which made the loss 100 %."""
+    found = parsed(data_dir, "udp_stream_confidence.txt", "UDP_STREAM")
+    assert (found["send_throughput_mbps"].value, found["recv_throughput_mbps"].value) == (452.80, 261.83)
+    loss = found["loss_pct"]
+    assert loss.value == pytest.approx(100 * (452.80 - 261.83) / 452.80)
+    assert loss.extra["confidence_iterations"] == 10 and "received_datagrams" not in loss.extra
+    plain = parsed(data_dir, "udp_stream.txt", "UDP_STREAM")["loss_pct"]  # one run: from the datagrams counted
+    assert plain.value == pytest.approx(100 * (143034 - 127163) / 143034)
+    assert plain.extra["received_datagrams"] == 127163
+
+
 def test_request_response_variants(data_dir):
     udp_rr = parsed(data_dir, "udp_rr.txt", "UDP_RR")
     assert udp_rr["transaction_rate"].value == 1500.40 and udp_rr["latency_p90_us"].value == 1897

@@ -130,29 +130,11 @@ def measurements(test: str, values: dict[str, str], cpu: bool = False) -> list[M
     } | facts
     found: list[Measurement] = []
     if test == "UDP_STREAM":
-        sent, received = _number(values, "LOCAL_SEND_CALLS"), _number(values, "REMOTE_RECV_CALLS")
-        lost = max(0.0, sent - received)
+        send_rate, recv_rate = _number(values, "LOCAL_SEND_THROUGHPUT"), _number(values, "THROUGHPUT")
         found += [
-            Measurement(
-                "netperf",
-                test,
-                "send_throughput_mbps",
-                _number(values, "LOCAL_SEND_THROUGHPUT"),
-                "Mbit/s",
-                extra,
-                warning=warning,
-            ),
-            Measurement(
-                "netperf", test, "recv_throughput_mbps", _number(values, "THROUGHPUT"), "Mbit/s", extra, warning=warning
-            ),
-            Measurement(
-                "netperf",
-                test,
-                "loss_pct",
-                100.0 * lost / sent if sent else 0.0,
-                "%",
-                {"sent_datagrams": int(sent), "received_datagrams": int(received), "lost_datagrams": int(lost)},
-            ),
+            Measurement("netperf", test, "send_throughput_mbps", send_rate, "Mbit/s", extra, warning=warning),
+            Measurement("netperf", test, "recv_throughput_mbps", recv_rate, "Mbit/s", extra, warning=warning),
+            _udp_loss(values, send_rate, recv_rate, facts),
         ]
     elif test in STREAMS:
         found.append(
@@ -177,6 +159,26 @@ def measurements(test: str, values: dict[str, str], cpu: bool = False) -> list[M
     if cpu:
         found += _cpu(test, values)
     return found
+
+
+def _udp_loss(values: dict[str, str], send_rate: float, recv_rate: float, facts: dict) -> Measurement:
+    """The datagrams sent but not received, in %: from the counts of one run; over confidence iterations, from the
+    mean rates, since netperf then reports the last iteration's send count and no receive count (0)."""
+    if facts:
+        lost = max(0.0, send_rate - recv_rate)
+        return Measurement(
+            "netperf", "UDP_STREAM", "loss_pct", 100.0 * lost / send_rate if send_rate else 0.0, "%", facts
+        )
+    sent, received = _number(values, "LOCAL_SEND_CALLS"), _number(values, "REMOTE_RECV_CALLS")
+    lost = max(0.0, sent - received)
+    return Measurement(
+        "netperf",
+        "UDP_STREAM",
+        "loss_pct",
+        100.0 * lost / sent if sent else 0.0,
+        "%",
+        {"sent_datagrams": int(sent), "received_datagrams": int(received), "lost_datagrams": int(lost)},
+    )
 
 
 def _cpu(test: str, values: dict[str, str]) -> list[Measurement]:
