@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from niclab.model.bench import netperf
 from niclab.model.scenario import load_scenario
 from niclab.run import records
 from niclab.run.records import RunDirError, read_results, read_run_info
@@ -235,3 +237,14 @@ def test_a_file_of_more_values_than_memory_should_hold_is_refused(tmp_path, monk
     (tmp_path / "run.json").write_text(json.dumps({f"k{i}": 0 for i in range(6000)}))
     with pytest.raises(RunDirError, match=r"run.json: more than the 5,000 values niclab reads in one file$"):
         read_run_info(tmp_path / "run.json")
+
+
+def test_netperfs_confidence_iteration_is_declared_in_a_measurements_extra(data_dir):
+    text = (data_dir / "netperf" / "tcp_stream_cpu_confidence.txt").read_text()
+    [throughput, *_] = netperf.measurements("TCP_STREAM", netperf.parse_keyvals(text), cpu=True)
+    extra = records.MeasurementExtra.model_validate(throughput.extra)
+    assert (extra.confidence_level, extra.confidence_width_pct, extra.confidence_iterations) == (99, 5, 3)
+    assert extra.confidence_achieved_width_pct == {"throughput": 53.592, "local_cpu": 19.116, "remote_cpu": 61.255}
+    assert extra.confidence_met is False
+    with pytest.raises(ValidationError, match="confidence_met"):
+        records.MeasurementExtra.model_validate({"confidence_met": "no"})

@@ -341,11 +341,24 @@ class RunRecord(_Record):
     """The host while the benchmark ran (guests on this host): vCPU wait, CPU pressure, steal, `contended`."""
 
 
-class NetpipeExtra(_Model):
-    """A measurement's tool details; NetPIPE's carries its whole curve."""
+class MeasurementExtra(_Model):
+    """A measurement's tool details: NetPIPE's whole curve, netperf's confidence iteration, and what else the tool
+    said (netperf's elapsed time, MSS and socket sizes, as it printed them)."""
 
     curve: list[Annotated[list[float], Field(min_length=3, max_length=3)]] = Field(default_factory=list)
-    """[message bytes, Mbit/s, half the round trip in µs] per message size."""
+    """NetPIPE: [message bytes, Mbit/s, half the round trip in µs] per message size."""
+    confidence_level: float | None = None
+    """netperf with `confidence`: the level asked (-I), in %."""
+    confidence_width_pct: float | None = None
+    """netperf with `confidence`: the interval's full width asked, in % of the mean."""
+    confidence_achieved_width_pct: dict[str, float] = Field(default_factory=dict)
+    """netperf with `confidence`: the full width it reached, in % of the mean, per figure (`throughput`,
+    `local_cpu`, `remote_cpu`)."""
+    confidence_iterations: float | None = None
+    """netperf with `confidence`: how many iterations it ran."""
+    confidence_met: bool | None = None
+    """netperf with `confidence`: whether every figure reached the width asked (if not, the measurement's
+    `warning` says which missed)."""
 
 
 class MeasurementRecord(_Record):
@@ -379,7 +392,7 @@ class MeasurementRecord(_Record):
     figure; absent across a link."""
     warning: str | None = None
     """Set when the tool doubted the figure."""
-    extra: NetpipeExtra
+    extra: MeasurementExtra
     """The tool's details, e.g. NetPIPE's whole `curve`."""
 
 

@@ -58,8 +58,8 @@ from niclab.run.records import (
     CellRecord,
     ErrorRecord,
     ExpectationRecord,
+    MeasurementExtra,
     MeasurementRecord,
-    NetpipeExtra,
     RunInfoRecord,
     RunRecord,
     SummaryRecord,
@@ -529,7 +529,7 @@ class Runner:
                     link=ends.link,
                     **peer,
                     **doubted,
-                    extra=NetpipeExtra.model_validate(m.extra),
+                    extra=MeasurementExtra.model_validate(m.extra),
                 )
             )
 
