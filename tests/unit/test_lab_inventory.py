@@ -71,8 +71,16 @@ def test_what_the_lab_cannot_realize_says_why(lab, repo):
         "name: s\nnodes: [a, b, c]\nlinks:\n  - {between: [a, b, c], nic: e1000}\nbenchmarks:\n  - ping: {}\n",
         "s.yaml",
     ).cells[0]
-    with pytest.raises(Unrealizable, match="joins 3 nodes: a lab inventory lists cables, not switches"):
+    with pytest.raises(Unrealizable, match=r"joins 3 nodes \(a, b, c\) through a switch: a lab inventory lists cables"):
         place(three.scenario.topology(), lab)
+    switched = parse(
+        "name: s\nnodes: [a, b]\nlinks:\n  - {between: [a, b], nic: e1000, switch: true}\nbenchmarks:\n  - ping: {}\n",
+        "s.yaml",
+    ).cells[0]
+    with pytest.raises(
+        Unrealizable, match=r"^link 0 joins a and b through a switch: a lab inventory lists cables, not"
+    ):
+        place(switched.scenario.topology(), lab)
 
 
 def test_the_cables_must_match_not_only_the_card_counts(tmp_path, repo):

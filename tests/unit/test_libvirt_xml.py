@@ -120,3 +120,13 @@ def test_the_libvirt_backend_without_a_lab_uses_the_emulated_stand_ins(repo, tmp
     assert validate(tmp_path / "a.xml").returncode == 0
     lab = parse_inventory(LAB, "lab.yaml")
     assert get_backend(options=BackendOptions(lab=lab)).check(topology) is None
+
+
+def test_the_libvirt_backend_makes_cables_not_switches(repo, tmp_path):
+    switched = "name: t\nnodes: [a, b]\nlinks:\n  - {between: [a, b], nic: e1000, switch: true}\n"
+    (tmp_path / "s.yaml").write_text(switched)
+    topology = load_scenario(tmp_path / "s.yaml").cells[0].scenario.topology()
+    assert get_backend("libvirt").check(topology) == (
+        "link 0 joins a and b through a switch: the libvirt backend makes cables, not switches; run it with "
+        "--backend qemu"
+    )

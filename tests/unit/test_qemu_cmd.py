@@ -114,3 +114,20 @@ def test_without_qboot_qemu_keeps_its_default_firmware(tmp_path, monkeypatch):
     monkeypatch.delenv("NICLAB_QBOOT", raising=False)
     assert qemu_firmware(fake_qemu(tmp_path, [tmp_path])) is None
     assert qemu_firmware(str(tmp_path / "no-such-qemu")) is None
+
+
+def test_two_nodes_through_a_switch_get_a_vde_switch_and_a_cable_a_socket_pair():
+    from niclab.model.scenario import parse
+    from niclab.plumbing.backends import get_backend
+
+    text = (
+        "name: t\nnodes: [a, b]\nlinks:\n"
+        "  - {between: [a, b], nic: e1000, switch: true}\n"
+        "  - {between: [a, b], nic: e1000}\n"
+    )
+    topology = parse(text, "t.yaml").cells[0].scenario.topology()
+    assert [(wire.switch, wire.switched) for wire in topology.wires] == [(True, True), (False, False)]
+    assert get_backend("qemu").describe(topology) == [
+        "vde_switch: a/link0 (e1000) <-> b/link0 (e1000)",
+        "UDP cable on 127.0.0.1: a/link1 (e1000) <-> b/link1 (e1000)",
+    ]

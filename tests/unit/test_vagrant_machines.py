@@ -132,6 +132,9 @@ def test_a_switched_segment_is_refused():
     c = cell(text)
     with pytest.raises(machines.VagrantCellError, match=r"joins 3 nodes .* through a switch"):
         machines.vagrant_cell(c, "t.yaml", ports_for(c))
+    two = cell("name: t\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n    switch: true\n")
+    with pytest.raises(machines.VagrantCellError, match=r"^link 0 joins a and b through a switch; a Vagrant rig"):
+        machines.vagrant_cell(two, "t.yaml", ports_for(two))
 
 
 def test_udp_ports_stay_the_same_between_calls_and_differ_between_ends(tmp_path):

@@ -31,11 +31,23 @@ class Port:
 
 @dataclass(frozen=True)
 class Wire:
-    """A cable (two ports) or a switched segment (three or more)."""
+    """A cable (two ports) or a switched segment (three or more, or two through a switch)."""
 
     link: int
     lane: int
     ports: tuple[Port, ...]
+    switch: bool = False  # two ports joined through a switch, not a cable (three or more always are)
+
+    @property
+    def switched(self) -> bool:
+        return self.switch or len(self.ports) > 2
+
+    def medium(self) -> str:
+        """What joins its ports, as a refusal names it: "link 0 joins 3 nodes (a, b, c) through a switch"."""
+        nodes = [port.node for port in self.ports]
+        if len(nodes) > 2:
+            return f"link {self.link} joins {len(nodes)} nodes ({', '.join(nodes)}) through a switch"
+        return f"link {self.link} joins {' and '.join(nodes)} " + ("through a switch" if self.switch else "by a cable")
 
 
 @dataclass(frozen=True)

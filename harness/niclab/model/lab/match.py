@@ -47,10 +47,8 @@ def place(topology: Topology, inventory: Inventory, avoid: frozenset[str] = froz
     """Map the topology onto the lab's cards and cables but the cards in `avoid`, or raise Unrealizable saying
     why (without `avoid`: why the lab cannot realize the cell at all)."""
     for wire in topology.wires:
-        if len(wire.ports) != 2:
-            raise Unrealizable(
-                f"link {wire.link} joins {len(wire.ports)} nodes: a lab inventory lists cables, not switches"
-            )
+        if wire.switched:
+            raise Unrealizable(f"{wire.medium()}: a lab inventory lists cables, not switches")
     _enough_cards(topology, inventory)
     cables = [
         (i, inventory.card(a), inventory.card(b))

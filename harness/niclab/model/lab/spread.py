@@ -109,11 +109,8 @@ def spread(topology: Topology, inventory: Inventory, held: Held | None = None) -
 
 def _check_cables(topology: Topology) -> None:
     for wire in topology.wires:
-        if len(wire.ports) != 2:
-            raise Unrealizable(
-                f"link {wire.link} joins {len(wire.ports)} nodes: emulated nodes on a lab are joined by cables, "
-                "not switches"
-            )
+        if wire.switched:
+            raise Unrealizable(f"{wire.medium()}: emulated nodes on a lab are joined by cables, not switches")
 
 
 def _room(inventory: Inventory, host: str, held: Held, taken: Load) -> Load | None:

@@ -118,6 +118,7 @@ def _driver_per_end(value: Any, ends: list[str]) -> tuple[bool, dict, list[Probl
 
 class Link(_Strict):
     between: list[str] = Field(min_length=2, description="2 nodes: a cable; 3 or more: a switched segment")
+    switch: bool = Field(False, description="two nodes through a learning switch rather than a cable")
     nic: str | dict[str, str]
     count: int = Field(1, ge=1, le=8, description="parallel cables (or segments)")
     bond: Bond | None = None
@@ -605,7 +606,7 @@ class Scenario(_Strict):
                 )
                 for port in ends:
                     ports[port.node].append(port)
-                wires.append(Wire(i, lane, ends))
+                wires.append(Wire(i, lane, ends, link.switch))
         nodes = tuple(
             NodeSpec(
                 name,

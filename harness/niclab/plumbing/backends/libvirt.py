@@ -192,10 +192,9 @@ class LibvirtBackend:
         else:
             problems += stand_ins(topology)
             for wire in topology.wires:
-                if len(wire.ports) != 2:
+                if wire.switched:
                     problems.append(
-                        f"link {wire.link} joins {len(wire.ports)} nodes: the libvirt backend makes cables, not "
-                        "switches; run it with --backend qemu"
+                        f"{wire.medium()}: the libvirt backend makes cables, not switches; run it with --backend qemu"
                     )
                     break
         for spec in topology.nodes:

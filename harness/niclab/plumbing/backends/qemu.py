@@ -101,7 +101,7 @@ def start_switch(supervisor: Supervisor, workdir: Path, sockets: Path, name: str
     if binary is None:
         raise NiclabError(
             "vde_switch is not installed (Debian package vde2): run `make setup`; "
-            "segments of three or more nodes need it"
+            "switched segments (three or more nodes, or `switch: true`) need it"
         )
     path = sockets / name
     child = supervisor.start(
@@ -181,7 +181,7 @@ class QemuBackend:
                 model = nics.stand_in(port.model)
                 shown = port.model if model is None or model.name == port.model else f"{port.model} as {model.name}"
                 ends.append(f"{port.node}/{port.ifname} ({shown})")
-            medium = "UDP cable on 127.0.0.1" if len(wire.ports) == 2 else "vde_switch"
+            medium = "vde_switch" if wire.switched else "UDP cable on 127.0.0.1"
             lines.append(f"{medium}: " + " <-> ".join(ends))
         return lines
 
@@ -196,7 +196,7 @@ class QemuBackend:
         attachments: dict[tuple[str, int, int], Attachment] = {}
         sockets: Path | None = None
         for wire in topology.wires:
-            if len(wire.ports) == 2:
+            if not wire.switched:
                 for port, sock in zip(wire.ports, udp_cable(), strict=True):
                     fds.callback(sock.close)
                     attachments[port.key] = Attachment(f"dgram,local.type=fd,local.str={sock.fileno()}", sock.fileno())

@@ -104,11 +104,10 @@ def libvirt_model(model: str) -> tuple[str, str | None]:
 
 def _check_wires(topology: Topology) -> None:
     for wire in topology.wires:
-        if len(wire.ports) != 2:
-            nodes = ", ".join(p.node for p in wire.ports)
+        if wire.switched:
             raise VagrantCellError(
-                f"link {wire.link} joins {len(wire.ports)} nodes ({nodes}) through a switch; a Vagrant rig has "
-                "UDP cables between two nodes only: use `niclab run` for switched segments"
+                f"{wire.medium()}; a Vagrant rig has UDP cables between two nodes only, no switch: use `niclab run` "
+                "for switched segments"
             )
 
 
