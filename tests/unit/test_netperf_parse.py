@@ -72,6 +72,27 @@ def test_udp_loss_over_confidence_iterations_comes_from_the_mean_rates(data_dir)
     assert plain.extra["received_datagrams"] == 127163
 
 
+def test_nothing_received_over_confidence_iterations_is_a_total_loss_and_a_missed_target(data_dir):
+    """-i 4,3 -I 99,5 over three bonded RTL8139s that passed no datagram: netperf printed THROUGHPUT=0.00 and
+    THROUGHPUT_CONFID=-nan (the width of an interval around a mean of 0)."""
+    found = parsed(data_dir, "udp_stream_confidence_nothing_received.txt", "UDP_STREAM")
+    received, loss = found["recv_throughput_mbps"], found["loss_pct"]
+    assert (received.value, loss.value) == (0.0, 100.0)
+    assert received.extra["confidence_met"] is False
+    assert received.extra["confidence_achieved_width_pct"] == {}
+    assert received.warning == (
+        "netperf's 99 % confidence target (±2.5 %) was missed after 3 iterations: "
+        "throughput has no interval (netperf printed -nan)"
+    )
+
+
+@pytest.mark.parametrize("value", ["nan", "-nan", "inf", "1e999"])
+def test_a_figure_that_is_not_finite_is_the_benchmarks_error(data_dir, value):
+    text = (data_dir / "netperf" / "tcp_stream.txt").read_text().replace("THROUGHPUT=685.52", f"THROUGHPUT={value}")
+    with pytest.raises(BenchmarkError, match=f"netperf printed THROUGHPUT='{value}', not a finite number"):
+        measurements("TCP_STREAM", parse_keyvals(text))
+
+
 def test_request_response_variants(data_dir):
     udp_rr = parsed(data_dir, "udp_rr.txt", "UDP_RR")
     assert udp_rr["transaction_rate"].value == 1500.40 and udp_rr["latency_p90_us"].value == 1897

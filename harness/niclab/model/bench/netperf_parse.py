@@ -12,6 +12,8 @@ with CONFIDENCE_INTERVAL here.
 
 from __future__ import annotations
 
+import math
+
 from niclab.model.bench.base import BenchmarkError, Measurement
 
 STREAMS = ("TCP_STREAM", "TCP_MAERTS", "UDP_STREAM")
@@ -71,20 +73,23 @@ def parse_keyvals(text: str) -> dict[str, str]:
 
 def _number(values: dict[str, str], key: str) -> float:
     try:
-        return float(values[key])
+        value = float(values[key])
     except KeyError:
         raise BenchmarkError(f"netperf printed no {key}") from None
     except ValueError:
         raise BenchmarkError(f"netperf printed {key}={values[key]!r}, not a number") from None
+    if not math.isfinite(value):
+        raise BenchmarkError(f"netperf printed {key}={values[key]!r}, not a finite number")
+    return value
 
 
 def _optional(values: dict[str, str], key: str) -> float | None:
-    """A figure netperf reports as -1 when it was not measured."""
+    """A figure netperf reports as -1 when it was not measured (and as nan when it could not compute it)."""
     try:
         value = float(values[key])
     except (KeyError, ValueError):
         return None
-    return None if value < 0 else value
+    return None if value < 0 or not math.isfinite(value) else value
 
 
 def confidence(values: dict[str, str], cpu: bool) -> tuple[dict, str | None]:
@@ -94,26 +99,37 @@ def confidence(values: dict[str, str], cpu: bool) -> tuple[dict, str | None]:
     if not wanted or not level:  # not asked for (absent, -1 or 0)
         return {}, None
     iterations = _optional(values, "CONFIDENCE_ITERATION")
-    achieved = {"throughput": _optional(values, "THROUGHPUT_CONFID")}
+    keys = {"throughput": "THROUGHPUT_CONFID"}
     if cpu:
-        achieved.update(
-            local_cpu=_optional(values, "LOCAL_CPU_CONFID"), remote_cpu=_optional(values, "REMOTE_CPU_CONFID")
-        )
+        keys.update(local_cpu="LOCAL_CPU_CONFID", remote_cpu="REMOTE_CPU_CONFID")
+    achieved = {name: _optional(values, key) for name, key in keys.items()}
+    # a width netperf could not compute (nan: a mean of 0, when nothing was received) is no width reached
+    unknown = {name: values[key] for name, key in keys.items() if key in values and _not_finite(values[key])}
     missed = {k: v for k, v in achieved.items() if v is not None and v > wanted}
     facts = {
         "confidence_level": level,
         "confidence_width_pct": wanted,
         "confidence_achieved_width_pct": {k: v for k, v in achieved.items() if v is not None},
         "confidence_iterations": iterations,
-        "confidence_met": not missed,
+        "confidence_met": not missed and not unknown,
     }
-    if not missed:
+    if facts["confidence_met"]:
         return facts, None
-    detail = ", ".join(f"{k.replace('_', ' ')} ±{v / 2:.1f} %" for k, v in missed.items())
+    detail = ", ".join(
+        [f"{k.replace('_', ' ')} ±{v / 2:.1f} %" for k, v in missed.items()]
+        + [f"{k.replace('_', ' ')} has no interval (netperf printed {text})" for k, text in unknown.items()]
+    )
     return facts, (
         f"netperf's {int(level)} % confidence target (±{wanted / 2:g} %) was missed after "
         f"{int(iterations or 0)} iterations: {detail}"
     )
+
+
+def _not_finite(text: str) -> bool:
+    try:
+        return not math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def measurements(test: str, values: dict[str, str], cpu: bool = False) -> list[Measurement]:
