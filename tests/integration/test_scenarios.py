@@ -8,7 +8,10 @@ The long sweeps run one representative cell each.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from niclab.run.results import read_records
 
@@ -48,9 +51,39 @@ def test_three_node_switch(image, repo, tmp_path):
     assert {(m["client"], m["server"]) for m in found if m["benchmark"] == "netperf"} == {("a", "b"), ("c", "b")}
 
 
+def shortened(repo, tmp_path, name: str, seconds: float, iterations: list[int], drop: tuple[str, ...] = ()) -> Path:
+    """A shipped scenario with shorter runs: every netperf `seconds`, confidence `iterations`, the tools in `drop`
+    left out; written beside the test as `name`'s file name."""
+    scenario = yaml.safe_load((repo / "scenarios" / name).read_text())
+    kept = []
+    for entry in scenario["benchmarks"]:
+        ((tool, options),) = entry.items()
+        if tool in drop:
+            continue
+        if tool == "netperf":
+            options["seconds"] = seconds
+            if "iterations" in options:
+                options["iterations"] = iterations
+        kept.append({tool: options})
+    scenario["benchmarks"] = kept
+    path = tmp_path / Path(name).name
+    path.write_text(yaml.safe_dump(scenario, sort_keys=False))
+    return path
+
+
 @pytest.mark.measures
-def test_bonding_three_rtl8139(image, repo, tmp_path):
-    cell, found = run_scenario(repo, tmp_path, "bonding.yaml", ["nic=rtl8139"])
+def test_the_bonding_studys_netperf_with_confidence_on_three_bonded_rtl8139(image, repo, tmp_path):
+    """Study 000's own netperf method (-i MAX,MIN -I 99,5: confidence iterations) on one RTL8139 and on three
+    bonded, shortened: every run records what netperf's iteration reached, and the bond carries every port."""
+    path = shortened(repo, tmp_path, "studies/netperf-cards-and-bonds.yaml", 2, [3, 4], drop=("netpipe",))
+    out = tmp_path / "runs"
+    proc = niclab("run", str(path), "--cell", "nic=rtl8139,ports=3", "--out", str(out), "-q")
+    _out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err
+    records = read_records(next(out.iterdir()) / "results.jsonl")
+    assert wait_no_qemu(tmp_path, seconds=2) == []
+    assert [r for r in records if r["type"] == "error"] == []
+    cell = next(r for r in records if r["type"] == "cell")
     for node in ("a", "b"):
         bond = cell["network"]["observed"][node]["iface bond1"]
         assert bond["bond_mode"] == "balance-rr"
@@ -60,14 +93,40 @@ def test_bonding_three_rtl8139(image, repo, tmp_path):
             "bond_port.link1p2": "up",
         }
         assert cell["nodes"][node]["interfaces"]["link1p0"]["driver"] == "8139cp"
-    single = values(found, "netperf.TCP_STREAM.throughput_mbps", link=0)
-    bonded = values(found, "netperf.TCP_STREAM.throughput_mbps", link=1)
-    assert single and bonded and single[0] > 0 and bonded[0] > 0
-    bonded_run = next(m for m in found if m["link"] == 1 and m["name"].startswith("netperf.TCP_STREAM"))
-    assert bonded_run["nics"]["a"]["ports"] == 3
+
+    runs = {r["run"]: r for r in records if r["type"] == "run"}
+    assert [(r["benchmark"], r["link"]) for r in runs.values()] == [
+        ("netperf TCP_STREAM", 0),
+        ("netperf TCP_STREAM (link 1)", 1),
+        ("netperf UDP_STREAM", 0),
+        ("netperf UDP_STREAM (link 1)", 1),
+    ]
+    for run in runs.values():  # the options as the scenario gave them, in their JSON form
+        assert run["options"]["confidence"] == {"level": 99, "width": 5.0}
+        assert run["options"]["iterations"] == [3, 4]
+    figures = [
+        r for r in records if r["type"] == "measurement" and r["metric"] in ("throughput_mbps", "recv_throughput_mbps")
+    ]
+    assert len(figures) == 4
+    assert all(m["value"] > 0 for m in figures if m["metric"] == "throughput_mbps")  # TCP; UDP may lose all
+    for m in figures:  # netperf's confidence iteration, per run: what it was asked and what it reached
+        extra = m["extra"]
+        assert (extra["confidence_level"], extra["confidence_width_pct"]) == (99, 5)
+        assert 3 <= extra["confidence_iterations"] <= 4
+        assert extra["confidence_met"] == (m.get("warning") is None)
+        # a width reached, unless nothing arrived (netperf's interval around a mean of 0 is nan: a missed target)
+        assert extra["confidence_achieved_width_pct"].get("throughput", 0) > 0 or m["value"] == 0
+    for run in ("2.1", "3.1"):  # UDP over confidence iterations: the loss from the mean rates netperf printed
+        sent, received, loss = (
+            next(m["value"] for m in records if m["type"] == "measurement" and m["run"] == run and m["metric"] == name)
+            for name in ("send_throughput_mbps", "recv_throughput_mbps", "loss_pct")
+        )
+        assert loss == pytest.approx(100 * max(0, sent - received) / sent)
+    bonded = runs["1.1"]
+    assert bonded["nics"]["a"]["ports"] == 3
     # the interrupt counts of every bonded port are recorded (the spread matters in a bond)
-    assert set(bonded_run["counters"]["a"]) == {"link1p0", "link1p1", "link1p2"}
-    assert all(port["tx_packets"] > 0 for port in bonded_run["counters"]["a"].values())
+    assert set(bonded["counters"]["a"]) == {"link1p0", "link1p1", "link1p2"}
+    assert all(port["tx_packets"] > 0 for port in bonded["counters"]["a"].values())
 
 
 @pytest.mark.measures

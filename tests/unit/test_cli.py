@@ -75,10 +75,11 @@ def test_plan_lists_cells_with_estimates(repo, capsys):
 
 
 def test_every_shipped_scenario_validates(repo, capsys):
-    files = sorted(str(p) for p in (repo / "scenarios").glob("*.yaml"))
+    files = sorted(str(p) for p in (repo / "scenarios").rglob("*.yaml"))
     assert {"two-node", "nic-shootout", "mtu-sweep", "bonding", "wan", "three-node-switch"} <= {
         p.rsplit("/", 1)[1][:-5] for p in files
     }
+    assert len([p for p in files if "/studies/" in p]) == 5  # one per study in ../shared/studies
     assert main(["validate", *files]) == 0, capsys.readouterr().err
 
 

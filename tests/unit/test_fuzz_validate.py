@@ -45,7 +45,7 @@ from niclab.ui.cli import main as cli
 from tests.timebox import timebox
 
 ROOT = Path(__file__).resolve().parents[2]
-VALID = sorted((ROOT / "scenarios").glob("*.yaml")) + [
+VALID = sorted((ROOT / "scenarios").rglob("*.yaml")) + [
     path
     for name in ("fidelity.yaml", "rate-capped.yaml", "rate-open.yaml")
     if (path := ROOT / "tests" / "integration" / name).exists()
