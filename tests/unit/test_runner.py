@@ -756,3 +756,13 @@ def test_a_boot_that_fails_after_another_cell_stopped_the_rig_is_not_blamed_on_t
     assert [c.ok for c in outcome.cells] == [False, False]
     [error] = h.of("error", cell="secs=5", stage="cell")  # its round 2 needed a new boot, which failed
     assert error["message"].startswith("guest(s) did not come up")  # not "node a is gone" from the stopped rig
+
+
+def test_a_doubt_two_figures_share_is_said_once_in_the_progress_line(tmp_path, backend, data_dir):
+    udp = (data_dir / "netperf" / "udp_stream_confidence.txt").read_text()
+    backend.when(r"^netperf .* -t UDP_STREAM ", node="a", result={"returncode": 0, "stdout": udp, "seconds": 50.2})
+    text = TWO_NODE.replace("{test: TCP_STREAM, seconds: 5}", "{test: UDP_STREAM, seconds: 5, confidence: {}}")
+    h = harness(tmp_path, backend, text)
+    assert h.run().ok
+    [line] = [line for line in h.lines if line.startswith("netperf UDP_STREAM: send_throughput_mbps")]
+    assert line.count("[netperf's 99 % confidence target (±2.5 %) was missed after 10 iterations") == 1

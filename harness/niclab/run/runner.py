@@ -463,7 +463,8 @@ class Runner:
             session.check_nodes()
             return
         shown = ", ".join(f"{m.metric} {m.value:g} {m.unit}" for m in run.measurements if m.headline)
-        self.progress(f"{label}{of}: {shown}" + "".join(f" [{m.warning}]" for m in run.measurements if m.warning))
+        doubts = dict.fromkeys(m.warning for m in run.measurements if m.warning)  # UDP's send and receive share one
+        self.progress(f"{label}{of}: {shown}" + "".join(f" [{warning}]" for warning in doubts))
         if run.host_load is not None and run.host_load.contended:
             self.progress(f"{label}{of}: host contention: {'; '.join(run.host_load.reasons)}")
 
