@@ -148,3 +148,29 @@ def test_a_benchmark_that_failed_exits_1_and_blames_the_run_not_niclab(monkeypat
     out, err = capsys.readouterr()
     assert "FAILED: netperf TCP_RR: netperf TCP_RR exited 1: netperf: send_data: Connection refused" in out
     assert "niclab failed" not in out + err and "internal error" not in out + err
+
+
+def test_a_tools_escape_sequences_reach_the_terminal_escaped(monkeypatch, tmp_path, capsys):
+    """netperf's stderr clears the screen, fakes a pass and writes the clipboard (OSC 52): on niclab's terminal
+    each control character shows as its escape, in the progress lines and in the table alike."""
+    hostile = "\x1b[2J\x1b[H\x1b[32mall benchmarks passed\x1b]52;c;ZXZpbA==\x07"
+
+    def shouting(backend: Fake) -> None:
+        backend.when(r"^netperf ", result={"returncode": 1, "stderr": hostile})
+
+    monkeypatch.setitem(registry(), "fake", fake_plugin(prepare=shouting))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO)
+    assert main(["run", str(scenario), "--backend", "fake", "--out", str(tmp_path / "runs")]) == 1
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    escaped = "\\x1b[2J\\x1b[H\\x1b[32mall benchmarks passed\\x1b]52;c;ZXZpbA==\\x07"
+    assert escaped in out and escaped in err  # the table's FAILED line; the progress line
+
+
+def test_the_terminal_streams_escape_control_characters_and_keep_line_breaks(capsys):
+    from niclab.ui.console import terminal_streams
+
+    with terminal_streams():
+        print("a\x1b[31mred\x1b[0m\tline\nsecond\x9b line")
+    assert capsys.readouterr().out == "a\\x1b[31mred\\x1b[0m\\tline\nsecond\\x9b line\n"

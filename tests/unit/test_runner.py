@@ -766,3 +766,17 @@ def test_a_doubt_two_figures_share_is_said_once_in_the_progress_line(tmp_path, b
     assert h.run().ok
     [line] = [line for line in h.lines if line.startswith("netperf UDP_STREAM: send_throughput_mbps")]
     assert line.count("[netperf's 99 % confidence target (±2.5 %) was missed after 10 iterations") == 1
+
+
+HOSTILE = "\x1b[2J\x1b[H\x1b[32mall benchmarks passed\x1b]52;c;ZXZpbA==\x07\r\nnext line"
+
+
+def test_what_a_tool_prints_reaches_progress_and_records_with_its_controls_escaped(tmp_path, backend):
+    backend.when(NETPERF_STREAM, node="a", result={"returncode": 1, "stderr": HOSTILE})
+    h = harness(tmp_path, backend)
+    h.run()
+    [error] = h.of("error")
+    assert "\\x1b[2J\\x1b[H\\x1b[32mall benchmarks passed\\x1b]52;c;ZXZpbA==\\x07\\r\\nnext line" in error["message"]
+    shown = [line for line in h.lines if "all benchmarks passed" in line]
+    assert shown and all(ch.isprintable() for line in shown for ch in line)
+    assert all(ch.isprintable() for ch in error["message"])

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from niclab.base.errors import UsageError
+from niclab.base.text import one_line
 from niclab.base.yamlpos import Position, format_path
 
 SUGGESTIONS = 500  # "did you mean" suggestions one file may get (see closest)
@@ -49,15 +50,6 @@ class ScenarioError(UsageError):
             text = f"{where}: {format_path(problem.path)}: {problem.message}"
             out.append(one_line(f"{text}; {problem.hint}" if problem.hint else text))
         return out
-
-
-def one_line(text: str) -> str:
-    """Control characters, line breaks and the like (a key or a node name may hold any) as escapes."""
-    if text.isprintable():
-        return text
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode("ascii") for ch in text
-    )
 
 
 def shown(value: Any, limit: int = 60) -> str:

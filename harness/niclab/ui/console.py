@@ -1,5 +1,10 @@
 """What every front end says on the terminal, one way: progress lines, file checks, exit codes.
 
+Text from guests, remote hosts, run directories and scenario files reaches the terminal only through
+`terminal_streams`: stdout and stderr with every control character (an escape sequence, a carriage return,
+a bell) shown escaped, as base.text.one_line writes it; line breaks pass. A progress line is one line:
+its line breaks are escaped too.
+
 A run's progress (niclab.run.progress) is one more line: in a terminal, one line at the bottom that
 updates in place (the progress lines print above it) and counts the time with the clock; in a log (stderr
 is not a terminal), a plain line when the run starts and one per ended cell, never a carriage return.
@@ -19,10 +24,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from niclab.base.errors import UsageError
 from niclab.base.problems import ScenarioError
+from niclab.base.text import one_line
 
 if TYPE_CHECKING:
     from niclab.run.progress import RunProgress
@@ -59,6 +65,40 @@ def describe_progress(progress: RunProgress) -> str:
     return ", ".join(parts)
 
 
+def shown_lines(text: str) -> str:
+    """`text` as the terminal shows it: each line's control characters escaped, the line breaks kept."""
+    return "\n".join(one_line(line) for line in text.split("\n"))
+
+
+class TerminalText:
+    """A text stream whose writes show control characters escaped (`shown_lines`); `raw` is the stream under
+    it, for niclab's own control sequences (the run's line that updates in place)."""
+
+    def __init__(self, raw: TextIO):
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        self.raw.write(shown_lines(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+@contextmanager
+def terminal_streams() -> Iterator[None]:
+    """sys.stdout and sys.stderr as TerminalText for the length of the block (a command's run)."""
+    saved = sys.stdout, sys.stderr
+    if not isinstance(sys.stdout, TerminalText):
+        sys.stdout = TerminalText(sys.stdout)
+    if not isinstance(sys.stderr, TerminalText):
+        sys.stderr = TerminalText(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 def is_terminal(stream: TextIO) -> bool:
     try:
         return stream.isatty() and os.environ.get("TERM") != "dumb"
@@ -90,13 +130,16 @@ class ProgressLines:
         if self.quiet:
             return
         with self._lock:
-            self._write(f"{CLEAR if self._shown else ''}{self._stamp(message)}\n")
+            self._write(f"{CLEAR if self._shown else ''}{self._stamp(one_line(message))}\n")
             self._shown = False
             self._draw()
 
     def _write(self, text: str) -> None:
-        self.stream.write(text)
-        self.stream.flush()
+        """Write niclab's own line (its messages already escaped, its control sequences meant)."""
+        stream = self.stream
+        raw = stream.raw if isinstance(stream, TerminalText) else stream
+        raw.write(text)
+        raw.flush()
 
     # -- the run's line -----------------------------------------------------------------------------------
 

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from niclab.base.errors import NiclabError, UsageError
+from niclab.base.text import one_line
+from niclab.ui.console import shown_lines
 
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr, TracebackStyle
@@ -215,7 +217,7 @@ class InvalidScenario(pytest.Item):
         self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
     ) -> str | TerminalRepr:
         if isinstance(excinfo.value, ScenarioInvalid):
-            return f"{self.path.name} does not validate:\n{excinfo.value}"
+            return shown_lines(f"{self.path.name} does not validate:\n{excinfo.value}")
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Path, None, str]:
@@ -282,7 +284,7 @@ class ScenarioCell(pytest.Item):
         self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
     ) -> str | TerminalRepr:
         if isinstance(excinfo.value, (CellFailed, NiclabError)):
-            return str(excinfo.value)
+            return shown_lines(str(excinfo.value))  # what guests said, with their control characters escaped
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Path, None, str]:
@@ -328,7 +330,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def _progress(message: str) -> None:
-    print(f"[niclab {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    print(f"[niclab {time.strftime('%H:%M:%S')}] {one_line(message)}", file=sys.stderr, flush=True)
 
 
 def _out_dir(config: pytest.Config) -> Path:

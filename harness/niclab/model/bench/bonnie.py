@@ -36,6 +36,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from niclab.base.node import GuestCommandError
+from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, Measurement, MetricInfo, quote
 from niclab.model.bench.declare import Figure, GuestNeeds, Row, Series, Shows
 from niclab.model.bench.nfs import MOUNT_DIR, ShareOptions, share, size_bytes
@@ -135,8 +136,7 @@ def parse(stdout: str, stderr: str = "") -> list[Measurement]:
     """The measurements of bonnie++'s CSV line (what it printed on stdout with -q)."""
     fields = csv_line(stdout)
     if fields is None:
-        said = _said(stderr)
-        raise BenchmarkError(f"bonnie++ printed no CSV line: {said[:300] or '(nothing)'}")
+        raise BenchmarkError(f"bonnie++ printed no CSV line: {said(_said(stderr), last=False) or '(nothing)'}")
     if fields[0] != FORMAT_VERSION:
         raise BenchmarkError(f"bonnie++ printed CSV format {fields[0]}, niclab reads {FORMAT_VERSION} (bonnie++ 2.00)")
     if len(fields) < len(FIELDS):

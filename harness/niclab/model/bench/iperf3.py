@@ -22,6 +22,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
 from niclab.model.bench.declare import GuestNeeds, Shows
 
@@ -56,7 +57,7 @@ def parse(text: str, protocol: str) -> list[Measurement]:
     try:
         data = json.loads(text)
     except ValueError:
-        raise BenchmarkError(f"iperf3 printed no JSON: {text.strip()[-300:]}") from None
+        raise BenchmarkError(f"iperf3 printed no JSON: {said(text)}") from None
     if data.get("error"):
         lost_start = protocol == "udp" and _LOST_START in data["error"] and not data.get("intervals")
         raise (UdpStartLost if lost_start else BenchmarkError)(f"iperf3: {data['error']}")

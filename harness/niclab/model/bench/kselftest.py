@@ -38,6 +38,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from niclab.base.errors import NiclabError
 from niclab.base.node import Node, NodeGone
 from niclab.base.problems import Problem, did_you_mean, shown
+from niclab.base.text import said
 from niclab.model.bench import ktap
 from niclab.model.bench.base import (
     BenchContext,
@@ -235,7 +236,7 @@ def _prepare(ctx: BenchContext, ends: Endpoints, bundle: SelftestBundle, options
     if not reach.ok:
         raise BenchmarkError(
             f"{client.name} cannot reach {server.name} over ssh ({remote}) for the selftests' remote end: "
-            f"{(reach.stderr or reach.stdout).strip()[-300:]}"
+            f"{said(reach.stderr or reach.stdout)}"
         )
     config = "\n".join(
         [
@@ -298,7 +299,7 @@ def _run_one(
         if not dead:  # alive, but the program (or what it left running) never let go: a failure, then a clean boot
             why = f"no end within {seconds + RUN_SLACK_S} s, the guest alive ({exc})"
             ctx.save_raw(raw, f"# {test} ({target}): {why}\n")
-            return [outcome(None, "fail", why[:300])], "it did not end"
+            return [outcome(None, "fail", said(why, last=False))], "it did not end"
         console = {node: _excerpt(ctx.console(node)) for node in dead}
         reason = "; ".join(f"{node}: {why}" for node, why in sorted(dead.items()))
         lines = [line for node in sorted(console) for line in console[node]]
@@ -351,7 +352,7 @@ def _said(test: ktap.KtapResult) -> str:
         return ""
     lines = [line.strip() for line in test.output if line.strip()]
     checks = [line for line in lines if line.startswith("Check failed") or line.startswith("Exception|")]
-    return (checks or lines or [""])[-1][:300]
+    return said((checks or lines or [""])[-1], last=False)
 
 
 def _why(parsed: list[ktap.KtapResult], output: str) -> str:
@@ -365,7 +366,7 @@ def _why(parsed: list[ktap.KtapResult], output: str) -> str:
         if sub.result in ("skip", "xfail") and sub.reason:
             return f"{name}: {sub.reason}"
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    return said(lines[-1], last=False) if lines else ""
 
 
 def _dmesg(node: Node, marker: str) -> list[str]:
@@ -390,7 +391,7 @@ def _excerpt(console: str) -> list[str]:
 
 def _crash_reason(lines: Sequence[str], fallback: str) -> str:
     first = _first(lines, _panicked)
-    return fallback if first is None else lines[first].split("] ", 1)[-1].strip()[:300]
+    return fallback if first is None else said(lines[first].split("] ", 1)[-1], last=False)
 
 
 def _panicked(line: str) -> bool:

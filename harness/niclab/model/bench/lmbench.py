@@ -37,6 +37,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from niclab.base.node import CommandResult, GuestCommandError
+from niclab.base.text import said
 from niclab.model.bench.base import (
     BenchContext,
     BenchmarkError,
@@ -178,10 +179,10 @@ def parse(test: str, stderr: str) -> Measurement:
         found = next((m for m in LATENCY.finditer(stderr) if m[1] == LATENCY_LABEL[test]), None)
         if found:
             return Measurement("lmbench", test, "latency_us", float(found[3]), "us")
-    said = "; ".join(line.strip() for line in stderr.splitlines() if line.strip())
+    told = "; ".join(line.strip() for line in stderr.splitlines() if line.strip())
     raise BenchmarkError(
-        f"{test} printed no result: {said[-400:]}"
-        if said
+        f"{test} printed no result: {said(told, 400)}"
+        if told
         else f"{test} printed no result and no error (did the server stop during the run?)"
     )
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from niclab.base.node import GuestCommandError
+from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
 from niclab.model.bench.declare import Figure, GuestNeeds, Row, Series, Shortfall, Shows
 from niclab.model.bench.netperf_parse import (
@@ -290,7 +291,7 @@ class Netperf:
         if not result.ok:
             raise BenchmarkError(
                 f"netperf {options.test} exited {result.returncode}: "
-                f"{(result.stderr or result.stdout).strip()[-400:]} (raw output: {path})"
+                f"{said(result.stderr or result.stdout, 400)} (raw output: {path})"
             )
         try:
             return measurements(options.test, parse_keyvals(result.stdout), cpu=options.cpu)

@@ -54,6 +54,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Node
+from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote
 from niclab.model.bench.declare import Figure, GuestNeeds, KernelModule, Series, Shows
 
@@ -151,14 +152,14 @@ def parse(pattern: str, stdout: str, stderr: str = "") -> list[Measurement]:
     messages, data = _split(stdout)
     messages = "; ".join(line for line in (messages + "\n" + stderr).splitlines() if line.strip())
     if data is None:
-        raise BenchmarkError(f"fio {pattern} printed no JSON: {messages[-500:] or '(nothing)'}")
+        raise BenchmarkError(f"fio {pattern} printed no JSON: {said(messages, 500) or '(nothing)'}")
     jobs = data.get("jobs") or []
     if not jobs:
         raise BenchmarkError(f"fio {pattern}: the JSON has no jobs")
     for job in jobs:
         if job.get("error"):
             code = job["error"]
-            raise BenchmarkError(f"fio {pattern}: job error {code} ({os.strerror(code)}): {messages[-500:]}")
+            raise BenchmarkError(f"fio {pattern}: job error {code} ({os.strerror(code)}): {said(messages, 500)}")
     found = []
     for direction in PATTERNS[pattern][1]:
         stats = [job[direction] for job in jobs]
@@ -266,7 +267,7 @@ def _run(node: Node, step: str, command: str, timeout: float = 60.0) -> CommandR
 def _step(node: Node, step: str, command: str, timeout: float = 60.0) -> None:
     result = _run(node, step, command, timeout)
     if not result.ok:
-        detail = (result.stderr.strip() or result.stdout.strip())[-500:] or "(no output)"
+        detail = said(result.stderr.strip() or result.stdout, 500) or "(no output)"
         raise BenchmarkError(f"nfs: {step} on {node.name} failed (exit {result.returncode}): {detail}")
 
 
@@ -378,7 +379,7 @@ class Nfs:
                 if not result.ok:
                     raise BenchmarkError(
                         f"nfs: fio {pattern} exited {result.returncode}: "
-                        f"{(result.stderr or result.stdout).strip()[-500:]} (raw output: {path})"
+                        f"{said(result.stderr or result.stdout, 500)} (raw output: {path})"
                     )
                 found += [replace(m, extra={**m.extra, "mount": mount}) for m in measured]
         return found
@@ -407,8 +408,7 @@ def share(ctx: BenchContext, options: ShareOptions, programs: list[str]) -> Iter
             _step(server, step, command)
         if (gone := mountd.poll()) is not None:
             raise BenchmarkError(
-                f"nfs: rpc.mountd on {server.name} exited {gone.returncode}: "
-                f"{(gone.stderr or gone.stdout).strip()[-500:]}"
+                f"nfs: rpc.mountd on {server.name} exited {gone.returncode}: {said(gone.stderr or gone.stdout, 500)}"
             )
         for step, command in client_mount(options, ends.server_address):
             _step(client, step, command)

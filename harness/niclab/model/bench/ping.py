@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote
 from niclab.model.bench.declare import GuestNeeds, Row, Shows
 
@@ -27,7 +28,7 @@ class PingOptions(BenchOptions):
 def parse(text: str) -> list[Measurement]:
     sent = SUMMARY.search(text)
     if sent is None:
-        raise BenchmarkError(f"ping printed no summary: {text.strip()[-300:]}")
+        raise BenchmarkError(f"ping printed no summary: {said(text)}")
     transmitted, received = int(sent[1]), int(sent[2])
     found = [
         Measurement(
@@ -93,8 +94,7 @@ class Ping:
         path = ctx.save_raw("ping", f"$ {quote(command)}\n# exit {result.returncode}\n{result.stdout}{result.stderr}")
         if result.returncode not in (0, 1):  # 1: some probes got no answer, still a result
             raise BenchmarkError(
-                f"ping exited {result.returncode}: {(result.stderr or result.stdout).strip()[-300:]} "
-                f"(raw output: {path})"
+                f"ping exited {result.returncode}: {said(result.stderr or result.stdout)} (raw output: {path})"
             )
         return parse(result.stdout)
 

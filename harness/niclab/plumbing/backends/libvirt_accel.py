@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from niclab.base.errors import NiclabError
 from niclab.base.node import Progress
 from niclab.base.procs import pid_namespace, process_start_time
+from niclab.base.text import said
 from niclab.plumbing.accel import (
     PROBE_EXIT_S,
     PROBE_LIMIT_S,
@@ -84,7 +85,7 @@ def _metadata() -> dict[str, str]:
 
 def _last_line(text: bytes) -> str:
     lines = [line.strip() for line in text.decode(errors="replace").splitlines() if line.strip()]
-    return "".join(ch if ch.isprintable() else "?" for ch in lines[-1])[:200] if lines else ""
+    return said(lines[-1], 200, last=False) if lines else ""
 
 
 def probe_on(

@@ -39,6 +39,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from niclab.base.errors import NiclabError
 from niclab.base.paths import runtime_dir
+from niclab.base.text import said
 
 SSH = "ssh"  # looked up on PATH, as libvirt's ssh transport does
 CONNECT_TIMEOUT_S = 10
@@ -351,4 +352,4 @@ def _line(text: str) -> str:
     """The last meaningful line of a command's stderr, printable: the other host wrote it."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     last = lines[-1] if lines else ""
-    return "".join(ch if ch.isprintable() else "?" for ch in last)[:300]
+    return said(last, last=False)

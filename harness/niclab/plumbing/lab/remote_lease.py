@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from niclab.base.errors import NiclabError
 from niclab.base.node import Progress
+from niclab.base.text import said
 from niclab.plumbing.lab.lease import LEASE_KEY, Holder, card_name, own_record, take_waiting
 from niclab.plumbing.lab.remote import CONNECT_TIMEOUT_S, HostShell, stop
 from niclab.plumbing.lab.statedir import shown
@@ -172,7 +173,7 @@ def _stderr(proc: subprocess.Popen[bytes]) -> str:
     except (OSError, ValueError):
         return ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return "".join(ch if ch.isprintable() else "?" for ch in (lines[-1] if lines else ""))[:300]
+    return said(lines[-1] if lines else "", last=False)
 
 
 def _release(proc: subprocess.Popen[bytes]) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from niclab.base.node import Node
+from niclab.base.text import said
 
 UPTIME = 'read -r up _ < /proc/uptime; echo "uptime=$up"'  # a shell line; seconds since the guest's kernel began
 # A correct clock's advance lies within the host's bounds; beyond them it may stray by /proc/uptime's 10 ms
@@ -60,8 +61,8 @@ def read(node: Node) -> Reading | str:
     result = node.run(UPTIME, timeout=30, check=False)
     uptime = parse_uptime(result.stdout)
     if uptime is None:
-        said = (result.stderr or result.stdout).strip()[:200] or f"exit status {result.returncode}, no output"
-        return f"{node.name}: its clock could not be read from /proc/uptime: {said}"
+        told = said(result.stderr or result.stdout, 200, last=False) or f"exit status {result.returncode}, no output"
+        return f"{node.name}: its clock could not be read from /proc/uptime: {told}"
     return Reading(before, uptime, time.monotonic())
 
 

@@ -15,7 +15,7 @@ from niclab import __version__
 from niclab.base.errors import NiclabError, UsageError, describe_exception
 from niclab.base.node import Progress
 from niclab.ui.cli.lab import add_allow_uri_params
-from niclab.ui.console import EXIT_BUG, EXIT_FAILED, EXIT_OK, STARTED, FileCheck, ProgressLines
+from niclab.ui.console import EXIT_BUG, EXIT_FAILED, EXIT_OK, STARTED, FileCheck, ProgressLines, terminal_streams
 
 if TYPE_CHECKING:
     from niclab.plumbing.backends import Backend, BackendOption
@@ -641,6 +641,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with terminal_streams():  # what guests, hosts and files say reaches the terminal with its controls escaped
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     from niclab.base.procs import raise_interrupt
 

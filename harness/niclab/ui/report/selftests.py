@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from niclab.base.problems import one_line
+from niclab.base.text import one_line
 from niclab.run.records import TestRecord
 from niclab.ui.report.data import CellData, RunData
 
