@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from niclab.base import jsonbound
 from niclab.base.errors import NiclabError
 from niclab.base.node import Command, CommandResult, GuestCommandError, as_argv
 
@@ -236,10 +237,10 @@ class GuestAgent:
     def _parse(self, line: bytes) -> dict:
         """One reply line as a JSON object; anything else is reported with what came."""
         try:
-            reply = json.loads(line.lstrip(b"\xff").decode("utf-8"))
+            reply = jsonbound.loads(line.lstrip(b"\xff").decode("utf-8"))
         except UnicodeDecodeError:
             raise AgentError(f"{self.node}: the guest agent sent bytes that are not UTF-8: {excerpt(line)}") from None
-        except (ValueError, RecursionError):
+        except ValueError:
             raise AgentError(f"{self.node}: the guest agent sent a line that is not JSON: {excerpt(line)}") from None
         if not isinstance(reply, dict):
             raise AgentError(f"{self.node}: the guest agent sent JSON that is not an object: {excerpt(line)}")

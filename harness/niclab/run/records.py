@@ -43,6 +43,7 @@ from typing import Annotated, Any, BinaryIO, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError, model_validator
 
+from niclab.base import jsonbound
 from niclab.base.errors import NiclabError
 
 FORMAT_VERSION = 1  # what this niclab writes and reads; a record without `version` is version 1
@@ -53,6 +54,7 @@ MAX_LINE_BYTES = 4 << 20  # one record of results.jsonl: the runner's are up to 
 # (some 100 bytes each in Python), not with their bytes; a sweep of 20,000 cells has about 6 million
 MAX_VALUES = 20_000_000
 MAX_DEPTH = 64  # levels of nested objects and arrays in a record; the runner's go about 6 deep
+PARSE_DEPTH = 512  # parsed up to this (then MAX_DEPTH is judged with the path named); deeper is refused unparsed
 SHOWN_LEVELS = 8  # of a path into a record, in a message
 MAX_INT = 2**64  # whole numbers beyond this are refused (they do not fit a float, and no counter gets there)
 
@@ -826,8 +828,8 @@ def read_results(path: Path, warn: Warn = warn_on_stderr) -> Iterator[tuple[int,
                 continue
             last = not line.endswith(b"\n")
             try:
-                record = json.loads(line.decode("utf-8"))
-            except (ValueError, RecursionError) as exc:
+                record = jsonbound.loads(line.decode("utf-8"), PARSE_DEPTH)
+            except ValueError as exc:
                 if last:
                     warn(f"{path}: the last line is cut off (the run was killed while writing it); dropped it")
                     return
@@ -840,7 +842,7 @@ def read_results(path: Path, warn: Warn = warn_on_stderr) -> Iterator[tuple[int,
 
 
 def _why_not_json(exc: Exception) -> str:
-    if isinstance(exc, RecursionError):
+    if isinstance(exc, jsonbound.TooDeep):
         return f"nested more than {MAX_DEPTH} levels deep"
     if isinstance(exc, UnicodeDecodeError):
         return f"not UTF-8: byte 0x{exc.object[exc.start]:02x} at column {exc.start + 1}"
@@ -885,8 +887,8 @@ def read_run_info(path: Path) -> RunInfoRecord | None:
     if data.count(b",") + data.count(b":") > MAX_VALUES:
         raise RunDirError(f"{path}: more than the {MAX_VALUES:,} values niclab reads in one file")
     try:
-        info = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:
+        info = jsonbound.loads(data.decode("utf-8"), PARSE_DEPTH)
+    except ValueError as exc:
         raise RunDirError(f"{path}: not a run description ({_why_not_json(exc)}); the file is damaged") from None
     suspects = Suspects.of(data)
     del data

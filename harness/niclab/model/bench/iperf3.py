@@ -16,12 +16,12 @@ in all, and the measurements say how many starts were lost.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from niclab.base import jsonbound
 from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
 from niclab.model.bench.declare import GuestNeeds, Shows
@@ -55,7 +55,7 @@ class Iperf3Options(BenchOptions):
 
 def parse(text: str, protocol: str) -> list[Measurement]:
     try:
-        data = json.loads(text)
+        data = jsonbound.loads(text)
     except ValueError:
         raise BenchmarkError(f"iperf3 printed no JSON: {said(text)}") from None
     if data.get("error"):

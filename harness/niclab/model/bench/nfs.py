@@ -43,7 +43,6 @@ the nfsd threads), stop rpc.mountd, unmount and remove the tmpfs, unmount
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -53,6 +52,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from niclab.base import jsonbound
 from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Node
 from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote
@@ -142,7 +142,7 @@ def _split(stdout: str) -> tuple[str, dict | None]:
     if start is None:
         return stdout.strip(), None
     try:
-        return stdout[: start.start()].strip(), json.loads(stdout[start.start() :])
+        return stdout[: start.start()].strip(), jsonbound.loads(stdout[start.start() :])
     except ValueError:
         return stdout.strip(), None
 

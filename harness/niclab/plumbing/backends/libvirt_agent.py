@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from niclab.base import jsonbound
 from niclab.plumbing.guest import AgentError, GuestAgent, excerpt
 
 
@@ -55,7 +56,7 @@ class LibvirtAgent(GuestAgent):
                 ) from None
             raise AgentError(f"{self.node}: {command}: {exc.get_error_message()}") from None
         try:
-            reply = json.loads(text)
+            reply = jsonbound.loads(text)
         except (TypeError, ValueError):
             raise AgentError(
                 f"{self.node}: {command}: the guest agent's reply is not JSON: {excerpt(str(text))}"
