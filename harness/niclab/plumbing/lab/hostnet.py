@@ -9,12 +9,12 @@ shares an IOMMU group with one of them.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Callable
 from functools import cached_property
 from typing import Any, Protocol
 
+from niclab.base import jsonbound
 from niclab.base.errors import NiclabError
 
 #: Runs a command (argv) and returns its standard output.
@@ -34,13 +34,23 @@ def run_command(argv: list[str]) -> str:
         raise NiclabError(f"{' '.join(argv)} did not answer in 30 s") from None
 
 
-def _json(text: str, argv: list[str]) -> list[dict]:
+class HostNetError(NiclabError):
+    """A host's `ip -j` output that niclab refuses: its cards' use by the host cannot be judged."""
+
+
+def _json(text: str, argv: list[str], where: str) -> list[dict]:
+    said = f"{where}{' '.join(argv)} printed"
     try:
-        data = json.loads(text or "[]")
+        data = jsonbound.loads(text or "[]")
+    except jsonbound.TooDeep as exc:
+        raise HostNetError(f"{said} JSON {exc}") from None
     except ValueError:
-        raise NiclabError(f"{' '.join(argv)} printed no JSON; is iproute2 older than 4.14?") from None
+        looks = text.lstrip()[:1] in ("[", "{")
+        raise HostNetError(
+            f"{said} JSON that does not parse" if looks else f"{said} no JSON; is iproute2 older than 4.14?"
+        ) from None
     if not isinstance(data, list):
-        raise NiclabError(f"{' '.join(argv)} printed JSON that is not a list of links or routes")
+        raise HostNetError(f"{said} JSON that is not a list of links or routes")
     return [item for item in data if isinstance(item, dict)]
 
 
@@ -108,22 +118,45 @@ class UnknownNet:
 class HostNet:
     """One look at the host's interfaces and routes (read once, on first use)."""
 
-    def __init__(self, runner: Runner = run_command):
+    def __init__(self, runner: Runner = run_command, host: str | None = None):
         self.runner = runner
+        self.host = host  # None: this machine; else the lab host the runner reaches, named in errors
 
     def unread_host(self) -> str | None:
         return None
 
+    def read(self) -> None:
+        """Read the interfaces and routes now: HostNetError (one line naming the host) if they are refused."""
+        self._links, self._routes  # noqa: B018
+
     def _ip(self, *args: str) -> list[dict]:
         argv = ["ip", "-j", *args]
-        return _json(self.runner(argv), argv)
+        return _json(self.runner(argv), argv, f"lab host {self.host}: " if self.host else "")
 
     @cached_property
     def _links(self) -> list[dict]:
         return [link for item in self._ip("addr") if (link := _link(item)) is not None]
 
-    def addresses(self) -> dict[str, list[str]]:
-        """ifname → its addresses as "address/prefix" (IPv6 link-local ones left out: every link has one)."""
+    @cached_property
+    def _built(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """What is built on each interface (a VLAN on it, the bridge or bond it is a port of) and what each is
+        built on (a bridge's or bond's ports, a VLAN's base): read once, so the walks are linear in the links."""
+        upper: dict[str, list[str]] = {}
+        lower: dict[str, list[str]] = {}
+        for link in self._links:
+            name = link["ifname"]
+            if isinstance(base := link.get("link"), str):
+                upper.setdefault(base, []).append(name)
+            if isinstance(master := link.get("master"), str):
+                upper.setdefault(name, []).append(master)
+                lower.setdefault(master, []).append(name)
+        for link in self._links:  # a VLAN's base after the ports, as `ip` lists them
+            if isinstance(base := link.get("link"), str):
+                lower.setdefault(link["ifname"], []).append(base)
+        return upper, lower
+
+    @cached_property
+    def _addresses(self) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}
         for link in self._links:
             found[link["ifname"]] = [
@@ -133,13 +166,17 @@ class HostNet:
             ]
         return found
 
+    def addresses(self) -> dict[str, list[str]]:
+        """ifname → its addresses as "address/prefix" (IPv6 link-local ones left out: every link has one)."""
+        return self._addresses
+
     @cached_property
     def _routes(self) -> list[dict]:
         found = self._ip("route", "show", "table", "all") + self._ip("-6", "route", "show", "table", "all")
         return [_route(item) for item in found]
 
-    def routes(self) -> list[dict]:
-        """The routes that send traffic somewhere: not the kernel's local, broadcast or link-local ones."""
+    @cached_property
+    def _used_routes(self) -> list[dict]:
         return [
             route
             for route in self._routes
@@ -147,14 +184,26 @@ class HostNet:
             and not str(route.get("dst", "")).lower().startswith(("fe80:", "ff00:"))
         ]
 
+    @cached_property
+    def _routes_by_dev(self) -> dict[str, list[dict]]:
+        found: dict[str, list[dict]] = {}
+        for route in self._used_routes:
+            for dev in sorted(_route_devs(route)):
+                found.setdefault(dev, []).append(route)
+        return found
+
+    def routes(self) -> list[dict]:
+        """The routes that send traffic somewhere: not the kernel's local, broadcast or link-local ones."""
+        return self._used_routes
+
     def uses(self, ifname: str) -> list[str]:
         """Why the host needs `ifname`, one reason each, e.g. "carries the default route"; empty: it does not."""
         reasons: list[str] = []
         for name in self._upper(ifname):
             via = "" if name == ifname else f" (via {name})"
-            reasons += [f"carries {address}{via}" for address in self.addresses().get(name, [])]
-            for route in self.routes():
-                if name not in _route_devs(route) or route.get("protocol") == "kernel":
+            reasons += [f"carries {address}{via}" for address in self._addresses.get(name, [])]
+            for route in self._routes_by_dev.get(name, []):
+                if route.get("protocol") == "kernel":
                     continue  # a kernel route only follows from an address, already said
                 table = route.get("table", "main")
                 where = "" if table == "main" else f" (table {table})"
@@ -169,32 +218,27 @@ class HostNet:
         """The interfaces a default route (any table, IPv4 or IPv6) leaves by, and those they are built on,
         down to the ones a device has: a bridge's ports, a bond's slaves, a VLAN's or macvlan's base."""
         found = [dev for route in self.routes() if route.get("dst") == "default" for dev in sorted(_route_devs(route))]
-        found = list(dict.fromkeys(found))
-        for name in found:  # grows while iterating
-            for lower in self._lower(name):
-                if lower not in found:
-                    found.append(lower)
-        return found
+        return _closure(list(dict.fromkeys(found)), self._built[1])
 
     def _lower(self, ifname: str) -> list[str]:
         """What `ifname` is built on: the ports of a bridge or bond, the base of a VLAN."""
-        ports = [link["ifname"] for link in self._links if link.get("master") == ifname]
-        base = next((link.get("link") for link in self._links if link["ifname"] == ifname), None)
-        return ports + ([base] if isinstance(base, str) else [])
+        return self._built[1].get(ifname, [])
 
     def _upper(self, ifname: str) -> list[str]:
         """`ifname` and what is built on it: the bridge or bond it is a port of, VLANs on it, and so on up."""
-        found = [ifname]
-        for name in found:  # grows while iterating
-            for link in self._links:
-                upper = link["ifname"]
-                if upper not in found and (link.get("link") == name or _master(self._links, name) == upper):
-                    found.append(upper)
-        return found
+        return _closure([ifname], self._built[0])
 
 
-def _master(links: list[dict], ifname: str) -> str | None:
-    return next((link.get("master") for link in links if link["ifname"] == ifname), None)
+def _closure(start: list[str], edges: dict[str, list[str]]) -> list[str]:
+    """`start` and everything `edges` reaches from it, in the order found; each name once."""
+    found = list(start)
+    seen = set(found)
+    for name in found:  # grows while iterating
+        for other in edges.get(name, []):
+            if other not in seen:
+                seen.add(other)
+                found.append(other)
+    return found
 
 
 def _route_devs(route: dict) -> set[str]:

@@ -7,7 +7,7 @@ connection, so host use and the default route are checked there as here.
 When ssh does not answer but libvirt does, the cards are read through
 libvirt's node devices (nodedev.LibvirtPci, with UnknownNet: host use and the
 default route not checked), and the host's block says ssh failed. A host
-that answers neither, or whose snapshot is refused, has no readers: its
+that answers neither, or whose snapshot or `ip -j` output is refused, has no readers: its
 cards are not checked, and `why` says so on one line.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from niclab.base.errors import NiclabError
 from niclab.plumbing.lab.doctor import Check, HostReport, diagnose_remote_host
-from niclab.plumbing.lab.hostnet import HostNet, NetReader
+from niclab.plumbing.lab.hostnet import HostNet, HostNetError, NetReader
 from niclab.plumbing.lab.nodedev import Connect, remote_readers
 from niclab.plumbing.lab.remote import HostShell
 from niclab.plumbing.lab.snapshot import HostSnapshot, SnapshotError, read_snapshot
@@ -40,8 +40,12 @@ class Reached:
 
 
 def ssh_readers(shell: HostShell) -> tuple[HostSnapshot, HostNet]:
-    """The card checks' readers of the host `shell` reaches: one snapshot of its sysfs, and its routes."""
-    return read_snapshot(shell), HostNet(shell.runner)
+    """The card checks' readers of the host `shell` reaches: one snapshot of its sysfs, and its interfaces and
+    routes (read now: SnapshotError or HostNetError if the host's answers are refused)."""
+    snapshot = read_snapshot(shell)
+    net = HostNet(shell.runner, shell.name)
+    net.read()
+    return snapshot, net
 
 
 def title(name: str, uri: str) -> str:
@@ -54,7 +58,7 @@ def reach(name: str, uri: str, stack: ExitStack, connect: Connect | None = None)
     heading = title(name, uri)
     try:
         snapshot, net = ssh_readers(shell)
-    except SnapshotError as exc:
+    except (SnapshotError, HostNetError) as exc:  # it answered, with what niclab refuses to read
         return Reached(name, uri, HostReport([], heading), why=f"{exc}: its cards were not checked", shell=shell)
     except NiclabError as exc:
         unanswered = str(exc)
