@@ -129,7 +129,7 @@ class HostSnapshot:
         self._groups: dict[int, list[str]] = {}
         self._netdevs: dict[str, str] = {}  # interface -> the path its device link resolves to
         self._blockdevs: dict[str, str] = {}
-        self._units: list[str] = []
+        self._units: dict[str, None] = {}  # the IOMMU units, in order (a dict: an ecap line finds its unit at once)
         self._ecaps: dict[str, int] = {}
         self._vfio: set[str] = set()
         self.release = ""
@@ -212,7 +212,7 @@ class HostSnapshot:
     def _iommu(self, values: list[str]) -> bool:
         if len(values) != 1 or not _plain(values[0]):
             return False
-        self._units.append(values[0])
+        self._units[values[0]] = None
         return True
 
     def _ecap(self, values: list[str]) -> bool:
@@ -280,11 +280,11 @@ class HostSnapshot:
         return self._device(pci).modalias
 
     def netdevs(self, pci: str) -> list[str]:
-        found = list(self._device(pci).net)
+        found = dict.fromkeys(self._device(pci).net)  # ordered, and each name looked up at once
         for name, path in sorted(self._netdevs.items()):
-            if pci in path.split("/") and name not in found:
-                found.append(name)
-        return found
+            if pci in path.split("/"):
+                found.setdefault(name)
+        return list(found)
 
     def blockdevs(self, pci: str) -> list[str]:
         return sorted(name for name, path in self._blockdevs.items() if _nearest_pci(path) == pci)
