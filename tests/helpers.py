@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from niclab.model.lab.inventory import Inventory, parse_inventory
 from niclab.model.scenario import load_scenario
-from niclab.model.topology import Topology
+from niclab.model.topology import NodeSpec, Port, Topology, Wire
 from niclab.plumbing.backends import BackendOption, BackendOptions, BackendPlugin
 from niclab.run.results import RunDir, new_run_info, read_records
 from niclab.run.runner import Runner, RunOutcome
@@ -274,3 +275,50 @@ def options_entries(
         return True
 
     return st.tuples(st.sampled_from(places), own).map(placed).filter(accepted)
+
+
+# -- synthetic labs and cells, for placement --------------------------------------------------------------------
+
+
+def synthetic_lab(cables: list[tuple[tuple[str, str], tuple[str, str]]], hosts: int) -> Inventory:
+    """A lab of `hosts` hosts (h0, h1 …) and these cables, each end a (class, host) of a card of its own."""
+    cards, lines = [], []
+    for i, ends in enumerate(cables):
+        ids = []
+        for j, (cls, host) in enumerate(ends):
+            ids.append(f"c{i}e{j}")
+            pci = f"0000:{i // 32 + 1:02x}:{i % 32:02x}.{j}"
+            cards.append(f'  - {{id: c{i}e{j}, host: {host}, pci: "{pci}", class: {cls}}}')
+        lines.append(f"  - [{ids[0]}, {ids[1]}]")
+    names = ", ".join(f"h{h}: {{libvirt: 'qemu+ssh://root@h{h}/system'}}" for h in range(hosts))
+    text = f"name: t\nhosts: {{{names}}}\ncards:\n" + "\n".join(cards) + "\ncables:\n" + "\n".join(lines) + "\n"
+    return parse_inventory(text, "lab.yaml")
+
+
+def synthetic_cell(wires: list[tuple[tuple[str, str], tuple[str, str]]]) -> Topology:
+    """A cell of these wires, each end a (node, class); every wire its own link."""
+    made, ports = [], []
+    for i, ends in enumerate(wires):
+        wire_ports = tuple(Port(node, i, 0, cls, f"link{i}") for node, cls in ends)
+        made.append(Wire(i, 0, wire_ports))
+        ports += wire_ports
+    names = list(dict.fromkeys(port.node for port in ports))
+    nodes = tuple(NodeSpec(name, k, 1, 256, tuple(p for p in ports if p.node == name)) for k, name in enumerate(names))
+    return Topology(nodes, tuple(made))
+
+
+def ring_lab(cables: int, hosts: int) -> Inventory:
+    """e1000 cables only between an even-numbered and an odd-numbered host (a bipartite lab), spread evenly."""
+    even, odd = range(0, hosts, 2), range(1, hosts, 2)
+    pairs = [(even[i % len(even)], odd[(i // len(even)) % len(odd)]) for i in range(cables)]
+    return synthetic_lab([(("e1000", f"h{a}"), ("e1000", f"h{b}")) for a, b in pairs], hosts)
+
+
+def ring(links: int, odd: bool = False) -> Topology:
+    """`links` e1000 links around a ring of nodes; `odd`: a ring of links - 1 nodes (odd) and a second link
+    between its first two, which no bipartite lab (ring_lab) can place, though it has the cables and cards."""
+    size = links - 1 if odd else links
+    wires = [((f"n{i}", "e1000"), (f"n{(i + 1) % size}", "e1000")) for i in range(size)]
+    if odd:
+        wires.append((("n0", "e1000"), ("n1", "e1000")))
+    return synthetic_cell(wires)
