@@ -446,18 +446,82 @@ def test_files_go_in_and_out_in_base64(serve):
         if command == "guest-file-write":
             written.append(base64.b64decode(arguments["buf-b64"]))
             return reply({"count": len(written[-1]), "eof": False})
-        if command == "guest-file-read":
+        if command == "guest-file-read":  # as qemu-ga reads: at most `count` bytes from where it is
             data = b"".join(written)
-            return reply({"count": len(data), "buf-b64": base64.b64encode(data).decode(), "eof": True})
+            chunk = data[read[0] : read[0] + arguments["count"]]
+            read[0] += len(chunk)
+            return reply({"count": len(chunk), "buf-b64": base64.b64encode(chunk).decode(), "eof": not chunk})
         if command == "guest-file-close":
             return reply({})
         return None
 
+    read = [0]
     agent, fake = serve(script)
     data = bytes(range(256)) * 300  # more than one 48 KiB chunk
     agent.write_file("/tmp/blob", data)
     assert agent.read_file("/tmp/blob") == data
     assert fake.commands().count("guest-file-write") == 2
+    assert fake.commands().count("guest-file-read") == 3  # 48 KiB, the rest, and eof
+
+
+def file_agent(serve, read: Callable[[dict], bytes]):
+    """An agent whose guest-file-read answers `read(arguments)` in base64, never eof."""
+
+    def script(index: int, request: dict) -> bytes | None:
+        command, arguments = request["execute"], request.get("arguments", {})
+        if command == "guest-file-open":
+            return reply(5)
+        if command == "guest-file-read":
+            data = read(arguments)
+            return reply({"count": len(data), "buf-b64": base64.b64encode(data).decode(), "eof": False})
+        if command == "guest-file-close":
+            return reply({})
+        return None
+
+    return serve(script)
+
+
+def test_a_guest_that_never_says_eof_is_read_up_to_the_byte_bound(serve):
+    """The agent answered every read and never said eof: 256 MiB in 9 s, unbounded. Now one line, at the
+    bound, having asked for at most one byte past it."""
+    asked: list[int] = []
+    agent, _fake = file_agent(serve, lambda arguments: asked.append(arguments["count"]) or b"x" * arguments["count"])
+    with pytest.raises(AgentError, match=r"^n1: /proc/endless is larger than the 1 MiB niclab reads of it$"):
+        agent.read_file("/proc/endless", limit=1 << 20)
+    assert sum(asked) == (1 << 20) + 1
+
+
+def test_a_read_answered_with_more_than_was_asked_is_refused(serve):
+    agent, _fake = file_agent(serve, lambda arguments: b"y" * (arguments["count"] + 1))
+    with pytest.raises(AgentError, match=r"guest-file-read of /f: 49153 bytes sent, 49152 asked"):
+        agent.read_file("/f")
+
+
+def test_a_read_that_trickles_forever_ends_at_its_deadline(serve):
+    def slow(arguments: dict) -> bytes:
+        time.sleep(0.05)
+        return b"z"
+
+    agent, _fake = file_agent(serve, slow)
+    started = time.monotonic()
+    with pytest.raises(AgentError, match=r"^n1: reading /f took more than 1 s; gave up$"):
+        agent.read_file("/f", seconds=1)
+    assert time.monotonic() - started < 3
+
+
+def test_a_reply_line_longer_than_the_bound_is_refused(serve, monkeypatch):
+    from niclab.plumbing import guest
+
+    monkeypatch.setattr(guest, "MAX_LINE_BYTES", 1 << 20)
+
+    def script(index: int, request: dict) -> bytes | None:
+        if request["execute"] == "guest-info":
+            return b'{"return": "' + b"a" * (3 << 20)  # no end, and no newline
+        return None
+
+    agent, _fake = serve(script)
+    with pytest.raises(AgentError, match=r"^n1: the guest agent sent a line longer than the 1 MiB niclab reads$"):
+        agent.call("guest-info", timeout=10)
 
 
 SIGPIPE_CHILD = """

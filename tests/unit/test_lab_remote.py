@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from niclab.base.errors import NiclabError
+from niclab.base.procs import stop
 from niclab.plumbing.lab import remote_lease, snapshot
 from niclab.plumbing.lab.lease import Holder
-from niclab.plumbing.lab.remote import HostShell, SshTarget, ssh_target, stop
+from niclab.plumbing.lab.remote import HostShell, SshTarget, ssh_target
 from niclab.plumbing.lab.remote_lease import list_leases
 from niclab.plumbing.lab.remote_lease import remote_lease as lease_there
 from niclab.plumbing.lab.snapshot import HostSnapshot, SnapshotError, read_snapshot

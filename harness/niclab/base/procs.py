@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import selectors
 import signal
 import socket
 import subprocess
@@ -232,3 +233,66 @@ def _end(pid: int, grace: float = 3.0) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+# -- a command's output, bounded ------------------------------------------------------------------------------
+
+STDERR_LIMIT = 64 << 10  # kept of a command's standard error (the rest is dropped)
+
+
+class OutputTimedOut(Exception):
+    """The command did not end (or close its output) in time; it was ended."""
+
+
+class OutputTooLarge(Exception):
+    """The command printed more than it may; it was ended."""
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a command started in a session of its own, and what it started in that session (its process group)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            proc.kill()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def collect(proc: subprocess.Popen[bytes], timeout: float, limit: int) -> tuple[bytes, bytes]:
+    """Read both pipes of `proc` (started in a session of its own) to their end within `timeout`, stdout up to
+    `limit` bytes and the first STDERR_LIMIT of stderr; else the command is ended and OutputTimedOut or
+    OutputTooLarge raised. What another host or a guest prints cannot hold niclab or fill its memory."""
+    assert proc.stdout is not None and proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    out, err = bytearray(), bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ, out)
+        selector.register(proc.stderr, selectors.EVENT_READ, err)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stop(proc)
+                raise OutputTimedOut
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                buffer: bytearray = key.data
+                if buffer is out and len(out) + len(chunk) > limit:
+                    stop(proc)
+                    raise OutputTooLarge
+                if buffer is out or len(err) < STDERR_LIMIT:
+                    buffer += chunk
+    try:
+        proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+    except subprocess.TimeoutExpired:
+        stop(proc)  # closed its output but went on: a command that does not end
+        raise OutputTimedOut from None
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+    return bytes(out), bytes(err)

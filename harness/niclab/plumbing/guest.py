@@ -32,6 +32,11 @@ from niclab.base.node import Command, CommandResult, GuestCommandError, as_argv
 # network and read its counters), and a benchmark of seconds is asked five times a second, each question a
 # wake-up of the guest's agent that costs the guest's one vCPU a little under TCG.
 POLL_SHARE, POLL_MIN_S, POLL_MAX_S = 1 / 8, 0.01, 0.2
+# What one reply may hold: qemu-ga captures at most 16 MiB of a command's output, 21.3 MiB in base64.
+MAX_LINE_BYTES = 32 << 20
+FILE_CHUNK = 48 * 1024  # bytes asked per guest-file-read
+MAX_FILE_BYTES = 64 << 20  # of a file read from a guest (Node.get): niclab reads results and keys, not disks
+FILE_SECONDS = 300.0  # to read one file, however the agent answers
 
 
 def poll_interval(elapsed: float) -> float:
@@ -233,6 +238,11 @@ class GuestAgent:
                     )
                 raise AgentError(f"{self.node}: the guest agent closed the connection")
             self._buffer += chunk
+            if len(self._buffer) > MAX_LINE_BYTES and b"\n" not in chunk:
+                self._buffer = b""  # the rest of the line is garbage to the next resync
+                raise AgentError(
+                    f"{self.node}: the guest agent sent a line longer than the {MAX_LINE_BYTES >> 20} MiB niclab reads"
+                )
 
     def _parse(self, line: bytes) -> dict:
         """One reply line as a JSON object; anything else is reported with what came."""
@@ -353,19 +363,49 @@ class GuestAgent:
         finally:
             self.call("guest-file-close", {"handle": handle})
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, limit: int = MAX_FILE_BYTES, seconds: float = FILE_SECONDS) -> bytes:
+        """The guest's file `path`, at most `limit` bytes, read within `seconds`: else AgentError naming the node,
+        the file and the bound (a guest that never says eof, or sends more than asked, is refused)."""
         handle = self.call("guest-file-open", {"path": path, "mode": "r"})
-        parts = []
+        parts: list[bytes] = []
+        total = 0
         command = "guest-file-read"
+        deadline = time.monotonic() + seconds
         try:
             while True:
-                chunk = self._expect(command, self.call(command, {"handle": handle, "count": 48 * 1024}), dict, "reply")
-                parts.append(self._b64(command, chunk.get("buf-b64", ""), "buf-b64"))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AgentError(f"{self.node}: reading {path} took more than {seconds:.0f} s; gave up")
+                asked = min(FILE_CHUNK, limit + 1 - total)  # one byte past the limit tells a file over it
+                try:
+                    reply = self.call(command, {"handle": handle, "count": asked}, timeout=min(30.0, left))
+                except AgentError:
+                    if time.monotonic() >= deadline:
+                        raise AgentError(
+                            f"{self.node}: reading {path} took more than {seconds:.0f} s; gave up"
+                        ) from None
+                    raise
+                chunk = self._expect(command, reply, dict, "reply")
+                data = self._b64(command, chunk.get("buf-b64", ""), "buf-b64")
+                if len(data) > asked:
+                    raise AgentError(f"{self.node}: {command} of {path}: {len(data)} bytes sent, {asked} asked")
+                total += len(data)
+                if total > limit:
+                    raise AgentError(f"{self.node}: {path} is larger than the {limit >> 20} MiB niclab reads of it")
+                parts.append(data)
                 if chunk.get("eof"):
                     break
-        finally:
-            self.call("guest-file-close", {"handle": handle})
+        except AgentError:
+            self._close_quietly(handle)  # the error says it all; a close that fails too would hide it
+            raise
+        self.call("guest-file-close", {"handle": handle}, timeout=10.0)
         return b"".join(parts)
+
+    def _close_quietly(self, handle: int) -> None:
+        try:
+            self.call("guest-file-close", {"handle": handle}, timeout=5.0)
+        except AgentError:
+            pass
 
 
 def connect_all(

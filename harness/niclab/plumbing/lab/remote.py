@@ -24,14 +24,11 @@ naming the inventory host, its URI and the command that shows why.
 from __future__ import annotations
 
 import os
-import selectors
 import shlex
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -39,6 +36,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from niclab.base.errors import NiclabError
 from niclab.base.paths import runtime_dir
+from niclab.base.procs import OutputTimedOut, OutputTooLarge, collect
 from niclab.base.text import said
 
 SSH = "ssh"  # looked up on PATH, as libvirt's ssh transport does
@@ -47,7 +45,6 @@ ALIVE_INTERVAL_S = 5  # with ServerAliveCountMax=3: a host gone quiet is given u
 PERSIST_S = 60  # the master outlives a command this long; leaving the block ends it at once
 COMMAND_TIMEOUT_S = 60.0
 OUTPUT_LIMIT = 4 << 20  # a command's standard output; a host's sysfs snapshot is a few hundred KiB
-_STDERR_LIMIT = 64 << 10  # kept of its standard error (the rest is dropped)
 ROOT_ENV = "NICLAB_REMOTE_ROOT"  # tests: the directory a remote host's / is read under, {host} its name
 _SOCKET_ROOM = 104 - 1 - 40 - 17 - 10  # sun_path, "/", %C (40 hex digits), ssh's suffix while it binds, a shell's dir
 
@@ -253,10 +250,10 @@ class HostShell:
         except OSError as exc:
             raise NiclabError(f"cannot run {argv[0]} for lab host {self.name}: {exc.strerror}") from None
         try:
-            out, err = _collect(proc, timeout, limit)
-        except _TimedOut:
+            out, err = collect(proc, timeout, limit)
+        except OutputTimedOut:
             raise self._timed_out(what, timeout) from None
-        except _TooMuch:
+        except OutputTooLarge:
             raise NiclabError(
                 f"lab host {self.name} ({self.uri}): {what} printed more than {limit >> 10} KiB; refused "
                 "(check what runs there)"
@@ -290,62 +287,6 @@ class HostShell:
             )
         except OSError as exc:
             raise NiclabError(f"cannot run {argv[0]} for lab host {self.name}: {exc.strerror}") from None
-
-
-class _TimedOut(Exception):
-    pass
-
-
-class _TooMuch(Exception):
-    pass
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """End a command this module started, and what it started in its session (by its process group id)."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            proc.kill()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _collect(proc: subprocess.Popen[bytes], timeout: float, limit: int) -> tuple[bytes, bytes]:
-    """Read both pipes to their end within `timeout`, stdout up to `limit` bytes; the process is ended otherwise."""
-    assert proc.stdout is not None and proc.stderr is not None
-    deadline = time.monotonic() + timeout
-    out, err = bytearray(), bytearray()
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ, out)
-        selector.register(proc.stderr, selectors.EVENT_READ, err)
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                stop(proc)
-                raise _TimedOut
-            for key, _ in selector.select(left):
-                chunk = os.read(key.fd, 1 << 16)
-                if not chunk:
-                    selector.unregister(key.fileobj)
-                    continue
-                buffer: bytearray = key.data
-                if buffer is out and len(out) + len(chunk) > limit:
-                    stop(proc)
-                    raise _TooMuch
-                if buffer is out or len(err) < _STDERR_LIMIT:
-                    buffer += chunk
-    try:
-        proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-    except subprocess.TimeoutExpired:
-        stop(proc)  # closed its output but went on: a command that does not end
-        raise _TimedOut from None
-    finally:
-        proc.stdout.close()
-        proc.stderr.close()
-    return bytes(out), bytes(err)
 
 
 def _line(text: str) -> str:

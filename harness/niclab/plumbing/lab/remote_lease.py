@@ -33,9 +33,10 @@ from pydantic import ValidationError
 
 from niclab.base.errors import NiclabError
 from niclab.base.node import Progress
+from niclab.base.procs import stop
 from niclab.base.text import said
 from niclab.plumbing.lab.lease import LEASE_KEY, Holder, card_name, own_record, take_waiting
-from niclab.plumbing.lab.remote import CONNECT_TIMEOUT_S, HostShell, stop
+from niclab.plumbing.lab.remote import CONNECT_TIMEOUT_S, HostShell
 from niclab.plumbing.lab.statedir import shown
 
 STATE = "/var/lib/niclab"  # on the card's host, under HostShell.root
