@@ -780,3 +780,15 @@ def test_what_a_tool_prints_reaches_progress_and_records_with_its_controls_escap
     shown = [line for line in h.lines if "all benchmarks passed" in line]
     assert shown and all(ch.isprintable() for line in shown for ch in line)
     assert all(ch.isprintable() for ch in error["message"])
+
+
+def test_a_figure_that_is_not_a_number_fails_its_run_and_the_cells_next_benchmark_runs(tmp_path, backend, replay):
+    """netperf printed THROUGHPUT=nan: the cell failed as an internal error (ValidationError) and its next
+    benchmark never ran. It is netperf's own error now, and the cell goes on."""
+    backend.when(NETPERF_STREAM, node="a", result=with_throughput(replay.result(NETPERF_STREAM, node="a"), "nan"))
+    h = harness(tmp_path, backend)
+    h.run()
+    [error] = h.of("error")
+    assert error["stage"] == "benchmark" and "traceback" not in error
+    assert error["message"].startswith("netperf printed THROUGHPUT='nan', not a finite number")
+    assert h.of("run", benchmark="netperf TCP_RR") and h.info()["internal_errors"] == []

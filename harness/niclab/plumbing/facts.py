@@ -7,6 +7,7 @@ interface, its driver (`ethtool -i`), PCI IDs, MAC and MTU.
 from __future__ import annotations
 
 import platform
+import re
 import shlex
 
 from niclab.base.node import Node
@@ -41,15 +42,31 @@ def parse_node_facts(text: str) -> dict:
     head, named = sections(text)
     facts: dict = {**keyvals(head), "interfaces": {name: keyvals(lines) for name, lines in named.items()}}
     for iface in facts["interfaces"].values():
-        if iface.get("vendor", "").startswith("0x") and iface.get("device", "").startswith("0x"):
-            iface["pci_id"] = f"{iface['vendor'][2:]}:{iface['device'][2:]}"
-        if iface.get("subsystem_vendor", "").startswith("0x"):
-            iface["pci_subsystem"] = f"{iface['subsystem_vendor'][2:]}:{iface['subsystem_device'][2:]}"
+        if (pci_id := _pci_pair(iface.get("vendor"), iface.get("device"))) is not None:
+            iface["pci_id"] = pci_id
+        if (subsystem := _pci_pair(iface.get("subsystem_vendor"), iface.get("subsystem_device"))) is not None:
+            iface["pci_subsystem"] = subsystem
         if "build_note" in iface:
             iface["build_id"] = note_build_id(iface.pop("build_note")) or None
-        if "mtu" in iface and iface["mtu"].isdigit():
-            iface["mtu"] = int(iface["mtu"])
+        if "mtu" in iface:
+            iface["mtu"] = _count(iface["mtu"])  # None: a guest's MTU that is not one
     return facts
+
+
+_HEX_ID = re.compile(r"0x([0-9a-fA-F]{4})")
+_COUNT = re.compile(r"[0-9]{1,20}")
+
+
+def _pci_pair(vendor: str | None, device: str | None) -> str | None:
+    """ "8086:100e" from sysfs's "0x8086" and "0x100e"; None unless both are such IDs."""
+    found = [_HEX_ID.fullmatch(value) if value is not None else None for value in (vendor, device)]
+    return f"{found[0][1]}:{found[1][1]}" if found[0] and found[1] else None
+
+
+def _count(text: str) -> int | None:
+    """A counter or size the guest printed: ASCII digits under 2**64, else None (not read)."""
+    text = text.strip()
+    return value if _COUNT.fullmatch(text) and (value := int(text)) < 2**64 else None
 
 
 def node_facts(node: Node, ifnames: list[str]) -> dict:
@@ -111,11 +128,13 @@ def parse_counters(text: str) -> dict[str, dict]:
             if line.startswith("irq "):
                 key, _, rest = line[4:].partition("=")
                 counts, _, names = rest.partition("|")
-                port["irqs"][key] = {"cpus": [int(n) for n in counts.split()], "names": names.strip()}
+                cpus = [_count(n) for n in counts.split()]
+                if all(n is not None for n in cpus):  # a count that is not one leaves the line unread
+                    port["irqs"][key] = {"cpus": cpus, "names": names.strip()}
             elif "=" in line:
                 key, _, value = line.partition("=")
-                if value.strip().isdigit():
-                    port[key] = int(value)
+                if (count := _count(value)) is not None:
+                    port[key] = count
     return ports
 
 

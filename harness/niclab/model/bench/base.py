@@ -7,6 +7,7 @@ knows nothing of QEMU or libvirt.
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -95,6 +96,19 @@ class Measurement:
     extra: dict = field(default_factory=dict)
     headline: bool = True  # shown in the summary table (all go to results.jsonl)
     warning: str | None = None  # the tool doubts this figure (e.g. its confidence target was missed)
+
+    def __post_init__(self) -> None:
+        """A figure is a finite number, made a float; anything else a tool's output led to (nan, inf, a sum that
+        overflowed, text) is that benchmark's error, whichever parser let it through."""
+        value = self.value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise BenchmarkError(f"{self.label}: {self.metric} is {value!r}, not a number")
+        if isinstance(value, int):
+            if abs(value) > 2**64:
+                raise BenchmarkError(f"{self.label}: {self.metric} is a number too large ({len(str(value))} digits)")
+            object.__setattr__(self, "value", float(value))
+        elif not math.isfinite(value):
+            raise BenchmarkError(f"{self.label}: {self.metric} is {value}, not a finite number")
 
     @property
     def label(self) -> str:

@@ -80,7 +80,7 @@ FIELDS = (
     *(f"{field}_latency" for field, *_ in (*BULK, *FILES)),
 )
 TOO_FAST = "+++++"
-LATENCY = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
+LATENCY = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,9})?)(us|ms|s)")
 LATENCY_US = {"us": 1, "ms": 1e3, "s": 1e6}
 
 
@@ -118,12 +118,12 @@ def argv(options: BonnieOptions) -> list[str]:
 
 def csv_line(stdout: str) -> list[str] | None:
     """The fields of the last line that looks like bonnie++'s CSV (it starts with its format version)."""
-    lines = [line.strip().split(",") for line in stdout.splitlines() if re.match(r"^\d+\.\d+,", line.strip())]
+    lines = [line.strip().split(",") for line in stdout.splitlines() if re.match(r"[0-9]+\.[0-9]+,", line.strip())]
     return lines[-1] if lines else None
 
 
 def latency_us(text: str) -> float | None:
-    found = LATENCY.match(text)
+    found = LATENCY.fullmatch(text)
     return float(found[1]) * LATENCY_US[found[2]] if found else None
 
 
@@ -149,17 +149,17 @@ def parse(stdout: str, stderr: str = "") -> list[Measurement]:
         if row[field] in ("", TOO_FAST):
             continue
         # K/sec, K = 1024 bytes, into MB/s (10^6 bytes); seeks per second as they are
-        value = float(row[field]) * (1 if field == "seeks" else 1024 / 1e6)
+        value = _figure(row, field) * (1 if field == "seeks" else 1024 / 1e6)
         unit = "/s" if field == "seeks" else "MB/s"
         extra = {"cpu_pct": _number(row[f"{field}_cpu"]), "latency_us": latency_us(row[f"{field}_latency"]), **common}
         found.append(Measurement("bonnie", None, metric, value, unit, extra, headline=headline))
-    files = int(row["num_files"]) * 1024 if row["num_files"].isdigit() else 0
+    files = int(row["num_files"]) * 1024 if re.fullmatch("[0-9]{1,6}", row["num_files"]) else 0
     for field, metric, _what, headline in FILES:
         if row[field] in ("", TOO_FAST):
             continue
         extra = {"cpu_pct": _number(row[f"{field}_cpu"]), "latency_us": latency_us(row[f"{field}_latency"])}
         extra |= {"files": files, **common}
-        found.append(Measurement("bonnie", None, metric, float(row[field]), "/s", extra, headline=headline))
+        found.append(Measurement("bonnie", None, metric, _figure(row, field), "/s", extra, headline=headline))
     if not found:
         raise BenchmarkError(
             "bonnie++ timed none of its tests"
@@ -169,10 +169,14 @@ def parse(stdout: str, stderr: str = "") -> list[Measurement]:
 
 
 def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:  # "+++" (too fast) or empty (not run)
-        return None
+    """A field of bonnie++'s CSV as a number; None for "+++" (too fast), empty (not run) or anything else."""
+    return float(text) if re.fullmatch(r"[0-9]{1,15}(?:\.[0-9]{1,9})?", text) else None
+
+
+def _figure(row: dict[str, str], field: str) -> float:
+    if (value := _number(row[field])) is None:
+        raise BenchmarkError(f"bonnie++'s CSV field {field} is {said(row[field], 40)!r}, not a number")
+    return value
 
 
 class Bonnie:

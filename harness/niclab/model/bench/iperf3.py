@@ -16,6 +16,8 @@ in all, and the measurements say how many starts were lost.
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import replace
 from typing import ClassVar, Literal
 
@@ -25,6 +27,7 @@ from niclab.base import jsonbound
 from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
 from niclab.model.bench.declare import GuestNeeds, Shows
+from niclab.model.bench.fields import Fields
 
 PORT = 5201
 UDP_STARTS = 3
@@ -54,55 +57,63 @@ class Iperf3Options(BenchOptions):
 
 
 def parse(text: str, protocol: str) -> list[Measurement]:
+    """iperf3's -J output as measurements; anything else iperf3 printed (or a guest did) is its own error."""
     try:
-        data = jsonbound.loads(text)
+        data = Fields("iperf3", jsonbound.loads(text))
     except ValueError:
         raise BenchmarkError(f"iperf3 printed no JSON: {said(text)}") from None
-    if data.get("error"):
-        lost_start = protocol == "udp" and _LOST_START in data["error"] and not data.get("intervals")
-        raise (UdpStartLost if lost_start else BenchmarkError)(f"iperf3: {data['error']}")
-    end = data.get("end") or {}
+    if not isinstance(data.value, dict):
+        raise BenchmarkError(f"iperf3's JSON is not an object: {said(text, 100, last=False)}")
+    if (error := data.get("error")) is not None:
+        message = said(error.value if isinstance(error.value, str) else json.dumps(error.value))
+        lost_start = protocol == "udp" and _LOST_START in message and not data.value.get("intervals")
+        raise (UdpStartLost if lost_start else BenchmarkError)(f"iperf3: {message}")
+    end = data["end"]
     test = protocol.upper()
-    cpu = end.get("cpu_utilization_percent") or {}
-    extra = {"cpu_host_pct": cpu.get("host_total"), "cpu_remote_pct": cpu.get("remote_total")}
-    try:
-        sent, received = end["sum_sent"], end["sum_received"]
-    except KeyError:
-        raise BenchmarkError("iperf3's JSON has no end.sum_sent/sum_received") from None
+    cpu = end.get("cpu_utilization_percent")
+    extra = {
+        "cpu_host_pct": _optional(cpu, "host_total"),
+        "cpu_remote_pct": _optional(cpu, "remote_total"),
+    }
+    sent, received = end["sum_sent"], end["sum_received"]
     found = [
-        Measurement("iperf3", test, "throughput_mbps", received["bits_per_second"] / 1e6, "Mbit/s", extra),
-        Measurement("iperf3", test, "sent_throughput_mbps", sent["bits_per_second"] / 1e6, "Mbit/s", headline=False),
+        Measurement("iperf3", test, "throughput_mbps", received["bits_per_second"].number() / 1e6, "Mbit/s", extra),
+        Measurement(
+            "iperf3", test, "sent_throughput_mbps", sent["bits_per_second"].number() / 1e6, "Mbit/s", headline=False
+        ),
     ]
-    if "sum_received_bidir_reverse" in end:
+    if (reverse := end.get("sum_received_bidir_reverse")) is not None:
+        rate = reverse["bits_per_second"].number() / 1e6
+        found.append(Measurement("iperf3", test, "reverse_throughput_mbps", rate, "Mbit/s"))
+    if protocol == "tcp":
+        retransmits = sent.get("retransmits")
         found.append(
             Measurement(
-                "iperf3",
-                test,
-                "reverse_throughput_mbps",
-                end["sum_received_bidir_reverse"]["bits_per_second"] / 1e6,
-                "Mbit/s",
+                "iperf3", test, "retransmits", retransmits.number() if retransmits else 0.0, "segments", headline=False
             )
         )
-    if protocol == "tcp":
-        found.append(
-            Measurement("iperf3", test, "retransmits", float(sent.get("retransmits", 0)), "segments", headline=False)
-        )
-        rtts = [s["sender"]["mean_rtt"] for s in end.get("streams", []) if s.get("sender", {}).get("mean_rtt")]
-        if rtts:
-            found.append(Measurement("iperf3", test, "rtt_mean_us", sum(rtts) / len(rtts), "us", headline=False))
+        streams = end.get("streams")
+        rtts = [
+            rtt.number()
+            for stream in (streams.items() if streams is not None else [])
+            if (sender := stream.get("sender")) is not None and (rtt := sender.get("mean_rtt")) is not None
+        ]
+        if any(rtts):
+            mean = math.fsum(rtts) / len(rtts)
+            found.append(Measurement("iperf3", test, "rtt_mean_us", mean, "us", headline=False))
     else:
+        packets = {"lost_packets": received["lost_packets"].integer(), "packets": received["packets"].integer()}
         found += [
-            Measurement(
-                "iperf3",
-                test,
-                "loss_pct",
-                float(received["lost_percent"]),
-                "%",
-                {"lost_packets": received["lost_packets"], "packets": received["packets"]},
-            ),
-            Measurement("iperf3", test, "jitter_ms", float(received["jitter_ms"]), "ms", headline=False),
+            Measurement("iperf3", test, "loss_pct", received["lost_percent"].number(), "%", packets),
+            Measurement("iperf3", test, "jitter_ms", received["jitter_ms"].number(), "ms", headline=False),
         ]
     return found
+
+
+def _optional(fields: Fields | None, key: str) -> float | None:
+    """An optional figure (iperf3 leaves some out): None when absent; the tool's error when not a number."""
+    found = fields.get(key) if fields is not None else None
+    return found.number() if found is not None else None
 
 
 def client_argv(options: Iperf3Options, server_address: str) -> list[str]:

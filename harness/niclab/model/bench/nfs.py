@@ -43,12 +43,13 @@ the nfsd threads), stop rpc.mountd, unmount and remove the tmpfs, unmount
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -57,6 +58,7 @@ from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Nod
 from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote
 from niclab.model.bench.declare import Figure, GuestNeeds, KernelModule, Series, Shows
+from niclab.model.bench.fields import Fields
 
 EXPORT_DIR = "/srv/niclab-nfs"
 MOUNT_DIR = "/mnt/niclab-nfs"
@@ -136,8 +138,8 @@ def fio_argv(options: NfsOptions, pattern: str) -> list[str]:
     ]
 
 
-def _split(stdout: str) -> tuple[str, dict | None]:
-    """fio's own messages (it prints some on stdout, before the JSON) and the JSON."""
+def _split(stdout: str) -> tuple[str, Any]:
+    """fio's own messages (it prints some on stdout, before the JSON) and the JSON (None: none)."""
     start = re.search(r"^\{", stdout, re.MULTILINE)
     if start is None:
         return stdout.strip(), None
@@ -153,29 +155,31 @@ def parse(pattern: str, stdout: str, stderr: str = "") -> list[Measurement]:
     messages = "; ".join(line for line in (messages + "\n" + stderr).splitlines() if line.strip())
     if data is None:
         raise BenchmarkError(f"fio {pattern} printed no JSON: {said(messages, 500) or '(nothing)'}")
-    jobs = data.get("jobs") or []
+    found_jobs = Fields(f"fio {pattern}", data).get("jobs")
+    jobs = found_jobs.items() if found_jobs is not None else []
     if not jobs:
         raise BenchmarkError(f"fio {pattern}: the JSON has no jobs")
     for job in jobs:
-        if job.get("error"):
-            code = job["error"]
-            raise BenchmarkError(f"fio {pattern}: job error {code} ({os.strerror(code)}): {said(messages, 500)}")
+        if (error := job.get("error")) is not None and error.value:
+            code = error.integer()
+            why = os.strerror(code) if 0 < code < 4096 else "not an errno"
+            raise BenchmarkError(f"fio {pattern}: job error {code} ({why}): {said(messages, 500)}")
     found = []
     for direction in PATTERNS[pattern][1]:
         stats = [job[direction] for job in jobs]
-        runtime_ms = max(s["runtime"] for s in stats)
-        moved = sum(s["io_bytes"] for s in stats)
+        runtime_ms = max(s["runtime"].number() for s in stats)
+        moved = math.fsum(s["io_bytes"].number() for s in stats)
         if runtime_ms <= 0 or moved <= 0:
             raise BenchmarkError(f"fio {pattern}: no {direction} completed")
         prefix = "" if len(PATTERNS[pattern][1]) == 1 else f"{direction}_"
-        ios = sum(s["total_ios"] for s in stats)
+        ios = math.fsum(s["total_ios"].number() for s in stats)
         extra = {"jobs": len(jobs), "runtime_s": runtime_ms / 1000, "bytes": moved}
         found += [
             Measurement("nfs", pattern, f"{prefix}bandwidth_mb_s", moved / runtime_ms * 1000 / 1e6, "MB/s", extra),
             Measurement("nfs", pattern, f"{prefix}iops", ios / runtime_ms * 1000, "/s", {"ios": ios}),
         ]
         if len(jobs) > 1:
-            per_job = [s["bw_bytes"] / 1e6 for s in stats]
+            per_job = [s["bw_bytes"].number() / 1e6 for s in stats]
             found += [
                 Measurement("nfs", pattern, f"{prefix}bandwidth_min_mb_s", min(per_job), "MB/s", headline=False),
                 Measurement("nfs", pattern, f"{prefix}bandwidth_max_mb_s", max(per_job), "MB/s", headline=False),

@@ -15,8 +15,10 @@ from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote
 from niclab.model.bench.declare import GuestNeeds, Row, Shows
 
-SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) received")
-RTT = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
+SUMMARY = re.compile(r"([0-9]{1,12}) packets transmitted, ([0-9]{1,12}) received")
+RTT = re.compile(
+    r"= ([0-9]{1,12}\.[0-9]{1,9})/([0-9]{1,12}\.[0-9]{1,9})/([0-9]{1,12}\.[0-9]{1,9})/([0-9]{1,12}\.[0-9]{1,9}) ms"
+)
 
 
 class PingOptions(BenchOptions):
@@ -30,6 +32,8 @@ def parse(text: str) -> list[Measurement]:
     if sent is None:
         raise BenchmarkError(f"ping printed no summary: {said(text)}")
     transmitted, received = int(sent[1]), int(sent[2])
+    if not 0 < transmitted >= received:
+        raise BenchmarkError(f"ping reports {received} packets received of {transmitted} sent: {said(sent[0])}")
     found = [
         Measurement(
             "ping",
