@@ -314,3 +314,22 @@ def test_an_output_that_cannot_be_written_names_it_and_the_fix(run, cache, tmp_p
         "first, or write elsewhere (--out)\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp file left
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["$" + "\\frac{" * 60 + "x" + "}" * 60 + "$", "$x_1$", "$\\undefined{$"],
+    ids=["math text 60 deep", "plain math", "broken math"],
+)
+def test_a_value_that_looks_like_math_text_is_plain_text_in_every_plot(run, cache, capsys, name):
+    """A NIC named `$\\frac{…}$` nested 60 deep crashed `niclab report` (RecursionError in matplotlib's math text
+    parser); a plain `$…$` made its plot fail to draw, without a word. Labels are text now."""
+    records = lines(run)
+    for record in records:
+        if record.get("params", {}).get("nic") == "rtl8139":
+            record["params"]["nic"] = name
+    rewrite(run, records)
+    assert main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text()
+    assert "Not drawn" not in page and not (cache / "crashes").exists()
+    assert page.count("data:image/png;base64,") >= 2

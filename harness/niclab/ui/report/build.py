@@ -11,7 +11,7 @@ from niclab import __version__
 from niclab.run.records import ErrorRecord, ExpectationRecord
 from niclab.ui.report import cost, findings, plots, provenance
 from niclab.ui.report.data import RunData, merge_runs
-from niclab.ui.report.figures import Plot
+from niclab.ui.report.figures import Plot, plain_text
 from niclab.ui.report.selftests import SelftestMap, selftest_map
 from niclab.ui.report.tables import SHOWN_CELLS, Table, summary_table
 
@@ -79,7 +79,8 @@ def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report
     for run in runs:
         undrawn: list[str] = []
         crowded: list[str] = []
-        figures = {title: _drawn(title, make, run, undrawn, crowded) for title, make in makers}
+        with plain_text():  # what run directories name is text, not matplotlib's math
+            figures = {title: _drawn(title, make, run, undrawn, crowded) for title, make in makers}
         known, currency = cost.prices_of(run, prices)
         sections.append(
             RunSection(

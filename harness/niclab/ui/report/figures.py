@@ -1,14 +1,19 @@
 """matplotlib figures as embedded PNGs (data: URIs), so a report opens offline as one file.
 
-The object API (Figure, no pyplot) keeps no global state between plots.
+The object API (Figure, no pyplot) keeps no global state between plots. Labels and titles come from run
+directories (a NIC's name, a cell's id): `plain_text` makes them text to matplotlib, never math text (a
+`$\\frac{…}$` nested 60 deep exhausted its parser's recursion; a plain `$…$` made a plot fail to draw).
 """
 
 from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import matplotlib
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -20,6 +25,21 @@ class Plot:
     title: str
     image: str  # data:image/png;base64,...
     caption: str
+
+
+@contextmanager
+def plain_text() -> Iterator[None]:
+    """Within the block, every text matplotlib makes (titles, labels, ticks, legends) is taken as it is."""
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        yield
+
+
+LABEL_LIMIT = 40  # characters of a name from a run directory as a plot shows it (a tick, a legend's entry)
+
+
+def short(text: str, limit: int = LABEL_LIMIT) -> str:
+    """A label as a plot shows it: at most `limit` characters (a name may be 600 long; the page has it whole)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def new_figure(width: float = 7.5, height: float = 4.2) -> tuple[Figure, Axes]:
@@ -49,10 +69,11 @@ def grouped_bars(
             width,
             yerr=errors if any(errors) else None,
             capsize=3,
-            label=name,
+            label=short(name),
             color=COLORS[i % len(COLORS)],
         )
-    ax.set_xticks(range(len(groups)), groups, rotation=20 if max(map(len, groups), default=0) > 10 else 0)
+    shown = [short(group) for group in groups]
+    ax.set_xticks(range(len(groups)), shown, rotation=20 if max(map(len, shown), default=0) > 10 else 0)
     ax.set_ylabel(unit)
     ax.grid(axis="y", alpha=0.3)
     if len(series) > 1:

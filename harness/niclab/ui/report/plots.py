@@ -19,7 +19,7 @@ from niclab.model import bench
 from niclab.model.bench import Figure
 from niclab.run.records import SummaryRecord
 from niclab.ui.report.data import CellData, RunData
-from niclab.ui.report.figures import COLORS, Plot, bytes_axis, grouped_bars, new_figure, to_plot
+from niclab.ui.report.figures import COLORS, Plot, bytes_axis, grouped_bars, new_figure, short, to_plot
 
 BARS_SECTION = "throughput, latency and CPU"
 #: The figures several benchmarks add series to: the report's title, caption and place; the series come from them.
@@ -147,7 +147,7 @@ def size_curve_plots(run: RunData, figure: Figure) -> list[Plot]:
     latency_figure, latency_ax = new_figure()
     for i, (card, cells) in enumerate(by_card.items()):
         cell, curve = min(cells, key=lambda item: _mtu_of(item[0]) or 0)
-        label = card + (f" (MTU {_mtu_of(cell)})" if len(cells) > 1 else "")
+        label = short(card) + (f" (MTU {_mtu_of(cell)})" if len(cells) > 1 else "")
         color = COLORS[i % len(COLORS)]
         ax.plot([p[0] for p in curve], [p[1] for p in curve], label=label, color=color, linewidth=1.4)
         latency_ax.plot([p[0] for p in curve], [p[2] for p in curve], label=label, color=color, linewidth=1.4)
@@ -247,7 +247,7 @@ def mtu_lines(run: RunData, figure: Figure) -> Plot | None:
             yerr=[v[2] or 0 for v in values],
             marker="o",
             capsize=3,
-            label=card,
+            label=short(card),
             color=COLORS[i % len(COLORS)],
         )
     ax.set_xlabel("MTU (bytes)")
@@ -274,10 +274,9 @@ def bonding_plot(run: RunData, figure: Figure) -> Plot | None:
     for i, (card, values) in enumerate(series.items()):
         ports = sorted(values)
         color = COLORS[i % len(COLORS)]
-        ax.plot(ports, [values[p] for p in ports], marker="o", color=color, label=f"{card} measured")
-        ax.plot(
-            ports, [values[1] * p for p in ports], linestyle="--", color=color, alpha=0.6, label=f"{card}: N × one port"
-        )
+        ax.plot(ports, [values[p] for p in ports], marker="o", color=color, label=f"{short(card)} measured")
+        ideal = f"{short(card)}: N × one port"
+        ax.plot(ports, [values[1] * p for p in ports], linestyle="--", color=color, alpha=0.6, label=ideal)
     ax.set_xlabel("bonded ports")
     ax.set_ylabel(figure.unit)
     ax.set_xticks(sorted({p for v in series.values() for p in v}))
@@ -342,7 +341,7 @@ def sweep_lines(run: RunData) -> list[Plot]:
                     yerr=[p[2] or 0 for p in points],
                     marker="o",
                     capsize=3,
-                    label=label,
+                    label=short(label),
                     color=COLORS[i % len(COLORS)],
                 )
             ax.set_xlabel(axis)
