@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from niclab.model.bench import ktap
 from niclab.model.bench.ktap import parse
 
 RUNNER = """\
@@ -87,3 +88,21 @@ def test_a_guests_deep_nesting_does_not_recurse_without_end():
 def test_a_test_number_beyond_reason_is_kept_as_output():
     [top] = parse("# ok " + "9" * 5000 + " huge\nok 1 sane\n")
     assert top.name == "sane" and top.output and top.output[0].startswith("ok 999")
+
+
+def test_16_mib_of_results_are_read_to_a_bound_in_bounded_memory():
+    """16 MiB of `ok N x` lines made 2.4 million test records (856 MiB resident): a program's results stop at
+    MAX_RESULTS, its lines at MAX_LINES, and the count of those left out is said."""
+    import time
+    import tracemalloc
+
+    line = "ok 1 x\n"
+    text = line * ((16 << 20) // len(line))
+    tracemalloc.start()
+    started = time.process_time()
+    results, left_out = ktap.parse_bounded(text)
+    seconds = time.process_time() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(results) == ktap.MAX_RESULTS and left_out == ktap.MAX_LINES - ktap.MAX_RESULTS
+    assert peak < 100 << 20 and seconds < 5  # about 30 MB and 0.6 s here

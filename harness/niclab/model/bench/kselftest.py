@@ -308,10 +308,10 @@ def _run_one(
     output = result.stdout + result.stderr
     dmesg = _dmesg(client, marker)
     oops = [line for line in dmesg if CRASH.search(line)]
-    parsed = ktap.parse(output)
+    parsed, left_out = ktap.parse_bounded(output)
     if oops:
         state: TestState = "crash"
-        reason = oops[0].split("] ", 1)[-1]
+        reason = said(oops[0].split("] ", 1)[-1], last=False)
     elif result.returncode in EXIT_STATES:
         state, reason = EXIT_STATES[result.returncode], ""
     elif result.returncode in (124, 137) and result.seconds >= seconds - 1:
@@ -320,6 +320,9 @@ def _run_one(
         state, reason = "fail", f"exit {result.returncode}"
     if state in ("skip", "xfail") or (state == "fail" and not reason.startswith("timeout")):
         reason = _why(parsed, output) or reason
+    if left_out:
+        reason = f"{reason}; " if reason else ""
+        reason += f"{left_out:,} more results than the {ktap.MAX_RESULTS:,} niclab records (in its raw output)"
     shown_dmesg = "\n# the kernel's log meanwhile\n" + "\n".join(dmesg) if dmesg else ""
     head = f"$ {test} ({target}): exit {result.returncode} after {result.seconds:.1f} s"
     ctx.save_raw(raw, f"{head}\n{output}{shown_dmesg}")

@@ -36,6 +36,8 @@ _DIRECTIVE = re.compile(r"(?P<word>SKIP|XFAIL|TODO|TIMEOUT)\b\s*(?P<reason>.*)",
 _PLAN = re.compile(r"\d+\.\.\d+(?: #.*)?")
 _VERSION = re.compile(r"(?:K?TAP version \d+)")
 _MAX_DEPTH = 16  # deeper nesting is kept as output: a guest's text cannot make the parser recurse without end
+MAX_RESULTS = 10_000  # tests and subtests read of one program (16 MiB of `ok N x` lines would be 2.4 million)
+MAX_LINES = 200_000  # lines read of one program's output; the rest is left in its raw file
 
 
 @dataclass
@@ -83,10 +85,26 @@ def _inner(line: str) -> str | None:
 
 def parse(text: str) -> list[KtapResult]:
     """The results at the top level of a KTAP (or TAP 13) text, each with its subtests."""
-    return _parse(text.splitlines(), 0)
+    return parse_bounded(text)[0]
 
 
-def _parse(lines: list[str], depth: int) -> list[KtapResult]:
+def parse_bounded(text: str, limit: int = MAX_RESULTS) -> tuple[list[KtapResult], int]:
+    """parse's results, at most `limit` of them (tests and subtests) from at most MAX_LINES lines, and how
+    many result lines were left out."""
+    lines = text.split("\n", MAX_LINES)[:MAX_LINES]
+    budget = [limit]
+    results = _parse(lines, 0, budget)
+    return results, 0 if budget[0] >= 0 else sum(1 for line in lines if _is_ktap_result(line)) - limit
+
+
+def _is_ktap_result(line: str) -> bool:
+    inner: str | None = line.rstrip("\r")
+    while inner is not None and (deeper := _inner(inner)) is not None:
+        inner = deeper
+    return inner is not None and _RESULT.fullmatch(inner.strip()) is not None
+
+
+def _parse(lines: list[str], depth: int, budget: list[int]) -> list[KtapResult]:
     results: list[KtapResult] = []
     pending: list[str] = []  # the lines one level in since the last result: the next result's own
     for raw in lines:
@@ -102,6 +120,10 @@ def _parse(lines: list[str], depth: int) -> list[KtapResult]:
         if match is None:
             pending.append(text)
             continue
+        budget[0] -= 1
+        if budget[0] < 0:  # past the limit: counted, not kept
+            pending = []
+            continue
         result, reason = _judge(bool(match["not"]), match["directive"] or "")
         test = KtapResult(
             number=int(match["number"]),
@@ -110,7 +132,7 @@ def _parse(lines: list[str], depth: int) -> list[KtapResult]:
             reason=reason,
         )
         if depth < _MAX_DEPTH:
-            test.subtests = _parse(pending, depth + 1)
+            test.subtests = _parse(pending, depth + 1, budget)
         test.output = [p for p in pending if _inner(p) is None and not _is_ktap(p)]
         results.append(test)
         pending = []
