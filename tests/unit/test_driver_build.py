@@ -3,6 +3,7 @@ command lines, the choice of the driver module, the cache."""
 
 import json
 import os
+import re
 import shlex
 import shutil
 import struct
@@ -394,10 +395,11 @@ def test_the_makefile_is_rewritten_only_as_a_regular_file(tmp_path):
 
 def test_root_copies_only_regular_modules_and_stops_a_long_build():
     script = commands.make_script(KVER)
-    assert f"timeout -k 10 {commands.MAKE_TIMEOUT} chroot --userspec=65534:65534 / make" in script
+    alone = "unshare --pid --fork --kill-child"  # what the build leaves running ends with it
+    assert f"timeout -k 10 {commands.MAKE_TIMEOUT} {alone} chroot --userspec=65534:65534 / make" in script
     assert "find /build/src -type f -name '*.ko' -exec cp -P {} /build/out/ko/" in script
     dkms = commands.dkms_script(DriverChoice("dkms", "r8168-dkms"), KVER, "bookworm")
-    assert f'timeout -k 10 {commands.MAKE_TIMEOUT} dkms build -m "$M"' in dkms
+    assert f'timeout -k 10 {commands.MAKE_TIMEOUT} {alone} dkms build -m "$M"' in dkms
     assert "-path '*/module/*' -type f -name '*.ko*' -exec cp -P {} /build/out/ko/" in dkms
 
 
@@ -439,9 +441,12 @@ def test_a_host_build_that_leaves_a_fifo_or_a_link_as_a_module_is_refused(tmp_pa
     image = Image("micro", "x", tmp_path, "", {"kernel_version": "6.9.0", "suite": "bookworm"})
     tree = shared_tree(request, "modules:\n\tmkfifo $(M)/hello.ko\n")
     choice = DriverChoice("module", str(tree.parent / "hello"))
-    with pytest.raises(NiclabError, match=r"the build left hello.ko, which is not a regular file"):
+    with pytest.raises(NiclabError, match=r": hello.ko is not a file, directory or link; fix: remove it"):
         build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
     (tree / "Makefile").write_text("modules:\n\tln -s /etc/passwd $(M)/hello.ko\n")
+    with pytest.raises(NiclabError, match=r": hello.ko is a symbolic link to /etc/passwd, outside the directory"):
+        build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
+    (tree / "Makefile").write_text("modules:\n\tmkdir $(M)/sub; touch $(M)/sub/x; ln -s sub/x $(M)/hello.ko\n")
     with pytest.raises(NiclabError, match=r"the build left hello.ko, which cannot be read as a file"):
         build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
 
@@ -549,3 +554,17 @@ def test_a_trixie_kernels_driver_is_built_from_the_mirror_the_images_own_suite_c
     assert built.origin == "Debian trixie r8168-dkms 8.055.00-1"
     (command,) = commands
     assert "trixie" in command and "deb http://mirror.invalid/debian trixie main contrib non-free" in command
+
+
+def test_a_host_build_leaves_nothing_running(tmp_path, monkeypatch, request):
+    """A driver's Makefile that runs `setsid sleep 123 &` (built as nobody, as root) left it running past the
+    build, free to race root's walk of what it built. The build's reaper ends it first."""
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    image = Image("micro", "x", tmp_path, "", {"kernel_version": "6.9.0", "suite": "bookworm"})
+    tree = shared_tree(request, "modules:\n\tsetsid sleep 123 > /dev/null 2>&1 < /dev/null & echo left $$!; exit 1\n")
+    choice = DriverChoice("module", str(tree.parent / "hello"))
+    with pytest.raises(NiclabError, match="whole log: ") as caught:
+        build_mod.ensure_driver(choice, KernelChoice(build=str(tree)), image, lambda line: None)
+    log = Path(str(caught.value).rpartition("whole log: ")[2]).read_text()
+    with pytest.raises(ProcessLookupError):  # ended and reaped before ensure_driver returned
+        os.kill(int(re.findall(r"^left (\d+)$", log, re.MULTILINE)[-1]), 0)

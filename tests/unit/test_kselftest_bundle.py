@@ -253,3 +253,52 @@ def test_a_file_name_that_is_no_text_is_packed_not_a_traceback(tmp_path, monkeyp
     (root / os.fsdecode(b"drivers/net/odd-\xff.txt")).write_bytes(b"x")
     bundle = bundle_from_dir(root, TARGETS, lambda line: None)
     assert bundle.tests == (("drivers/net", "ping.py"), ("drivers/net/hw", "csum.py"))
+
+
+HOSTILE_MAKEFILE = (
+    SELFTESTS_MAKEFILE
+    + """\
+\tid -u > $(INSTALL_PATH)/built-by
+\tsetsid sleep 300 > /dev/null 2>&1 < /dev/null & echo $$! > $(INSTALL_PATH)/left-behind
+"""
+)
+
+
+def test_a_build_trees_selftests_install_as_nobody_and_leave_nothing_running(tmp_path, monkeypatch):
+    """A build tree's tools/testing/selftests/Makefile is a scenario's code: as root it ran as uid 0 and what it
+    started outlived it (`setsid sleep 300 &`). It runs as nobody now, under a reaper that ends the rest."""
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    tree = fake_tree(tmp_path / "linux")
+    (tree / "tools/testing/selftests/Makefile").write_text(HOSTILE_MAKEFILE)
+    with tempfile.TemporaryDirectory(prefix="niclab-selftests-test-") as scratch:
+        copy = Path(scratch) / "src"
+        install.copy_tree_parts(tree, copy)
+        installed = Path(scratch) / "installed"
+        from niclab.plumbing.confined import give_to_nobody
+
+        give_to_nobody(Path(scratch), whole=False)
+        install.make_install(copy, TARGETS, installed, tmp_path / "make.log")
+        built_by = int((installed / "built-by").read_text())
+        leftover = int((installed / "left-behind").read_text())
+    assert built_by == (65534 if os.geteuid() == 0 else os.geteuid())
+    with pytest.raises(ProcessLookupError):  # ended (and reaped) before make_install returned
+        os.kill(leftover, 0)
+
+
+def test_a_leftover_of_the_install_is_ended_when_it_times_out_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(install, "MAKE_TIMEOUT", 2)
+    with tempfile.TemporaryDirectory(prefix="niclab-selftests-test-") as scratch:
+        tree = fake_tree(Path(scratch) / "linux")
+        (tree / "tools/testing/selftests/Makefile").write_text(
+            "install:\n\tsetsid sleep 300 > /dev/null 2>&1 < /dev/null & echo $$! > $(INSTALL_PATH)/left-behind\n"
+            "\tsleep 30\n"
+        )
+        from niclab.plumbing.confined import give_to_nobody
+
+        give_to_nobody(Path(scratch), whole=False)
+        out = Path(scratch) / "installed"
+        with pytest.raises(NiclabError, match="took more than 2 s and was ended"):
+            install.make_install(tree, TARGETS, out, tmp_path / "make.log")
+        leftover = int((out / "left-behind").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(leftover, 0)

@@ -12,14 +12,11 @@ Debian suite kernels are built in an mmdebstrap root of the suite with the kerne
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
-import signal
 import stat
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -30,8 +27,10 @@ from niclab.base.errors import NiclabError
 from niclab.base.filelock import locked
 from niclab.base.node import Progress
 from niclab.base.paths import cache_dir
+from niclab.base.treewalk import open_beneath, walk_untrusted
 from niclab.model.driver_choice import DriverChoice, module_key
 from niclab.model.kernel_choice import DEFAULT_SUITE, KernelChoice
+from niclab.plumbing.confined import give_to_nobody, readable_by_step, run_step
 from niclab.plumbing.drivers import commands
 from niclab.plumbing.drivers.buildlog import first_error
 from niclab.plumbing.drivers.makefile import rewrite_makefile
@@ -47,7 +46,9 @@ from niclab.plumbing.image.tartree import TarTree
 
 MANIFEST = "driver.json"
 LOG = "build.log"
-NOBODY_ID = 65534  # who builds a source as root: nobody
+MAX_BUILD_BYTES = 2 << 30  # what a module's build folder may hold when its modules are taken (a driver: MBs)
+MAX_BUILD_FILES = 200_000
+BUILD_FIX = "build the module alone (M=DIR), not a tree"
 MAKE_TIMEOUT = commands.MAKE_TIMEOUT  # a build of a vendor driver: minutes at most
 MAX_MODULE_BYTES = 64 << 20  # a built .ko with its debug info: a few MB (e1000e: 5 MB)
 
@@ -127,21 +128,16 @@ def ensure_driver(choice: DriverChoice, kernel: KernelChoice | None, image: Imag
     return built
 
 
-def _unprivileged(scratch: Path, tree: Path, where: str) -> list[str]:
-    """As root, the command prefix that runs a build as nobody (its Makefiles come from a scenario file), with
-    `scratch` made nobody's; as another user, nothing: the build runs as that user."""
-    if os.geteuid() != 0:
-        return []
-    for path in (scratch, *scratch.rglob("*")):
-        os.lchown(path, NOBODY_ID, NOBODY_ID)
-    prefix = ["setpriv", f"--reuid={NOBODY_ID}", f"--regid={NOBODY_ID}", "--clear-groups", "--no-new-privs"]
-    if subprocess.run([*prefix, "test", "-r", str(tree / "Makefile")], capture_output=True).returncode != 0:
+def _unprivileged(scratch: Path, tree: Path, where: str) -> None:
+    """As root, `scratch` made nobody's, who builds there (its Makefiles come from a scenario file): refused in
+    one line if nobody cannot read the tree. As another user, the build runs as that user."""
+    give_to_nobody(scratch)
+    if not readable_by_step(tree / "Makefile"):
         raise NiclabError(
             f"{where}: as root, niclab builds a scenario's module as nobody, who cannot read {tree}/Makefile; "
             f"fix: let others read the tree (chmod -R o+rX {tree}, and o+x on the folders above it), "
             "or run niclab as its owner"
         )
-    return prefix
 
 
 def _tree_folder(tree: Path, choice: DriverChoice) -> Path | None:
@@ -236,7 +232,7 @@ def _build_in_root(
     if status != "0":
         raise _failed(where, work / LOG, failed_log)
     for ko in sorted((out / "ko").iterdir()):
-        _take_module(ko, work, where)
+        _take_module(out / "ko", ko.name, work, where)
     built_source = source_hash(out / "src", f"the source of {where}")
     version = (out / "source-version").read_text().strip() if (out / "source-version").is_file() else ""
     origin = {
@@ -267,27 +263,26 @@ def _root_failed(exc: NiclabError, log: Path, failed_log: Path, where: str, suit
     return NiclabError(f"{where}: {str(exc).splitlines()[0]}; whole log: {failed_log}")
 
 
-def _take_module(path: Path, work: Path, where: str) -> None:
-    """A built .ko into the build's folder, unpacked if the kernel compresses its modules. What the build left
-    there is read as a regular file of at most MAX_MODULE_BYTES, never through a link, else NiclabError."""
-    suffix = path.suffix
+def _take_module(root: Path, path: str, work: Path, where: str) -> None:
+    """A built .ko (`path` under `root`) into the build's folder, unpacked if the kernel compresses its modules.
+    What the build left there is read as a regular file of at most MAX_MODULE_BYTES, opened from the folders
+    above it, never through a link, else NiclabError."""
+    name = Path(path).name
+    suffix = Path(path).suffix
     if suffix not in COMPRESSED and suffix != ".ko":
         return
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = open_beneath(root, path)
     except OSError as exc:
-        raise NiclabError(
-            f"{where}: the build left {path.name}, which cannot be read as a file ({exc.strerror})"
-        ) from None
+        why = "is not a regular file" if exc.strerror is None else f"cannot be read as a file ({exc.strerror})"
+        raise NiclabError(f"{where}: the build left {name}, which {why}") from None
     with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-            raise NiclabError(f"{where}: the build left {path.name}, which is not a regular file")
         data = file.read(MAX_MODULE_BYTES + 1)
     if len(data) > MAX_MODULE_BYTES:
-        raise NiclabError(f"{where}: the build left {path.name}, over {MAX_MODULE_BYTES >> 20} MB: not a module")
+        raise NiclabError(f"{where}: the build left {name}, over {MAX_MODULE_BYTES >> 20} MB: not a module")
     if suffix in COMPRESSED:
         data = decompress(data, suffix)
-    (work / f"{module_name(path.name)}.ko").write_bytes(data)
+    (work / f"{module_name(name)}.ko").write_bytes(data)
 
 
 def _fetch_named(
@@ -369,41 +364,27 @@ def _build_on_host(
                     ) from None
             built_source = source_hash(src, f"driver {choice}")
             origin = f"build tree {tree} {choice.source}"
-        prefix = _unprivileged(Path(scratch), tree, where)
+        _unprivileged(Path(scratch), tree, where)
         progress(f"building {where} with {tree} on this host (make M=...); log: {work / LOG}")
-        returncode = _make([*prefix, "make", "-C", str(tree), f"M={src}", "modules"], work / LOG, where, failed_log)
+        returncode = _make(["make", "-C", str(tree), f"M={src}", "modules"], work / LOG, where, failed_log)
         if returncode != 0:
             raise _failed(where, work / LOG, failed_log)
         # without their debug information, as Debian installs its modules: the build id stays (a module strip
         # cannot take is kept whole; what it said is in the log)
-        strip = [*prefix, "find", str(src), "-type", "f", "-name", "*.ko", "-exec", "strip", "--strip-debug", "{}", "+"]
-        with (work / LOG).open("a") as sink:
-            subprocess.run(strip, stdout=sink, stderr=subprocess.STDOUT, timeout=300)
-        for folder, _dirs, files in os.walk(src, followlinks=False):
-            for name in sorted(files):
-                if name.endswith(".ko"):
-                    _take_module(Path(folder) / name, work, where)
+        strip = ["find", str(src), "-type", "f", "-name", "*.ko", "-exec", "strip", "--strip-debug", "{}", "+"]
+        run_step(strip, work / LOG, 300, where, append=True)
+        for path, info in walk_untrusted(src, where, MAX_BUILD_BYTES, MAX_BUILD_FILES, BUILD_FIX, BUILD_FIX):
+            if path.endswith(tuple(COMPRESSED) + (".ko",)) and not stat.S_ISDIR(info.st_mode):
+                _take_module(src, path, work, where)
     return _Result(built_source, origin, taken)
 
 
 def _make(command: list[str], log: Path, where: str, failed_log: Path) -> int:
-    """Run make in a session of its own, its output to `log`; past MAKE_TIMEOUT the whole session is killed."""
-    with log.open("w") as sink:
-        try:
-            process = subprocess.Popen(
-                command,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "LC_ALL": "C"},
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise NiclabError(f"{where}: make did not run ({exc.strerror}); whole log: {failed_log}") from None
-        try:
-            return process.wait(timeout=MAKE_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    """Run make as the step's user (plumbing.confined: nobody as root), its output to `log`; past MAKE_TIMEOUT
+    it and everything it started are ended."""
+    try:
+        return run_step(command, log, MAKE_TIMEOUT, where, env={**os.environ, "LC_ALL": "C"})
+    except NiclabError as exc:
+        if "took more than" in str(exc):
             raise NiclabError(f"{where}: the build timed out after {MAKE_TIMEOUT} s; whole log: {failed_log}") from None
+        raise NiclabError(f"{where}: make did not run; whole log: {failed_log}") from None

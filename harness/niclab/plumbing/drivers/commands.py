@@ -30,6 +30,9 @@ NOBODY = "65534:65534"  # who runs a source's Makefile: it comes from a scenario
 MAKE_TIMEOUT = 1800  # seconds a driver's build may take (a vendor driver: minutes at most)
 TIMED_OUT = ("124", "137")  # the status of `timeout -k` when it stopped the build (TERM, then KILL)
 LIMIT = f"timeout -k 10 {MAKE_TIMEOUT}"
+# In a PID namespace of its own, whose first process is the build: when it ends, however it ends, the kernel
+# ends everything it started (a `setsid sleep &` too) before root copies out what it built.
+ALONE = "unshare --pid --fork --kill-child"
 
 
 def copy_modules(where: str, pattern: str = "*.ko", path: str = "") -> str:
@@ -46,12 +49,12 @@ def make_script(kernel_version: str) -> str:
     build = shlex.quote(f"/lib/modules/{kernel_version}/build")
     return (
         f"cp -a /build/src /build/out/src; chown -R {NOBODY} /build/src; "
-        f"rc=0; {LIMIT} chroot --userspec={NOBODY} / make -C {build} M=/build/src modules "
+        f"rc=0; {LIMIT} {ALONE} chroot --userspec={NOBODY} / make -C {build} M=/build/src modules "
         "> /build/out/build.log 2>&1 || rc=$?; "
         "echo $rc > /build/out/status; "
         # without their debug information, as Debian installs its modules (INSTALL_MOD_STRIP) and DKMS strips its
         # own: a tenth of the size in the guest's initramfs; the build id stays (one strip cannot take is kept whole)
-        f"[ $rc != 0 ] || {LIMIT} chroot --userspec={NOBODY} / find /build/src -type f -name '*.ko' "
+        f"[ $rc != 0 ] || {LIMIT} {ALONE} chroot --userspec={NOBODY} / find /build/src -type f -name '*.ko' "
         "-exec strip --strip-debug {} + >> /build/out/build.log 2>&1 || true; " + copy_modules("/build/src")
     )
 
@@ -92,7 +95,7 @@ def dkms_script(choice: DriverChoice, kernel_version: str, suite: str) -> str:
         f'V=$(set +e; kernelver={kver}; . "$conf" > /dev/null 2>&1; echo "$PACKAGE_VERSION"); '
         'echo "$M $V" > /build/out/dkms-module; cp -a "$(dirname "$conf")" /build/out/src; '
         'rc=0; { dkms add -m "$M" -v "$V" && '
-        f'{LIMIT} dkms build -m "$M" -v "$V" -k {kver}; }} > /build/out/dkms.log 2>&1 || rc=$?; '
+        f'{LIMIT} {ALONE} dkms build -m "$M" -v "$V" -k {kver}; }} > /build/out/dkms.log 2>&1 || rc=$?; '
         "echo $rc > /build/out/status; "
         'cat "/var/lib/dkms/$M/$V/build/make.log" > /build/out/build.log 2>/dev/null '
         "|| cp /build/out/dkms.log /build/out/build.log; "

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ from niclab.base.node import Progress
 from niclab.base.paths import cache_dir
 from niclab.model.kernel_choice import KernelChoice
 from niclab.model.selftests import SelftestBundle, kernel_problem
+from niclab.plumbing.confined import give_to_nobody
 from niclab.plumbing.kselftest.debian import Archive, choose_source
 from niclab.plumbing.kselftest.install import copy_tree_parts, extract_source, make_install, pack, read_installed, stamp
 
@@ -82,13 +84,12 @@ def _from_suite(suite: str, targets: tuple[str, ...], progress: Progress, refres
         progress(f"fetching {package.name} {package.version} ({package.size >> 20} MB) for its selftests")
         deb = work / "source.deb"
         archive.fetch(package, deb, progress)
-        src = work / "src"
-        src.mkdir()
-        tree = extract_source(deb, package.name, src)
-        deb.unlink()
-        bundle = _install(tree, targets, work, source.describe(suite), source.upstream)
-        shutil.rmtree(src)
-        return bundle
+        with tempfile.TemporaryDirectory(prefix="niclab-selftests-") as scratch:  # where nobody may build
+            src = Path(scratch) / "src"
+            src.mkdir()
+            tree = extract_source(deb, package.name, src)
+            deb.unlink()
+            return _install(tree, Path(scratch), targets, work, source.describe(suite), source.upstream)
 
     bundle = _cached(key, build)
     _write_atomically(pointer, json.dumps({"key": key}) + "\n")
@@ -100,11 +101,10 @@ def _from_build_tree(tree: Path, targets: tuple[str, ...], progress: Progress) -
 
     def build(work: Path) -> SelftestBundle:
         progress(f"installing the selftests of {tree} (a copy of its tools, scripts and headers)")
-        copy = work / "src"
-        copy_tree_parts(tree, copy)
-        bundle = _install(copy, targets, work, f"build tree {tree}", tree_version(tree))
-        shutil.rmtree(copy)
-        return bundle
+        with tempfile.TemporaryDirectory(prefix="niclab-selftests-") as scratch:  # where nobody may build
+            copy = Path(scratch) / "src"
+            copy_tree_parts(tree, copy)
+            return _install(copy, Path(scratch), targets, work, f"build tree {tree}", tree_version(tree))
 
     return _cached(key, build)
 
@@ -142,8 +142,12 @@ def tree_version(tree: Path) -> str:
     return version + fields.get("EXTRAVERSION", "")
 
 
-def _install(tree: Path, targets: tuple[str, ...], work: Path, source: str, version: str) -> SelftestBundle:
-    installed = work / "installed"
+def _install(
+    tree: Path, scratch: Path, targets: tuple[str, ...], work: Path, source: str, version: str
+) -> SelftestBundle:
+    """Install the selftests of `tree` (niclab's copy, in `scratch`) there, and pack them into `work`."""
+    installed = scratch / "installed"
+    give_to_nobody(scratch, whole=False)  # nobody enters it to build there
     make_install(tree, targets, installed, work / "make.log")
     where = f"the selftests installed from {source}"
     return _pack_dir(installed, targets, work, where, None, source, version)

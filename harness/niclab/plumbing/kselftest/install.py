@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from niclab.base.errors import NiclabError
-from niclab.base.treewalk import shown_path, walk_untrusted
+from niclab.base.text import said
+from niclab.base.treewalk import open_beneath, shown_path, walk_untrusted
 from niclab.model.selftests import LIST_FILE, parse_list, parse_settings
+from niclab.plumbing.confined import give_to_nobody, run_step
 
 #: What `make install` of the selftests reads of a kernel tree (the rest of it is not needed): folders, files.
 SOURCE_DIRS = ("tools", "Documentation/netlink", "scripts", "include/uapi", "usr/include")
@@ -36,9 +38,13 @@ def missing_tools() -> list[str]:
 
 
 def make_install(source: Path, targets: tuple[str, ...], out: Path, log: Path) -> None:
-    """Install the targets' selftests of the kernel tree `source` into `out`; its make output goes to `log`."""
+    """Install the targets' selftests of the kernel tree `source` (niclab's own copy) into `out`; its make output
+    goes to `log`. The tree's Makefiles are untrusted: as root they run as nobody (the copy and `out` made
+    nobody's), and nothing they start outlives the install (plumbing.confined)."""
     if missing := missing_tools():
         raise NiclabError(f"installing kernel selftests needs {', '.join(missing)} on this host: run `make setup`")
+    out.mkdir(parents=True, exist_ok=True)
+    give_to_nobody(source, out)
     command = [
         "make",
         "-s",
@@ -48,16 +54,12 @@ def make_install(source: Path, targets: tuple[str, ...], out: Path, log: Path) -
         f"INSTALL_PATH={out}",
         "install",
     ]
-    with log.open("w") as sink:
-        sink.write("$ " + " ".join(command) + "\n")
-        sink.flush()
-        try:
-            done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, timeout=MAKE_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            raise NiclabError(f"installing the selftests took over {MAKE_TIMEOUT} s; its output: {log}") from None
-    if done.returncode != 0:
+    log.write_text("$ " + " ".join(command) + "\n")
+    where = f"installing the selftests of {source}"
+    status = run_step(command, log, MAKE_TIMEOUT, where, append=True)
+    if status != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
-        raise NiclabError(f"installing the selftests of {source} failed ({tail[0][:200]}); its output: {log}")
+        raise NiclabError(f"{where} failed ({said(tail[0], 200, last=False)}); its output: {log}")
 
 
 def copy_tree_parts(tree: Path, out: Path) -> None:
@@ -66,7 +68,7 @@ def copy_tree_parts(tree: Path, out: Path) -> None:
     for part in SOURCE_DIRS + SOURCE_FILES:
         path = tree / part
         if path.is_dir():
-            shutil.copytree(path, out / part, symlinks=True, ignore_dangling_symlinks=True)
+            shutil.copytree(path, out / part, symlinks=True, ignore_dangling_symlinks=True)  # links as links
         elif path.is_file():
             (out / part).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, out / part)
@@ -162,13 +164,13 @@ def pack(root: Path, out: Path, where: str) -> None:
     """A gzip'd tar of the tree (paths relative to it, owned by root), checked as it is read: a file that
     turned into something else since `walk` is refused, never followed."""
     with tarfile.open(out, "w:gz", compresslevel=6) as archive:
-        for path, _ in walk(root, where):
+        for path, seen in walk(root, where):
             full = root / path
-            try:
-                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK) if not full.is_symlink() else -1
+            try:  # a file opened from its folder's, each folder from the one above it: never through a link
+                fd = open_beneath(root, path) if stat.S_ISREG(seen.st_mode) else -1
             except OSError as exc:
                 raise NiclabError(
-                    f"{where}: cannot read {shown_path(path)} ({exc.strerror}); fix: make it readable"
+                    f"{where}: cannot read {shown_path(path)} ({exc.strerror or exc}); fix: make it readable"
                 ) from None
             try:
                 info = os.fstat(fd) if fd >= 0 else os.lstat(full)
