@@ -307,7 +307,7 @@ def test_a_driver_for_every_end_goes_on_every_port_and_node(vendor, monkeypatch)
     s = load(vendor, E1000E + "    count: 2\n    driver: {module: ../e1000e-vendor}\n").cells[0].scenario
     choice = DriverChoice("module", str(vendor / "e1000e-vendor"))
     assert s.links[0].driver == {"a": choice, "b": choice}
-    assert s.driver_of("a", 0) == s.driver_of("b", 0) == choice
+    assert s.links[0].driver.get("a") == s.links[0].driver.get("b") == choice
     topology = s.topology()
     assert [port.driver for port in topology.ports] == [choice] * 4
     assert [node.drivers for node in topology.nodes] == [(("8086:10d3", choice),)] * 2
@@ -318,7 +318,7 @@ def test_a_driver_per_end_is_told_by_its_keys_being_the_links_ends(vendor):
     s = load(vendor, text).cells[0].scenario
     choice = DriverChoice("module", str(vendor / "e1000e-vendor"), "e1000e_vendor")
     assert s.links[0].driver == {"a": choice}  # b is on the kernel's own module: not kept
-    assert (s.driver_of("a", 0), s.driver_of("b", 0)) == (choice, None)
+    assert (s.links[0].driver.get("a"), s.links[0].driver.get("b")) == (choice, None)
     topology = s.topology()
     assert [(port.node, port.driver) for port in topology.ports] == [("a", choice), ("b", None)]
     assert [node.drivers for node in topology.nodes] == [(("8086:10d3", choice),), ()]
@@ -329,7 +329,7 @@ def test_a_driver_per_end_is_told_by_its_keys_being_the_links_ends(vendor):
 def test_no_driver_or_in_tree_or_the_cards_own_module_by_name_is_no_driver():
     for setting in ("", "    driver: in-tree\n", "    driver:\n", "    driver: e1000e\n", "    driver: {a: e1000e}\n"):
         s = scenario(E1000E + setting)
-        assert s.links[0].driver == {} and s.driver_of("a", 0) is None
+        assert s.links[0].driver == {} and s.links[0].driver.get("a") is None
         assert all(port.driver is None for port in s.topology().ports)
         assert all(node.drivers == () for node in s.topology().nodes)
     # the topology of a cell without drivers is what it was: a rig booted for it is shared as before
@@ -338,7 +338,7 @@ def test_no_driver_or_in_tree_or_the_cards_own_module_by_name_is_no_driver():
 
 def test_another_in_tree_module_by_name():
     s = scenario(PAIR.replace("nic: e1000", "nic: rtl8139") + "    driver: {b: 8139too}\n")
-    assert s.driver_of("b", 0) == DriverChoice("named", "8139too", "8139too")
+    assert s.links[0].driver.get("b") == DriverChoice("named", "8139too", "8139too")
     assert s.topology().node("b").drivers == (("10ec:8139", DriverChoice("named", "8139too", "8139too")),)
 
 
@@ -378,7 +378,7 @@ def test_the_driver_is_a_matrix_axis_named_by_the_source_folder(vendor, monkeypa
     text = E1000E + "    driver: ${drv}\n" + "matrix:\n  drv: [in-tree, {module: ../e1000e-vendor}, 8139too]\n"
     cells = load(vendor, text).cells
     assert [cell.id for cell in cells] == ["drv=in-tree", "drv=module:e1000e-vendor", "drv=8139too"]
-    assert [cell.scenario.driver_of("a", 0) for cell in cells] == [
+    assert [cell.scenario.links[0].driver.get("a") for cell in cells] == [
         None,
         DriverChoice("module", str(vendor / "e1000e-vendor")),
         DriverChoice("named", "8139too", "8139too"),

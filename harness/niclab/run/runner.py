@@ -308,13 +308,6 @@ class Runner:
                 self._run_step(rigs, work, rounds)
         return [work.outcome for work in works]
 
-    def run_cell(self, cell: Cell) -> CellOutcome:
-        """Run one cell on a rig of its own (booted for it, stopped after)."""
-        work = self._work(1, cell, 1)
-        with BootKeeper(self.backend, self.progress) as rigs:
-            self._run_step(rigs, work, range(1, work.rounds + 1))
-        return work.outcome
-
     def _work(self, number: int, cell: Cell, of: int) -> CellWork:
         cell_dir = self.run_dir.cell_dir(cell.id)
         session = Session(

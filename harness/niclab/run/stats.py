@@ -29,12 +29,6 @@ class Summary:
     samples: list[float] = field(default_factory=list)
 
     @property
-    def ci_half_width(self) -> float | None:
-        if self.ci_low is None or self.ci_high is None:
-            return None
-        return (self.ci_high - self.ci_low) / 2
-
-    @property
     def ci_width_pct(self) -> float | None:
         """The interval's full width in % of the mean (as netperf's -I width)."""
         if self.ci_low is None or self.ci_high is None or self.mean == 0:

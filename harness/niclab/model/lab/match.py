@@ -188,10 +188,6 @@ def _search(topology: Topology, cables: list[tuple[int, Card, Card]]) -> Assignm
     return cards, used, hosts
 
 
-def _nodes(wire: Wire) -> set[str]:
-    return {port.node for port in wire.ports}
-
-
 def _short_of_cables(topology: Topology, inventory: Inventory) -> str | None:
     """Why no placement can exist, if the lab has fewer cables between two classes than the cell has wires."""
     wanted = Counter(tuple(sorted(p.model for p in wire.ports)) for wire in topology.wires)

@@ -640,10 +640,6 @@ class Scenario(_Strict):
                     params.setdefault((module, name), value)
         return params
 
-    def driver_of(self, node: str, link: int) -> DriverChoice | None:
-        """The module that drives the node's cards on that link; None for the kernel's own."""
-        return self.links[link].driver.get(node)
-
     def drivers(self, node: str) -> tuple[tuple[str, DriverChoice], ...]:
         """(card PCI ID, the driver those cards take instead) on the node, sorted; checked to be one per ID."""
         found: dict[str, DriverChoice] = {}

@@ -203,11 +203,6 @@ def kvm_verdict(report: HostReport, accel: str, reason: str, probed_at: str) -> 
             )
 
 
-def unanswered_host(title: str, why: str, fix: str = "") -> HostReport:
-    """A host block of one failed check: the host did not answer (its cards were not checked)."""
-    return HostReport([Check("reached", "fail", why, fix)], title)
-
-
 def _iommu(sysfs: HostFacts) -> Check:
     if sysfs.iommu_on():
         return Check("iommu", "ok", "on")

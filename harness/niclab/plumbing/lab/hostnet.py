@@ -220,10 +220,6 @@ class HostNet:
         found = [dev for route in self.routes() if route.get("dst") == "default" for dev in sorted(_route_devs(route))]
         return _closure(list(dict.fromkeys(found)), self._built[1])
 
-    def _lower(self, ifname: str) -> list[str]:
-        """What `ifname` is built on: the ports of a bridge or bond, the base of a VLAN."""
-        return self._built[1].get(ifname, [])
-
     def _upper(self, ifname: str) -> list[str]:
         """`ifname` and what is built on it: the bridge or bond it is a port of, VLANs on it, and so on up."""
         return _closure([ifname], self._built[0])
