@@ -34,7 +34,8 @@ from niclab.model.bench.base import TestOutcome as Outcome
 from niclab.model.scenario import load_scenario
 from niclab.model.selftests import TARGETS
 from niclab.run import records
-from niclab.run.records import RunRecord, read_results
+from niclab.run.reader import read_results
+from niclab.run.records import RunRecord
 from tests.fakes import FakeBackend, Replay
 from tests.helpers import LO_COUNTERS, LO_COUNTERS_READ, harness, options_entries
 

@@ -11,7 +11,8 @@ from niclab.model.bench import kselftest
 from niclab.model.scenario import load_scenario
 from niclab.model.selftests import SelftestBundle
 from niclab.run import session as session_module
-from niclab.run.records import MeasurementRecord, RunRecord, read_results
+from niclab.run.reader import read_results
+from niclab.run.records import MeasurementRecord, RunRecord
 from niclab.run.records import TestRecord as KsftRecord
 from niclab.run.results import RunDir, new_run_info
 from niclab.run.runner import Runner

@@ -19,7 +19,8 @@ from niclab.model.bench.base import LOOPBACK, BenchContext, Endpoints
 from niclab.model.bench.lmbench import LmbenchOptions
 from niclab.model.expect import ExpectationError, evaluate, parse
 from niclab.model.scenario import load_scenario
-from niclab.run.records import RunInfoRecord, SummaryRecord, read_results
+from niclab.run.reader import read_results
+from niclab.run.records import RunInfoRecord, SummaryRecord
 from niclab.run.session import Session
 from niclab.ui.export import rows
 from niclab.ui.formats import beside_their_link

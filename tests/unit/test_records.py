@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from niclab.model.bench import netperf
 from niclab.model.scenario import load_scenario
-from niclab.run import records
-from niclab.run.records import RunDirError, read_results, read_run_info
+from niclab.run import reader, records
+from niclab.run.reader import RunDirError, read_results, read_run_info
 from niclab.run.results import RunDir, new_run_info
 from niclab.run.runner import Runner, RunOutcome
 from niclab.ui.report.data import load_run
@@ -205,9 +205,9 @@ def test_a_missing_run_json_is_none_and_a_damaged_one_one_line(tmp_path):
 
 
 def test_a_file_or_a_line_over_its_limit_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
-    monkeypatch.setattr(records, "MAX_LINE_BYTES", 4096)
-    monkeypatch.setattr(records, "MAX_RESULTS_BYTES", 16384)
-    monkeypatch.setattr(records, "MAX_INFO_BYTES", 1024)
+    monkeypatch.setattr(reader, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(reader, "MAX_RESULTS_BYTES", 16384)
+    monkeypatch.setattr(reader, "MAX_INFO_BYTES", 1024)
     cell = json.dumps(line_of("cell"))  # about 3 kB
     path = tmp_path / "results.jsonl"
     path.write_text(cell + "\n" + json.dumps({**line_of("cell"), "x": "y" * 5000}) + "\n")
@@ -221,12 +221,12 @@ def test_a_file_or_a_line_over_its_limit_is_refused_before_it_is_parsed(tmp_path
     (tmp_path / "run.json").write_text(json.dumps({"scenario_text": "x" * 2000}))
     with pytest.raises(RunDirError, match=r"run.json: 2,\d+ bytes, more than the 1,024 bytes niclab reads$"):
         read_run_info(tmp_path / "run.json")
-    assert records._size(1 << 30) == "1 GiB" and records._size(64 << 20) == "64 MiB"
+    assert reader._size(1 << 30) == "1 GiB" and reader._size(64 << 20) == "64 MiB"
 
 
 def test_a_file_of_more_values_than_memory_should_hold_is_refused(tmp_path, monkeypatch):
     """A few MiB of {"a":0,"b":0,…} take a hundred times that in memory: values are counted, not only bytes."""
-    monkeypatch.setattr(records, "MAX_VALUES", 5000)
+    monkeypatch.setattr(reader, "MAX_VALUES", 5000)
     cell = json.dumps(line_of("cell"))
     path = tmp_path / "results.jsonl"
     path.write_text(cell + "\n" + json.dumps({**line_of("cell"), **{f"k{i}": 0 for i in range(6000)}}) + "\n")

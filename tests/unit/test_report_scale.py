@@ -39,7 +39,7 @@ def test_a_report_and_a_comparison_still_refuse_a_damaged_record_they_do_not_hol
     with (run / "results.jsonl").open("a") as sink:
         sink.write('{"type": "cell_end", "scenario": "s", "cell": "default", "params": {}, "time": "t"}\n')
         sink.write('{"type": "summary"}\n')
-    from niclab.run.records import RunDirError
+    from niclab.run.reader import RunDirError
 
     for keep in (for_report, for_compare):
         with pytest.raises(RunDirError, match=r"results.jsonl:2: cell_end without 'nodes'"):
@@ -110,7 +110,8 @@ def test_a_comparison_of_two_runs_holds_summaries_and_what_pairing_reads_and_jud
 def test_held_records_share_what_they_can_and_still_write_as_read(name):
     import json
 
-    from niclab.run.records import as_json, read_results
+    from niclab.run.reader import read_results
+    from niclab.run.records import as_json
 
     run = load_run(RUNS / name)
     held = [

@@ -29,16 +29,8 @@ from typing import Any
 
 from niclab import __version__
 from niclab.base import atomic
-from niclab.run.records import (
-    FORMAT_VERSION,
-    Record,
-    RunInfoRecord,
-    Warn,
-    as_dict,
-    as_json,
-    read_results,
-    warn_on_stderr,
-)
+from niclab.run.reader import Warn, read_results, warn_on_stderr
+from niclab.run.records import FORMAT_VERSION, Record, RunInfoRecord, as_dict, as_json
 
 
 def utc_now() -> str:

@@ -24,14 +24,8 @@ from typing import Any
 from niclab.base.atomic import replacing
 from niclab.base.collector import collector_paused
 from niclab.base.errors import UsageError
-from niclab.run.records import (
-    MeasurementRecord,
-    RunInfoRecord,
-    RunRecord,
-    SummaryRecord,
-    read_results,
-    read_run_info,
-)
+from niclab.run.reader import read_results, read_run_info
+from niclab.run.records import MeasurementRecord, RunInfoRecord, RunRecord, SummaryRecord
 from niclab.ui import csvsafe
 from niclab.ui.report.data import params_of
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from niclab.base.collector import collector_paused
 from niclab.base.errors import UsageError
+from niclab.run.reader import read_results, read_run_info
 from niclab.run.records import (
     CellEndRecord,
     CellRecord,
@@ -30,8 +31,6 @@ from niclab.run.records import (
     RunRecord,
     SummaryRecord,
     TestRecord,
-    read_results,
-    read_run_info,
 )
 
 
@@ -202,7 +201,7 @@ def for_comparing_runs(record: Record) -> Record | None:
 
 
 def load_run(path: Path, keep: Keep | PerRun = every_record) -> RunData:
-    """A run directory's records, validated (niclab.run.records): a damaged file is one RunDirError line.
+    """A run directory's records, validated (niclab.run.reader): a damaged file is one RunDirError line.
 
     Every record is read and validated; only what `keep` takes of them is held (a sweep of 20,000 cells
     has some 150,000 records: a report needs neither the measurements the summaries already hold nor the
