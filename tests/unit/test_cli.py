@@ -143,12 +143,12 @@ def test_an_out_directory_that_cannot_be_made_is_one_line(repo, tmp_path, capsys
 
 
 def test_an_unexpected_exception_is_one_line_and_a_saved_traceback(monkeypatch, tmp_path, capsys):
-    import niclab.ui.cli.main
+    import niclab.ui.cli.nics
 
     def broken(args):
         raise RuntimeError("something nobody foresaw")
 
-    monkeypatch.setattr(niclab.ui.cli.main, "cmd_nics", broken)
+    monkeypatch.setattr(niclab.ui.cli.nics, "cmd_nics", broken)
     monkeypatch.setenv("NICLAB_CACHE", str(tmp_path))
     assert main(["nics"]) == 3  # niclab failed: not the cards, not the user
     err = capsys.readouterr().err

@@ -1,1 +1,2 @@
-"""The `niclab` command: main (the verbs), lab and vagrant (their sub-commands)."""
+"""The `niclab` command: main (global options and dispatch), one module per verb (its command and its parser),
+and options (what several verbs' parsers share)."""

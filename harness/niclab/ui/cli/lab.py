@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from niclab.base.errors import UsageError
+from niclab.ui.cli.options import add_allow_uri_params
 from niclab.ui.console import FileCheck
 
 if TYPE_CHECKING:
@@ -271,12 +272,3 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     leases.add_argument("--lab", metavar="LAB_YAML", help="list the leases on every host of this lab")
     add_allow_uri_params(leases)
     leases.set_defaults(func=cmd_leases)
-
-
-def add_allow_uri_params(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--allow-uri-params",
-        action="store_true",
-        help="accept libvirt URI parameters such as command= or socket= in the lab inventory "
-        "(they make libvirt run a program as you: only for an inventory you trust)",
-    )

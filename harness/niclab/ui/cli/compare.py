@@ -1,0 +1,85 @@
+"""`niclab compare BASE_RUN [NEW_RUN]`: what changed between two runs (or two cells), and whether it is real."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from niclab.base.errors import UsageError
+from niclab.ui.console import EXIT_FAILED, EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from niclab.ui import compare
+    from niclab.ui.report.data import for_compare, for_comparing_runs, load_run
+    from niclab.ui.testchanges import compare_tests
+
+    base = Path(args.base)
+    new = Path(args.new) if args.new else base
+    if args.cells:
+        if args.new:  # two runs: nothing pairs their repeats
+            a = load_run(base, for_comparing_runs).cell(args.cells[0])
+            b = load_run(new, for_comparing_runs).cell(args.cells[1])
+            changes = compare.compare_pair(a, b, args.threshold, args.alpha, args.all, paired=False)
+        else:
+            run = load_run(base, for_compare)
+            a, b = run.cell(args.cells[0]), run.cell(args.cells[1])
+            changes = compare.compare_cells(run, a.id, b.id, args.threshold, args.alpha, args.all)
+        tests = compare_tests([(a, b)])
+    elif not args.new:
+        raise UsageError("compare needs two runs, or one run and --cells BASE_CELL NEW_CELL")
+    else:
+        base_run, new_run = load_run(base, for_comparing_runs), load_run(new, for_comparing_runs)
+        changes = compare.compare(base_run, new_run, args.threshold, args.alpha, every_metric=args.all)
+        tests = compare.selftest_changes(base_run, new_run)
+    render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]
+    text = render(changes, base, new, args.threshold, args.alpha, tests)
+    if args.out:
+        from niclab.base.atomic import write_text
+
+        write_text(Path(args.out), text + ("" if text.endswith("\n") else "\n"))
+        print(args.out)
+    else:
+        print(text)
+    worse = [c for c in changes if c.verdict == "worse"]
+    if not changes and tests is None:
+        print("niclab: the runs share no cell and metric to compare", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED if worse or (tests is not None and tests.broke) else EXIT_OK
+
+
+def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    compare = verbs.add_parser(
+        "compare",
+        help="what changed between two runs, and whether it is real",
+        description="Per metric and cell: the change in %% and a verdict from Welch's "
+        "t-test on the samples (a paired t-test for two cells of one run whose repeats alternated); "
+        "and the kernel selftests whose result changed. Exit 1 if a metric got worse or a selftest that passed "
+        "fails or crashes now.",
+    )
+    compare.add_argument("base", metavar="BASE_RUN")
+    compare.add_argument("new", metavar="NEW_RUN", nargs="?", help="omitted: compare two cells of BASE_RUN (--cells)")
+    compare.add_argument(
+        "--cells",
+        nargs=2,
+        metavar=("BASE_CELL", "NEW_CELL"),
+        help="A/B: this cell of BASE_RUN against that one (of NEW_RUN, or of BASE_RUN itself); "
+        "cells whose repeats alternated on one boot are compared repeat by repeat (a paired t-test)",
+    )
+    compare.add_argument("--format", choices=("text", "json", "html"), default="text")
+    compare.add_argument("--out", metavar="FILE", help="write there instead of to stdout")
+    compare.add_argument(
+        "--threshold",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="smallest change that counts, in %% of the base mean (default 5)",
+    )
+    compare.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    compare.add_argument(
+        "--all",
+        action="store_true",
+        help="judge every metric, not only the headline ones (retransmits, percentiles, ...)",
+    )
+    compare.set_defaults(func=cmd_compare)
