@@ -58,7 +58,7 @@ class VmPlan:
     qmp_socket: str
     agent_socket: str
     # The firmware QEMU starts with (-bios), or None for its default (SeaBIOS): qboot, when the host has it,
-    # hands over to the kernel sooner (docs/architecture.md, "Where a boot's time goes").
+    # hands over to the kernel sooner (docs/measurements.md, "Where a boot's time goes").
     firmware: str | None = None
 
 

@@ -21,7 +21,7 @@ VIRTIO_FIX = "event_idx=off"
 
 # QEMU's e1000 models a PHY whose autonegotiation completes 500 ms after the driver restarts it; the Linux
 # e1000 driver, whose watchdog is already queued for 2 s on, sees that link only then: 2.2 s from `ip link set
-# up` to carrier, on every boot and every cell that brings a port up (docs/architecture.md). Without the
+# up` to carrier, on every boot and every cell that brings a port up (docs/measurements.md). Without the
 # emulated autonegotiation the link is up when the driver opens the port. What the benchmarks measure does not
 # change: the link and the driver are the same once up.
 E1000_QUICK_LINK = "autonegotiation=off"
