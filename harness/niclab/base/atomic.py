@@ -1,11 +1,8 @@
 """Write a file whole or not at all, and never through a symlink planted where it goes.
 
-`replacing(path)` writes to a fresh temp file that mkstemp makes in the
-target's directory (O_EXCL: never an existing file, nor a symlink), then
-renames it over the target: os.replace swaps the name, so a symlink at the
-target is replaced itself, never followed. A failure removes the temp file
-and leaves the target as it was. The new file gets the mode a plain open()
-would give it (0666 less the umask), not mkstemp's 0600.
+`replacing(path)` writes a fresh mkstemp file beside the target and renames it over the target, so a symlink
+there is replaced, never followed, and a failure leaves the target as it was. The new file gets the mode a
+plain open() would give it, not mkstemp's 0600 (docs/architecture.md, "Trust").
 """
 
 from __future__ import annotations

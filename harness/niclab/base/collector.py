@@ -1,11 +1,7 @@
 """Python's cyclic garbage collector held off while a large set of objects is built.
 
-Each collection of the oldest generation walks every object alive, and the
-collector runs one whenever enough new containers have piled up: building the
-records of a run directory (some 150,000 models, each with dicts and lists)
-spends more time in those walks than in parsing and validating. The records
-hold no reference cycles, so nothing waits for the collector meanwhile; what
-the loading leaves cyclic is collected once the collector runs again.
+Its walks over every live object cost more than building a big run directory's records (some 150,000
+models), which hold no reference cycles (docs/results.md, "Reading big runs").
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Ownership of host processes: every process niclab starts belongs to a Supervisor.
 
-- Each child gets PR_SET_PDEATHSIG(SIGKILL): if the harness dies, even by
-  SIGKILL, the kernel ends its QEMUs.
-- Each child is recorded in <run dir>/pids/<name>.json with its start time,
-  and the run directory is registered under the cache's live/ directory, so
-  `niclab down` can find and end what a harness left behind, and only that
-  (a recycled PID has another start time).
-- Leaving the Supervisor's context ends every child: SIGTERM, then SIGKILL.
-- Children run with umask 077: the QMP and agent sockets they create give full
-  control of a guest, so only the user may open them.
+Children die with the harness (PR_SET_PDEATHSIG), are recorded in <run dir>/pids/ with their start time (the
+run directory registered under the cache's live/), so `niclab down` ends what a killed harness left and only
+that; they end with the Supervisor's context (SIGTERM, then SIGKILL) and run with umask 077
+(docs/architecture.md, "Processes die with the harness" and "Failure handling").
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """`python -m niclab.base.reaper COMMAND…`: run COMMAND, then end every process it left behind.
 
-Code from a scenario (a build tree's Makefile, a driver's, the selftests' install) may start processes that
-outlive it: `setsid sleep 123 &` leaves its process group and its session. This process marks itself the
-child subreaper (PR_SET_CHILD_SUBREAPER), so whatever its command leaves becomes its child when orphaned,
-and once the command has ended it kills them all (SIGKILL) until none is left. SIGTERM (niclab's timeout,
-or niclab itself ending: PR_SET_PDEATHSIG) does the same at once. It exits with the command's status.
+As the child subreaper (PR_SET_CHILD_SUBREAPER) it inherits whatever COMMAND leaves (`setsid sleep 123 &`
+too) and kills it all once COMMAND ends, or at once on SIGTERM (a time limit, niclab's own end); it exits
+with COMMAND's status (docs/architecture.md, "Trust": code a scenario brings).
 """
 
 from __future__ import annotations

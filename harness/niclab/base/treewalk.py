@@ -1,10 +1,8 @@
 """Walk a directory someone else made (a scenario's, a developer's) without trusting it.
 
-Symbolic links that leave it (as written, or once resolved through its other
-links), devices, sockets and pipes are refused, and so is a tree over a size or
-file-count cap: one line naming the place and the fix. Folders and files are
-opened from the folder above them, component by component, never through a
-link (`open_beneath`): what a step that ran someone's code wrote is read so.
+Links that leave it, devices, sockets, pipes and trees over a size or file-count cap are refused with one
+line naming the place and the fix; every component is opened from the folder above it, never through a link
+(`open_beneath`). docs/architecture.md, "Trust".
 """
 
 from __future__ import annotations

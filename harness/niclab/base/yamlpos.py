@@ -1,18 +1,9 @@
 """Load YAML into plain data and remember where each value came from.
 
-`load` returns the data and its Positions: for a path in the document (a
-tuple of keys and indexes, like pydantic's error `loc`), the (line, column),
-1-based, where the value starts and where its key is written, so errors can
-name the exact spot. Duplicate keys, which PyYAML silently accepts, are
-errors here.
-
-Whatever the text, `load` returns or raises YamlError, with a position
-whenever one exists: for characters YAML does not allow, tags, values
-PyYAML cannot convert (`!!int abc`, `0x_`), nesting deeper than MAX_DEPTH
-(before Python's recursion limit is near), aliases that refer to the value
-they are in, and documents that expand to more than MAX_VALUES values
-(alias bombs: "billion laughs"), which are refused while composing, before
-anything is expanded.
+`load` returns the data and its Positions: for a path in the document (keys and indexes, like pydantic's
+`loc`), the 1-based (line, column) of the value and of its key. Whatever the text, it returns or raises
+YamlError with a position: duplicate keys, tags, values PyYAML cannot convert, deep nesting, self-referring
+aliases and alias bombs are refused before anything expands (docs/scenarios.md, "Errors").
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Which module drives a card (`driver:` on a link): the kernel's own, another in-tree one, or one built for it.
 
-The driver is as much under test as the card: a study compares the kernel's
-module for a card with the vendor's release, a DKMS package or a developer's
-patched copy. A choice is made per link or per end, and can be a matrix axis
-(`matrix: {drv: [in-tree, {module: ../e1000e-vendor}]}`). niclab.plumbing.drivers
-builds the module for the node's kernel; the guest binds the card to it.
+A choice is made per link or per end and can be a matrix axis; niclab.plumbing.drivers builds the module for
+the node's kernel (docs/scenarios.md, "Drivers: one card, two drivers").
 """
 
 from __future__ import annotations

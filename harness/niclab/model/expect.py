@@ -1,18 +1,9 @@
 """Expectations: `METRIC[SELECTOR] OP VALUE [UNIT]` checks on a cell's results.
 
-    netperf.TCP_STREAM.throughput_mbps >= 100
-    netperf.UDP_STREAM.loss_pct < 1
-    netpipe.latency_us <= 200 us
     netperf.TCP_STREAM.throughput_mbps[link=1] > 0.5 Gbit/s
 
-A selector narrows which runs count: link=N, from=NODE (the client), to=NODE
-(the server). Without one, every run of that metric in the cell must pass.
-A benchmark with `peer: self` (over loopback) is judged only by an
-expectation that asks for it with peer=self, and then only it:
-
-    lmbench.lat_tcp.latency_us[peer=self] < 100 us
-The value checked is the mean over the benchmark's repeats. A unit, if
-given, must be the metric's or convertible to it (Gbit/s to Mbit/s, ms to us).
+Selectors, loopback runs, units and the value checked (the mean over the repeats): docs/benchmarks.md,
+"Expectations".
 """
 
 from __future__ import annotations

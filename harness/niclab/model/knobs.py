@@ -1,11 +1,7 @@
 """Driver knobs set with ethtool: interrupt coalescing (-C), ring sizes (-G), queues (-L).
 
-In a scenario they sit on a link, for every end or per end, like offloads:
-`coalesce: {rx-usecs: 100}`, `rings: {rx: 256, tx: 256}`, `queues:
-{combined: 2}`. Names are checked when the scenario is read; whether the
-driver supports them is asked of the guest (`ethtool -c/-g/-l`) before
-anything is set, and what the guest reports afterwards is compared with
-what was asked, and kept in the cell's provenance.
+Names are checked when the scenario is read; the guest is asked what its driver supports before anything is
+set, and what it reports afterwards is compared with what was asked (docs/scenarios.md, "Links").
 """
 
 from __future__ import annotations

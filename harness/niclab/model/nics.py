@@ -1,16 +1,8 @@
 """Card classes: what a card is (driver, PCI ID, limits, the real card), apart from how it is realized.
 
-The catalog holds the classes QEMU can emulate; how each backend realizes
-one is the backend's business (backends/qemu_nics.py for QEMU devices and
-their properties, a lab inventory's cards for the libvirt backend). A lab
-inventory may add classes of its own (an ixgbe X520, a tg3), each optionally
-`emulated_by` a catalog class, so one scenario runs on emulated NICs in CI
-and on the real cards in the lab: `with extra_classes(...)` makes them
-known to scenario checks for the duration of a block.
-
-The max MTU of each catalog class is what its guest driver reports (`ip -d
-link`: maxmtu) in the micro image's kernel; tests/integration/test_nic_catalog.py
-boots every model and checks driver, PCI ID and max MTU against this table.
+The catalog holds the classes QEMU emulates (their max MTU is what the guest driver reports,
+tests/integration/test_nic_catalog.py checks it); a lab adds its own inside `extra_classes(...)`
+(docs/architecture.md, "Backends are plug-ins found by their module, and card classes are not QEMU's").
 """
 
 from __future__ import annotations

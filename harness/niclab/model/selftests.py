@@ -1,11 +1,8 @@
 """The kernel's own NIC driver selftests: which kernels have them, and what a bundle of them is.
 
-`tools/testing/selftests/drivers/net` (and `drivers/net/hw`) are Python tests
-that judge a driver on a real NIC or an emulated one: NETIF is the port under
-test, the remote end is another machine reached over ssh. They arrived after
-Linux 6.1, so Debian 12's own kernel has none; the suites below carry a newer
-kernel and its `linux-source` package. niclab.plumbing.kselftest fetches and
-installs them per kernel (a "bundle"); the kselftest benchmark runs them.
+They arrived after Linux 6.1, so Debian 12's kernel has none; niclab.plumbing.kselftest fetches and installs
+them per kernel (a bundle), the kselftest benchmark runs them (docs/benchmarks.md, "The kernel's own driver
+tests").
 """
 
 from __future__ import annotations

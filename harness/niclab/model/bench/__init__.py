@@ -1,11 +1,7 @@
-"""Benchmark plug-ins, one module per tool.
+"""Benchmark plug-ins, one module per tool: each module here that defines `PLUGIN` is registered by its name.
 
-Each module in this package that defines `PLUGIN` (an object implementing
-niclab.model.bench.base.Benchmark) is registered under `PLUGIN.name`: adding a
-benchmark is adding a module. A plug-in declares what its guests need and what
-the report shows of it (niclab.model.bench.declare); the functions below gather
-those declarations over every plug-in, so the kernel check, the report and the
-CLI name no tool.
+The functions below gather what the plug-ins declare (niclab.model.bench.declare) over all of them, so the
+kernel check, the report and the CLI name no tool (docs/architecture.md, "Benchmarks are plug-ins").
 """
 
 from __future__ import annotations

@@ -1,30 +1,7 @@
-"""bonnie: bonnie++ 2.00a on the NFS share, as the onboard-versus-Intel gigabit study ran it.
+"""bonnie: bonnie++ 2.00a on the nfs benchmark's share: block write, rewrite, read, seeks, file tests.
 
-The share is the nfs benchmark's (niclab.model.bench.nfs.share: the server
-exports a tmpfs over NFSv4, the client mounts it), and the client runs
-`bonnie++ -d MOUNT -s SIZE -r RAM -n FILES -u 0 -q -m niclab [-f] [-D]`:
-bonnie++ refuses to run as root without `-u` (`-u 0` stays root, by number,
-so no user database is read). `-r` is the RAM bonnie++ assumes, and it wants a
-file of at least twice that; the defaults are small for emulated guests. `-D`
-(O_DIRECT, the default) makes every block an RPC across the link, as fio's
-direct=1 does. `-f` skips the per-character tests (stdio putc and getc, about
-1 MB/s), unless `per_char` asks for them; `-n 0` skips the file creation
-tests unless `files` (in units of 1024 files) asks for them.
-
-With `-q` the results come as one CSV line on stdout (bon_csv2txt's input,
-format version 1.98) and the human table on stderr. The line's fields, in
-order: format and program version, machine name, concurrency, seed, file
-size, chunk size, seek count, seekers; then per-char output, block output,
-rewrite, per-char input, block input and random seeks, each a rate and its
-%CPU (K/sec with K = 1024 bytes, seeks per second); the file tests' shape
-(files, max and min size, directories, chunk size); sequential and random
-create, stat ("read") and delete, each per second and %CPU; then the
-latency of each of the twelve tests ("18515us", "232ms", "2s").
-
-A test that finished too quickly to time prints `+++++` (and `+++` as its
-CPU): its figure is left out and the measurements name it
-(`extra.too_fast`); a test not run is empty. Rates are reported in MB/s, 1 MB
-= 10^6 bytes (bonnie++'s K/sec x 1024 / 10^6).
+Its command line and the CSV line it prints: docs/benchmarks.md, "bonnie++ 2.00a". Rates are in MB/s of 10^6
+bytes; a test too quick to time (`+++++`) is left out and named (`extra.too_fast`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """iperf3: TCP (streams, reverse, both ways at once) and UDP at a set bitrate (jitter, loss), from its JSON.
 
-Server `iperf3 -s -B ADDR -p PORT -1`; client `iperf3 -c ADDR -p PORT -t N -J
-[-P n] [-R | --bidir] [-u -b RATE -l LEN]`. With -J a failed connection still
-exits 0: the JSON's `error` key is what says so. With --bidir, end.sum_sent
-and sum_received are the client-to-server direction and the *_bidir_reverse
-sums the other one.
-
-A UDP test starts with one datagram each way on the data path (the client's
-hello and the server's reply) and iperf3 sends neither again: on a lossy
-cable (netem loss 5 % on each end) about one start in ten fails with "unable
-to read from stream socket" before any datagram is measured. That says
-nothing about the card, so such a start is tried again, up to three times
-in all, and the measurements say how many starts were lost.
+Its command lines, the JSON `error` a failed connection exits 0 with, and the UDP start tried again when its
+one hello is lost: docs/benchmarks.md, "iperf3" and "Traps the benchmarks handle".
 """
 
 from __future__ import annotations

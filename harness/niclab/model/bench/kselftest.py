@@ -1,25 +1,8 @@
 """kselftest: the kernel's own NIC driver tests (tools/testing/selftests/drivers/net, drivers/net/hw).
 
-netdev's CI judges every driver patch with these; here they run on whatever
-card the link has, emulated or passed through. The client node runs the
-tests with NETIF its port on the link; the server node is their remote end
-(REMOTE_TYPE=ssh, as NIPA's hardware executor has it), reached over the link
-itself. The selftests come from the client's kernel (the session hands the
-bundle for it: a Debian suite's linux-source, or a build tree's own).
-
-Per test program, in the bundle's order:
-1. its `target:test` is appended to a journal (fsynced) before it starts, as
-   NIPA's `.attempted` list is, so a crash of anything leaves what ran behind;
-2. a marker goes into the kernel's log; the program runs under a timeout
-   (its target's `settings`), KTAP on its output, its exit status the
-   kselftest code (0 pass, 4 skip, 2 xfail);
-3. the kernel's lines since the marker are kept with its result;
-4. a guest that died, or an oops in its log (`RIP:`, `Call Trace:`, as NIPA
-   looks for), makes the program's result `crash`, with the console's
-   excerpt; the rig is booted anew and the next program runs.
-
-It reports test outcomes (the runner's `test` records) and, as numbers, how
-many programs passed, failed, skipped and crashed.
+The client node runs them with NETIF its port on the link, the server node is their ssh remote across the
+link; each program is journaled before it starts, its KTAP and the kernel's log are kept, and a crash is a
+result after which the rig boots anew (docs/benchmarks.md, "The kernel's own driver tests").
 """
 
 from __future__ import annotations

@@ -1,26 +1,7 @@
 """KTAP (and kselftest's TAP 13) results: each test's result, its reason, its subtests and what it printed.
 
-The kernel's selftests report in KTAP: `ok N name`, `not ok N name`, a
-directive after ` # ` (`SKIP reason`, `XFAIL reason`, `TODO`, kselftest's
-`TIMEOUT 45 seconds`), plans (`1..N`) and version lines. A test's subtests
-come before its own result line, one level deeper: indented by two spaces
-(KTAP), or, as `run_kselftest.sh` prints a test program's own output, behind
-`# ` (its comment prefix). Both are read here, to any depth:
-
-    TAP version 13
-    1..1
-    # selftests: drivers/net: ping.py
-    # KTAP version 1
-    # 1..2
-    # ok 1 ping.test_v4
-    # ok 2 ping.test_v6 # SKIP no IPv6 on the link
-    ok 1 selftests: drivers/net: ping.py
-
-gives one result `selftests: drivers/net: ping.py` (pass) with two
-subtests, `ping.test_v4` (pass) and `ping.test_v6` (skip, "no IPv6 on the
-link"). The output is a guest's, so untrusted: lines are only matched,
-never evaluated, and a line that is no KTAP is kept as the next result's
-output.
+Subtests nest by indentation or behind `# `, to any depth; the format, with an example, is in
+docs/benchmarks.md, "KTAP". The output is a guest's: lines are only matched, never evaluated.
 """
 
 from __future__ import annotations

@@ -1,32 +1,8 @@
 """lmbench 3.0-a9 network tests: bw_tcp, lat_tcp, lat_udp, lat_connect, one per benchmark entry.
 
-Facts the code relies on (Debian's build, read from its source and binary and
-checked in the guest):
-
-- Binaries live in BIN, not on PATH. `TEST -s` forks a daemon bound to a fixed
-  port on 0.0.0.0 (bw_tcp 31236, lat_tcp 31234, lat_connect 31237, lat_udp
-  UDP 34298) that keeps the caller's stdout/stderr open: it runs as a spawned
-  process, whose group `stop()` ends. `TEST -S HOST` asks it to exit.
-- Results go to stderr, one line; the exit status is 0 even on failure.
-  `0.065536 17.30 MB/sec`: message size in MB, then the rate. Both MB are
-  10^6 bytes (lib_timing.c: `#define MB (1000*1000.0)`, "Deal with it";
-  the binary divides by 1e6 and holds no 2^20 constant), so Mbit/s = MB/s x 8.
-  bw_tcp's *server* sends: data flows server -> client.
-- `TCP latency using HOST: 537.2180 microseconds` (lat_udp: "UDP latency
-  using"; lat_connect: "TCP/IP connection cost to"): microseconds per round
-  trip (per connect+close), the median of -N repetitions (default 11).
-- **Without a server, lat_tcp and lat_connect still print a number** (a
-  refused connect is retried 10 times, then the failure is timed: 0.69 us
-  and 286 us in tests/data/lmbench). So the client's TCP counters
-  (/proc/net/snmp) are read around the run: a refused attempt or no
-  connection at all is a failure.
-- The timing interval per repetition comes from $ENOUGH; unset, lmbench
-  calibrates it with ~40 s of busy loops and under TCG falls back to 1 s.
-  lat_tcp never times less than 2 s a repetition, lat_udp 1 s. TIMING_O and
-  LOOP_O (the clock and loop overheads, nanoseconds against round trips of
-  hundreds of microseconds) are set to 0 to skip their calibration too.
-- bw_tcp warms up 7.5 s by default (-W, microseconds); lat_udp gives up after
-  15 s without a reply ("Recv timed out").
+Where Debian puts the binaries, the daemons' fixed ports, the stderr line parsed, the timing variables set,
+and why a latency without a server is checked against the client's TCP counters: docs/benchmarks.md,
+"lmbench 3.0-a9".
 """
 
 from __future__ import annotations

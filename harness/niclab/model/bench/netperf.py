@@ -1,12 +1,7 @@
-"""netperf: bulk transfer (TCP_STREAM, TCP_MAERTS, UDP_STREAM) and request/response
-(TCP_RR, UDP_RR, TCP_CRR), through the omni `-k` output (parsed in netperf_parse).
+"""netperf: bulk transfer (TCP_STREAM, TCP_MAERTS, UDP_STREAM) and request/response (TCP_RR, UDP_RR, TCP_CRR).
 
-Server: `netserver -D -p PORT -L ADDR,inet` (foreground). Client:
-`netperf -H ADDR -p PORT -t TEST -l SECONDS [-c -C] [-i MAX,MIN -I LEVEL,WIDTH]
--P 0 -- [-m SIZE] [-s LOCAL -S REMOTE] [-r REQ,RESP] -k SELECTORS`.
-Confidence iterations: counts are clamped to 3..30, the level is 95 or 99,
-and the width is the full width of the interval in % (netperf's banner shows
-±width/2).
+Through the omni `-k` output (parsed in netperf_parse); its command lines and the confidence iteration's
+limits: docs/benchmarks.md, "netperf 2.7.0".
 """
 
 from __future__ import annotations

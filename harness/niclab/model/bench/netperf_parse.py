@@ -1,13 +1,7 @@
 """netperf's omni `-k` output (KEY=value lines) turned into measurements.
 
-Facts relied on (netperf 2.7.0, see BENCHMARK-TOOLS.md): THROUGHPUT is in
-THROUGHPUT_UNITS (10^6bits/s for streams, Trans/s for RR); for UDP_STREAM it
-is what the receiver got, LOCAL_SEND_THROUGHPUT what was sent, and the
-difference of LOCAL_SEND_CALLS and REMOTE_RECV_CALLS the lost datagrams (from
-the last iteration when iterating). CPU figures are -1 unless -c/-C.
-**A missed confidence target prints no warning and exits 0**: the achieved
-width THROUGHPUT_CONFID (and the CPU ones, when measured) must be compared
-with CONFIDENCE_INTERVAL here.
+Which keys hold what (units, UDP's sent and received, the datagrams lost, CPU), and why a missed confidence
+target is checked here (netperf says nothing): docs/benchmarks.md, "netperf 2.7.0".
 """
 
 from __future__ import annotations

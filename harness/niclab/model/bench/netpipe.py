@@ -1,22 +1,7 @@
 """NetPIPE (NPtcp 3.7.2): a ping-pong sweep over message sizes, latency and throughput curve.
 
-Receiver `NPtcp -P PORT [opts]` (every address; it exits after one sweep).
-Sender `NPtcp -h HOST -P PORT -o FILE [opts]`; the options must match on
-both ends. Facts the code relies on (NetPIPE's netpipe.c, checked in the guest):
-
-- FILE has one row per message size, no header: `bytes  Mbps  seconds`.
-  Mbps is 2^20 bit/s (bits / (seconds * 1024 * 1024)): x1.048576 gives
-  10^6 bit/s. seconds is one way, half the round trip (the minimum over the
-  trials); with -s (streaming) it is the receiver's time per message, not a
-  latency, so no latency is reported then.
-- Sizes grow exponentially with +-perturbation probes around each (`sizes()`
-  replays the rule); the sweep ends after `-u` or once a transfer takes 1 s.
-- Progress goes to stderr, most errors to stdout ("Client: Cannot Connect!
-  errno=111", "NetPIPE: ..."); a failed sender exits non-zero (246 refused,
-  3 or 145 when the receiver goes) and may leave a partial FILE, not read.
-- Over the emulated e1000 link, -s failed in every try within a few sizes
-  ("Connection reset by peer"; it resets its sockets between trials); on
-  the guest's loopback it works. A failure is reported as such.
+Its command lines, its output file (Mbps of 2^20 bit/s, one-way seconds), the size rule it follows and how it
+fails: docs/benchmarks.md, "NetPIPE (NPtcp 3.7.2)".
 """
 
 from __future__ import annotations

@@ -1,44 +1,8 @@
 """nfs: a file workload over NFS. The server exports a tmpfs, the client runs fio on it.
 
-Patterns, one fio run each, in this order (the files the first lays out are
-reused by the others): `seqread` (rw=read, `block_size`), `randread`
-(rw=randread, `random_block_size`) and `randrw` (rw=randrw, fio's default mix
-of 50 % reads, `random_block_size`). Every run is `fio --name=niclab
---directory=MOUNT --rw=.. --bs=.. --size=FILE --numjobs=N --runtime=S
---time_based --direct=1 --ioengine=psync --output-format=json`. O_DIRECT
-(direct=1, the default) makes every read and write an RPC across the link:
-buffered reads would come from the client's page cache instead.
-
-Figures: bandwidth in MB/s with 1 MB = 10^6 bytes (fio's `bw_bytes` and
-`io_bytes` divided by 10^6; fio's own "MiB/s" is 2^20 bytes), and IOPS. The
-aggregate is what all jobs moved together divided by the longest job's run
-time, as fio's group summary computes it; with numjobs > 1 the slowest and
-fastest single job's bandwidth come too.
-
-NFS version 4 (4.0, 4.1 or 4.2; 4.2 by default) over TCP only, so no rpcbind,
-rpc.statd or lockd is needed: NFSv4 has locking in the protocol and a fixed
-port, 2049. The server runs, in this order: `modprobe nfsd`, the nfsd control
-file system on /proc/fs/nfsd, a tmpfs on EXPORT_DIR exported with fsid=0 (a
-tmpfs has no UUID to build file handles from; fsid=0 makes it the NFSv4
-root, which the client mounts as `server:/`) to the client's address only
-(`exportfs -i`, /etc/exports is not read; no_root_squash, as fio runs as
-root and creates its files there), `rpc.mountd -F -N 2 -N 3 -u` (the
-kernel asks it about exports; with NFSv2/3 off it registers nothing with
-rpcbind), `rpc.nfsd -N 3 -U -H ADDR 8` (8 threads on 2049/tcp of the test
-link's address), then ends NFSv4's grace period (90 s in which the server
-refuses new opens) by writing Y to /proc/fs/nfsd/v4_end_grace. That file
-works only with client tracking set up, so /var/lib/nfs/v4recovery must
-exist (the kernel's "legacy" tracking; nfsdcld is not in the image). No
-idmapd either: with sec=sys both ends send numeric user and group ids.
-The client loads nfsv4 and mounts with `mount.nfs ADDR:/ MOUNT -o vers=V`.
-The share takes no `peer: self`: a node mounting its own export over
-loopback measures its memory and RPC layers (and a kernel with NFS LOCALIO
-skips the RPC altogether), no network reference.
-
-Clean-up always runs, in `finally`, each step even when an earlier one failed:
-unmount on the client, then on the server `exportfs -ua`, `rpc.nfsd 0` (ends
-the nfsd threads), stop rpc.mountd, unmount and remove the tmpfs, unmount
-/proc/fs/nfsd. Nothing stays running, so the next run starts from scratch.
+The patterns and fio's command line, the NFSv4 server's set-up (no rpcbind, lockd or idmapd) and its
+clean-up, which always runs: docs/benchmarks.md, "nfs: fio on an NFS share". Other benchmarks use the share
+too (`share`, a context manager: bonnie).
 """
 
 from __future__ import annotations

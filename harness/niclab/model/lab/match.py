@@ -1,13 +1,8 @@
 """Which lab cards and cables realize a cell: each of its cables onto a lab cable whose ends match.
 
-A cell's wire between two ports of classes (A, B) takes a lab cable whose
-cards are of classes A and B (either way round); parallel wires of a bond
-take that many parallel cables. Every card of a node must sit in one host:
-the node's domain runs there. The search chooses each node's host and
-counts cables (see _search); when nothing fits, the reason names what is
-missing. Cards other
-running cells hold (`avoid`) are left out, as if unplugged: the parallel
-scheduler places a cell beside those already running.
+Every card of a node sits in one host; the search (`_search`) chooses each node's host and counts cables, and
+says what is missing when nothing fits. Cards that running cells hold (`avoid`) are left out, as if
+unplugged (docs/lab.md, "Running").
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""Which kernel module drives a PCI device: its modalias matched against a kernel's modules.alias.
+"""Which kernel module drives a PCI device: its modalias matched against modules.alias, as modprobe does.
 
-A module declares the devices it drives as glob patterns over the modalias
-string the kernel gives each device (/sys/bus/pci/devices/X/modalias):
-
-    pci:v00008086d000010FBsv00008086sd0000000Cbc02sc00i00     a device
-    alias pci:v00008086d000010FBsv*sd*bc*sc*i* ixgbe          a line of modules.alias
-
-depmod collects them into modules.alias, and modprobe loads every module
-whose pattern matches the device's string (fnmatch): this does the same.
-When only the vendor:device ID and maybe the PCI class are known (an
-inventory's pci_id, a host read without modalias), the unknown fields
-(subsystem IDs, class) match any pattern, so the answer holds every module
-that could bind such a device; an alias by class alone (any vendor, any
-device) needs the class known. Modules built into the kernel declare their
-aliases in modules.builtin.modinfo (`e1000.alias=pci:v...`), which counts too.
+Where only the PCI ID (and maybe the class) is known, the unknown fields match any pattern, so the answer
+holds every module that could bind such a device; modules.builtin.modinfo counts too (docs/lab.md, "The lab
+image").
 """
 
 from __future__ import annotations

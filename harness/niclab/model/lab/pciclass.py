@@ -1,14 +1,9 @@
 """PCI class codes in words, and which of them lab mode may pass through.
 
-A device's class (sysfs `class`, e.g. 0x020000) is three bytes: base class,
-subclass and programming interface. Lab mode passes through network
-controllers (base class 0x02) only: a host's disk (0x01), display (0x03) or
-bridge (0x06) moved to vfio-pci takes the host down with it. A card that
-reports another class (a SmartNIC function, an accelerator with ports) is
-allowed by its inventory class's `allow_class:`, matched here.
+Network controllers (base class 0x02) only, or the class an inventory class's `allow_class:` names, never one
+the host runs on (`NEVER`): docs/architecture.md, "Trust", and docs/lab.md.
 
     describe(0x010802)  -> "mass storage controller: NVMe"
-    describe(0x020000)  -> "network controller: Ethernet"
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Where a lab run puts emulated nodes (`--emulated`): on the lab's hosts, by their capacity.
 
-A cell goes on one host if it fits there (the first host, in the
-inventory's order, with the vCPUs and memory its nodes need free); else its
-nodes spread over the hosts, each node on the first host it fits on, and a
-cable between nodes on two hosts becomes a UDP tunnel between the hosts'
-`address:`es. A host without `capacity:` takes one cell at a time, whatever
-its size. What running cells hold (`Held`) is what is not free; the parallel
-scheduler (niclab.run.units) asks with it, `run` and `--dry-run` without.
-
-    spread(topology, inventory)              # a cell alone on the lab: its hosts, or Unrealizable
-    spread(topology, inventory, held)        # now, beside the running cells: its hosts, or None (wait)
+A cell goes on the first host it fits on, else its nodes spread, a cable between two hosts a UDP tunnel;
+`spread(topology, inventory)` places a cell alone, `spread(topology, inventory, held)` beside running cells
+(None: wait). docs/lab.md, "Running".
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A scenario file as a template: the matrix, its exclusions, ${axis} placeholders, the cells.
 
-Each combination of the matrix axes is a cell with a stable id
-(`nic=e1000,mtu=9000`, axes in file order). The template is checked as a
-whole (unknown or unused axes, exclusions that match nothing) and then every
-cell is validated as a concrete Scenario. A problem that only some cells have
-names them.
+Each combination of the axes is a cell with a stable id (`nic=e1000,mtu=9000`); the template is checked as a
+whole, then every cell as a concrete Scenario, and a problem only some cells have names them
+(docs/scenarios.md, "Matrix and cells").
 """
 
 from __future__ import annotations
