@@ -1,26 +1,9 @@
 """Pick the QEMU accelerator: KVM only where the guest image really runs under it here, else TCG.
 
-/dev/kvm existing proves nothing. On some hosts a guest under KVM hangs with
-its vCPU spinning in the host kernel; on others real mode runs but the
-Debian kernel hangs at the switch to long mode; on others QEMU aborts on an
-MSR it cannot set. So the probe boots what a run boots: the image's own
-kernel and initramfs, with the run's machine and CPU options, until a word
-printed by a userspace program (busybox `echo` as init) reaches the serial
-port. The deadline is short while the serial port stays silent (a hung vCPU
-prints nothing) and moves on while the kernel prints: KVM nested under an
-emulated SVM boots in 10-30 s and still runs guests well. A guest that
-printed the word is left to end itself (its init exits, the kernel reboots,
-`-no-reboot` ends QEMU) before it is killed.
-
-The verdict is cached per host, host kernel, QEMU binary, /dev/kvm access
-and image. A lab host reached through libvirt (`qemu+ssh://`) is probed
-there, through its libvirt (niclab.plumbing.backends.libvirt_accel), and its
-verdict is cached per host URI and image (`choose_host_accel`).
-
-A cached "kvm" is not the last word: if the run's guests then do not
-answer under KVM, the backend stops them, records KVM as unusable for their
-host (`mark_kvm_unusable`, `mark_kvm_unusable_on`) and boots them under TCG.
-$NICLAB_ACCEL=kvm|tcg skips the probe (a forced kvm still falls back).
+The probe boots the image's own kernel until a word printed from userspace shows, its deadline following the
+serial console; the verdict is cached per host, host kernel, QEMU, /dev/kvm access and image (a lab host's per
+URI: `choose_host_accel`), and a run that finds it wrong marks KVM unusable (`mark_kvm_unusable`).
+$NICLAB_ACCEL skips the probe. docs/architecture.md, "KVM is probed with the real kernel".
 """
 
 from __future__ import annotations

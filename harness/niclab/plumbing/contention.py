@@ -1,40 +1,9 @@
-"""Did the guests get their CPU? The host's load while a benchmark ran.
+"""Did the guests get their CPU? The host's load while a benchmark ran, sampled from /proc.
 
-Under emulation a guest runs as fast as its QEMU's vCPU threads get the host's
-cores, so a busy host looks exactly like a slower driver (two-node e1000
-TCP_STREAM: 452–473 Mbit/s on a quiet host, 256–282 beside one busy process).
-While each benchmark runs this samples, from /proc:
-
-- each guest's QEMU threads (`task/TID/schedstat`): time on a CPU, and time
-  runnable but *waiting* for one; the vCPU threads ("CPU n/TCG", "CPU n/KVM")
-  apart from QEMU's I/O threads;
-- the host's CPU pressure (`/proc/pressure/cpu`, "some": the share of time at
-  least one runnable task waited), where the kernel has it;
-- steal time (`/proc/stat`), for a host that is itself a virtual machine;
-- the host's busy time beyond the guests' own: other processes.
-
-A benchmark is *contended* when other processes took CPU time the guests
-could have used: the host was saturated (its CPUs at least `SATURATED_PCT`
-busy) and processes other than the guests used at least `OTHERS_LIMIT_PCT`
-of a core; or when the host's steal time passed `STEAL_LIMIT_PCT`. Its
-figures then say more about the host than about the NIC, and `compare`
-calls a change on them only when it lies beyond what contention can cost
-(niclab.ui.compare's `CONTENTION_BOUND_PCT`).
-
-What contention costs, measured here: one busy process beside the two-node
-e1000 pair took 31–42 % of its throughput on average (TCP_STREAM 452–473
-Mbit/s quiet, 256–282 loaded; bench/normalize.py: 31 % from the e1000, 42 %
-from a virtio reference), 46 % between the extreme runs; measured again per
-model (bench/contention_cost.py, four rounds): e1000 41 % on average and 45 %
-at the extremes, rtl8139 43 % and 50 %, virtio 49 % and 54 %. A contended
-guest is slower, never faster; `compare` takes it to run at no less than
-35 % of its quiet speed.
-
-vCPU waiting alone does not tell: measured here (2 cores, two-node e1000
-under TCG) the guests' vCPUs waited 14–27 % of the time on a quiet host
-(two guests and their QEMUs' own threads share two cores) and 26–36 % beside
-one busy process; other processes used 0 % of a core against 79–99 %, the
-host 72 % busy against 88–97 %. The waits are recorded, to be read.
+Per guest its QEMU threads' time on and waiting for a CPU (`schedstat`); the host's CPU pressure, steal and
+other processes' busy time. A benchmark is contended when the host was saturated (`SATURATED_PCT`) and others
+used `OTHERS_LIMIT_PCT` of a core, or steal passed `STEAL_LIMIT_PCT` (docs/architecture.md, "A busy host is
+told apart from a slower driver"; the calibration: docs/measurements.md, "Host contention").
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""The command channel into a guest: the QEMU guest agent (qemu-ga).
+"""The command channel into a guest: the QEMU guest agent (qemu-ga) on a virtio-serial port.
 
-The agent listens on a virtio-serial port whose host end is a unix socket, so
-control traffic never crosses the links under test. The protocol is one JSON
-object per line, answered in order. Whatever the channel holds that is not the
-answer to the command just sent (what the host wrote before the agent ran, the
-late answer to a command that timed out) would be taken for the next answer,
-so the channel is resynchronized first: `guest-sync-delimited` with a fresh id,
-dropping every line until the matching reply (prefixed with 0xFF) arrives.
-That happens at `connect` and, lazily, before the next command after any
-timeout or broken reply.
+One JSON object per line, answered in order. Anything left on the channel (output before the agent ran, the
+late answer to a command that timed out) would pass for the next answer, so the channel is resynchronized
+(`guest-sync-delimited`) at `connect` and before the next command after any timeout or broken reply
+(docs/architecture.md, "The command channel is qemu-ga on virtio-serial").
 """
 
 from __future__ import annotations

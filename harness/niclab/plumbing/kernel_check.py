@@ -1,12 +1,8 @@
 """Does a node's kernel have what the scenario needs? Asked before anything boots.
 
-A Debian kernel has every driver niclab uses. A kernel a developer built
-may not: its .config decides. Each need is a kernel module, built in or
-loadable; a missing one is named by its config option, with how to turn it
-on, so the developer fixes the tree instead of reading a guest's console.
-The benchmarks declare the modules they load (niclab.model.bench.declare.KernelModule).
-A scenario's `driver:` is built here too (check_drivers): a build that fails, a module that would not bind
-its card, or a card the kernel drives with a module built into it stops the run before anything boots.
+Each need is a kernel module, built in or loadable (a build tree's .config decides); a missing one is named by
+its config option and how to turn it on. A scenario's `driver:` is built here too (`check_drivers`): a failed
+build, a module that would not bind its card, or a card a built-in module drives stops the run.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""What every backend that boots the guest image shares: its boot errors, its timeouts, and the KVM->TCG fallback.
+"""What every backend that boots the guest image shares: its boot errors, its timeouts, the KVM->TCG fallback.
 
-The accelerator is chosen by niclab.plumbing.accel before the boot. That verdict can still be wrong for a
-real run (a cached "kvm", a forced one): guests that do not answer under KVM in time are taken to be hung
-by it, stopped, and booted again under TCG, with KVM marked unusable here for later runs. `boot_falling_back`
-is that decision, the same for QEMU processes and libvirt domains. Where the nodes run on several hosts, each
-with its own verdict, `boot_falling_back_hosts` takes TCG only on the hosts whose KVM guests did not answer:
-a host whose KVM works keeps it.
+`boot_falling_back` stops guests that do not answer under KVM in time, marks KVM unusable and boots them under
+TCG, for QEMU processes and libvirt domains alike; `boot_falling_back_hosts` does so only on the hosts whose
+KVM guests did not answer (docs/architecture.md, "KVM is probed with the real kernel").
 """
 
 from __future__ import annotations

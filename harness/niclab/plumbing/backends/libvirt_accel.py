@@ -1,19 +1,8 @@
 """The KVM probe on a libvirt host: does the image's kernel run under KVM there?
 
-A lab host's KVM is not this machine's: it may have none, or one that hangs
-the guest (niclab.plumbing.accel says how). So the probe of a libvirt host
-boots there, through its libvirt: a transient domain of type kvm, of the
-backend's own XML with no ports, booting the image's kernel and initramfs
-from the host's `niclab` pool (uploaded once per host and image) with the
-probe's command line (busybox `echo PROBE_WORD` as init). Its console is read
-through libvirt into a temporary file until the probe word shows (KVM works),
-or libvirt refuses the kvm domain, or the domain ends first, or its console
-stays silent for the probe's timeout (then TCG, with the reason). The domain
-carries the harness's PID in its metadata like a run's, so `niclab down`
-ends one a killed probe left.
-
-A host whose URI is local (`qemu:///system`) keeps the probe of this
-machine (accel.choose_accel): libvirt's QEMU there is this machine's QEMU.
+A transient kvm domain with no ports boots the image from the host's `niclab` pool with the probe's command
+line, its console read through libvirt; it carries the harness's PID as a run's domains do, so `niclab down`
+ends one a killed probe left. A local URI keeps this machine's probe (docs/lab.md, "Remote hosts").
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The guest agent of a libvirt domain, reached through libvirt (virDomainQemuAgentCommand).
 
-libvirt owns the agent's socket (on the domain's host, which may be remote),
-so niclab sends each command through the libvirt connection instead. The
-commands and their checks are GuestAgent's; only the transport differs.
-A command that fails because the domain's host stopped answering (libvirt's
-keepalives closed the connection: a remote host gone away fails its calls in
-about 15 s) says so, naming the host.
+libvirt owns the agent's socket, on a host that may be remote: the commands and their checks are
+GuestAgent's, only the transport differs. A call that fails because the host stopped answering names the
+host (docs/lab.md, "Remote hosts").
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""The UDP ends of emulated nodes' cables on a lab's hosts (`--emulated`): which address and port each NIC
-binds, and where it sends.
+"""The UDP ends of emulated nodes' cables on a lab's hosts (`--emulated`): the address and port of each NIC.
 
-A cable between two nodes on one host stays on 127.0.0.1, as without a lab;
-a cable between nodes on two hosts is a tunnel: each end binds its own host's
-`address:` and sends to the other host's. Each NIC binds its own port.
-
-The ports come from the run's block (`TunnelPorts`): BLOCK ports within
-FIRST_PORT..FIRST_PORT + BLOCKS * BLOCK, the block chosen by a hash of the
-run's token, so two controllers' runs on one lab most likely use different
-blocks. Within the run, a port is handed to one cell at a time and given back
-when the cell's domains are gone, so cells that run at once (`--parallel`)
-never share one; a port something on this machine holds is skipped. Hosts
-that filter UDP must let this range through between their addresses.
+A cable within a host stays on 127.0.0.1; one between two hosts binds each host's `address:` and sends to the
+other's. Ports come from a block hashed from the run's token (`TunnelPorts`), each held by one cell at a time
+and skipped when something on this machine holds it (docs/lab.md, "Running").
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""The guest image's kernel and initramfs as volumes of a libvirt storage pool, on the domain's host.
+"""The guest image's kernel and initramfs as volumes of the libvirt pool `niclab`, on the domain's host.
 
-libvirt's QEMU runs as its own user and, with a remote URI, on another
-machine: neither can read the image in the user's cache. So the files are
-uploaded once per host and image into the pool `niclab` (a directory pool
-under /var/lib/libvirt/niclab, created if missing), named after the
-image id. A marker volume written last says an upload finished; without it
-the volumes are uploaded again (a run killed mid-upload leaves no half file
-that looks whole).
+libvirt's QEMU runs as its own user, maybe on another machine, and cannot read the user's cache: the files are
+uploaded once per host and image (named by the image id), and a marker volume written last says an upload
+finished, so a killed upload is done again (docs/lab.md).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """A libvirt domain's XML, as a pure function of a plan (unit-tested, and checked by virt-xml-validate).
 
-One domain per node: the image's kernel and initramfs by direct kernel boot,
-the guest agent on a virtio channel (libvirt picks the socket and talks to
-it; niclab reaches it through libvirt, so remote hosts work too), the
-console as a pty niclab reads through libvirt, and the node's ports at fixed
-guest PCI slots: emulated NICs on UDP cables (over 127.0.0.1, or between two
-lab hosts' addresses), or a lab's real cards as managed VFIO hostdevs.
+One domain per node: direct kernel boot, the guest agent on a virtio channel and the console as a pty, both
+reached through libvirt (so remote hosts work), the node's ports at fixed guest PCI slots: emulated NICs on
+UDP cables, or a lab's cards as managed VFIO hostdevs (docs/architecture.md, "plumbing").
 """
 
 from __future__ import annotations

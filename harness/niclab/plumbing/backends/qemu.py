@@ -1,21 +1,9 @@
 """The emulated backend: one QEMU per node, NIC models from the catalog, cables as sockets.
 
-- Accelerator: KVM if the image's kernel reaches userspace under it here, else
-  TCG (niclab.plumbing.accel). Guests under KVM that do not answer within a short
-  deadline are stopped and booted again under TCG, and KVM is marked unusable.
-- A cable is a pair of connected UDP sockets on 127.0.0.1 that the harness
-  creates and hands to the two QEMUs as file descriptors (-netdev dgram with
-  local.type=fd): the kernel picks the ports, so runs never collide, and no
-  host interface or root is needed.
-- A segment of three or more ends is a `vde_switch` (Debian's vde2), one per
-  segment, its sockets in the work directory (-netdev vde). Why VDE: the
-  nodes are separate QEMU processes, and QEMU's own hub only joins devices
-  inside one process; its multicast socket backend would send to a
-  multicast group rather than only to 127.0.0.1; a switch written here would
-  put Python in the data path. vde_switch is a learning switch in C, runs
-  without root, and talks over unix sockets only.
-- Each node gets a QMP socket and a qemu-ga socket in the work directory;
-  QEMU runs there, so socket paths stay short.
+KVM where the probe says so, else TCG, with the fallback of backends/boot; each cable a connected pair of UDP
+sockets handed to QEMU as fds; a segment of three or more ends a `vde_switch`; each node's QMP and agent
+sockets in its work directory (docs/architecture.md, "Cables are socket pairs made by the harness" and
+"Segments of three or more nodes go through vde_switch").
 """
 
 from __future__ import annotations

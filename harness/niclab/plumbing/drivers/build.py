@@ -1,13 +1,9 @@
 """ensure_driver: a DriverChoice's modules for one kernel, built (or fetched) once and cached.
 
-Layout: <cache>/drivers/<choice slug>-<kernel version>-<key>/ with the .ko files (uncompressed), build.log
-and driver.json; the key hashes the choice, the kernel and, for a source directory or a build tree's folder,
-its content, so an edited source is another build (a Debian package is keyed by its name: the version built is
-recorded in driver.json). A build runs in a temporary folder beside its place, under the store's
-lock, and is renamed into place whole; a failed one is not kept, but its log is (<dir>.failed.log).
-
-Debian suite kernels are built in an mmdebstrap root of the suite with the kernel's headers
-(plumbing.drivers.commands); a developer's `{build: DIR}` kernel with its own tree and the host's make.
+<cache>/drivers/<choice slug>-<kernel version>-<key>/ holds the .ko files, build.log and driver.json; the key
+hashes the choice, the kernel and a source's content. A build runs in a temporary folder under the store's
+lock and is renamed into place; a failed one keeps only its log (<dir>.failed.log). docs/scenarios.md,
+"Drivers: one card, two drivers".
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The mmdebstrap run that builds a driver for a Debian suite's kernel, one per kind of choice.
 
-One root of the kernel's suite with its headers (which pull in the compiler the kernel was built with) and
-make, target /dev/null: customize hooks put the source in /build/src, build it in the chroot, and copy
-/build/out (the .ko files in ko/, the source as built in src/, the log, the exit status) to the host. The
-build's own failure is not the hook's: its status and log come back either way. A hook that cannot go on
-says why on a line of its own starting with MARK, which ensure_driver shows.
+One root of the kernel's suite with its headers (and so its compiler) and make, target /dev/null: hooks copy
+the source in, build it in the chroot and copy /build/out back, with the build's status and log whether it
+failed or not. A hook that cannot go on says why on a line of its own starting with MARK.
 """
 
 from __future__ import annotations

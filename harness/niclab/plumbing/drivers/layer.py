@@ -1,25 +1,9 @@
 """An image whose cards bind another driver: the node's image with the built modules behind its initramfs.
 
-A scenario's `driver:` (model.driver_choice) is built for the node's kernel
-(plumbing.drivers.build); this puts the result into the node's image the way an
-add-on goes in (image.addons): one more gzipped cpio archive after the
-image's initrd.img. It carries the modules under
-usr/lib/modules/<kernel>/updates/niclab/ and the image's modules.dep and
-modules.alias rewritten: the new modules added, and every other module's
-aliases that match the cards' PCI IDs left out (the kernel's own driver for
-them, whatever the card's class calls it). The guest's boot script loads a
-driver for each device by its modalias (busybox modprobe reads
-modules.alias), so those cards bind the new module and no other is tried;
-the module keeps its aliases for other cards. A module of the same name as
-the kernel's (a vendor's e1000e) replaces its line.
-
-Layout: <cache>/images/<image folder>+drv-<hash>/, built once under the
-store's lock; the hash is of the modules' contents, the PCI IDs and how each
-driver was asked. Its manifest is the image's with `drivers`: how the
-scenario asked -> the driver module, each module's build id, the PCI IDs it
-takes, the modules it took them from, where it came from and its source's
-hash. The cell reads these back from the guest (netconf.modules) to prove
-which module drives the card.
+One more gzipped cpio archive, as an add-on goes in: the modules under updates/niclab/, modules.dep and
+modules.alias rewritten so the cards' PCI IDs match only the new module. Built once under the store's lock in
+<cache>/images/<image folder>+drv-<hash>/; its manifest's `drivers` is what the cell proves
+(plumbing.netconf.modules; docs/scenarios.md, "Drivers: one card, two drivers").
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Rename the module a kernel source directory's Makefile builds (`{kernel-source: ..., name: NEW}`).
 
-`obj-$(CONFIG_E1000E) += e1000e.o` becomes `obj-m += e1000e_vendor.o`, and the lists of its objects
-(`e1000e-objs :=`, `e1000e-y +=`, `e1000e-$(CONFIG_X) +=`) become the new module's; a module of one source file
-(`obj-$(CONFIG_X) += old.o` and no list) becomes `obj-m += new.o` with `new-y := old.o`. Kbuild names the module
-after its object, so the .ko's name= and every message of the module follow.
-
-Run as `python -m niclab.plumbing.drivers.makefile DIR NEW [FOLDER]` on the host by the build's mmdebstrap hook
-(as root in lab mode), on the directory it has just taken out of Debian's linux-source package, before anything
-is built there: its text is Debian's, trusted as far as Kbuild reads it, but the file itself is only opened as a
-regular file of at most MAX_BYTES, never through a link. The build of a `{build: DIR}` tree calls rewrite_makefile
-on its own copy of the directory.
+`obj-$(CONFIG_E1000E) += e1000e.o` becomes `obj-m += e1000e_vendor.o` and its object lists the new module's:
+Kbuild names a module after its object. Run as `python -m niclab.plumbing.drivers.makefile DIR NEW [FOLDER]`
+by the build's mmdebstrap hook on Debian's linux-source before anything is built there; the file is opened
+only as a regular file of at most MAX_BYTES, never through a link.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Add-ons: an archive added after the initramfs of any image, for the nodes whose benchmarks ask for it.
 
-An add-on recipe (images/<name>/recipe.toml with `addon = true`) names Debian
-packages, the programs and files to take from them (with the shared libraries
-they need, as the micro image does), whole directories (`trees`: Python's
-standard library) and a rootfs/ overlay. Its build is one gzipped cpio
-archive, addon.cpio.gz, and a manifest: package versions, the archive's
-size packed and unpacked, and the guest memory it adds. It has no kernel
-and no modules, so one build serves every image and kernel (image.addons
-puts it behind an image's initramfs: concatenated archives are one initramfs,
-and a later entry of a path replaces an earlier one).
-
-Layout: <cache>/images/<name>-<hash>/{addon.cpio.gz, manifest.json}, built
-once per recipe hash, under the image store's lock.
+An add-on recipe (`addon = true`) builds one gzipped cpio archive and a manifest (versions, sizes, the memory
+it adds) and no kernel, so one build serves every image and kernel (image.addons). It is built once per
+recipe hash under the store's lock, in <cache>/images/<name>-<hash>/ (docs/architecture.md, "What only some
+benchmarks need is an add-on, not a bigger image").
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """An image with add-ons: the image's initramfs followed by each add-on's archive.
 
-The kernel takes cpio archives (plain or gzipped) one after the other as one initramfs, a
-later entry of a path replacing an earlier one, so an add-on (image.addon)
-goes behind any image's initrd.img as it is: the micro or the lab image, with
-its own kernel or another (image.kernels). The kernel and everything else of
-the image stay the same files (hard links).
-
-Layout: <cache>/images/<image folder>+<addon id>[+<addon id>...]/, built once
-under the store's lock. Its manifest is the image's with `addons` ({name: id}),
-its initrd_bytes and unpacked_bytes, and a `min_memory_mib` that holds the
-add-ons' files and programs (the backends boot a node with at least that).
+The kernel takes the archives in turn as one initramfs, a later entry replacing an earlier one, so an add-on
+goes behind any image as it is; the image's kernel files stay the same (hard links). Built once under the
+store's lock in <cache>/images/<image folder>+<addon id>[+...]/, its manifest with `addons` and a
+`min_memory_mib` that holds them (docs/architecture.md, "What only some benchmarks need is an add-on").
 """
 
 from __future__ import annotations

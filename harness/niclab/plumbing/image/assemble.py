@@ -1,11 +1,8 @@
 """Assemble an image's initramfs from a guest root tarball and the recipe.
 
-The result is an ordered list of cpio entries: a merged-/usr tree with the
-recipe's programs and the libraries they need, busybox applets for everything
-else, and the recipe's overlay (init scripts, /etc files). The kernel's
-modules go into a second archive (kernelfiles.module_set), so that another
-kernel can reuse this one. For a disk recipe the same code makes the slim
-initramfs that mounts the disk.
+An ordered list of cpio entries: a merged-/usr tree with the recipe's programs and their libraries, busybox
+applets for the rest, the recipe's overlay. The kernel's modules go into a second archive
+(kernelfiles.module_set) that another kernel's replace; a disk recipe's slim initramfs comes from here too.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """A reproducible cpio "newc" writer (the initramfs format), with no root needed, and its reader.
 
-Every entry is owned by root with mtime 0, so the same tree gives the same
-bytes, and device nodes such as /dev/console are just headers. The reader
-walks archives one after the other, as the kernel unpacks an initramfs, and
-`plain_archives` unpacks the gzipped ones among them (an initrd.img holds
-plain archives, gzipped ones, or both one after the other).
+Entries are root's with mtime 0 (the same tree gives the same bytes; device nodes are headers). The reader
+walks archives one after the other as the kernel does, and `plain_archives` unpacks the gzipped ones.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Turn a guest root tarball into a qcow2 disk, without root.
 
-genext2fs writes the file system straight from the tar (owners, modes, device
-nodes and all, as mmdebstrap recorded them); tune2fs and e2fsck make it ext4;
-qemu-img keeps only the used blocks. e2fsprogs 1.47.0 (Debian 12) cannot read
-a tar with `mke2fs -d`, and a directory unpacked by a user has the wrong owners.
-genext2fs keeps no extended attributes, so file capabilities are lost: a recipe
-that needs one sets it another way (images/debian/customize.sh does for ping).
+genext2fs writes the file system straight from the tar (e2fsprogs 1.47.0 cannot read one, and a directory a
+user unpacks has the wrong owners); tune2fs and e2fsck make it ext4; qemu-img keeps the used blocks. File
+capabilities are lost: a recipe sets them another way (images/debian/customize.sh, for ping).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """A lab image's drivers: every module under some directories of a kernel, and the firmware they name.
 
-A recipe's `module_dirs` (kernel/drivers/net/ethernet) puts every module
-below them into the image, beside its `modules`; `firmware = "modules"` copies
-from the guest root's /usr/lib/firmware the files those modules name in their
-modinfo (`firmware:`), and the files such a name resolves to through symlinks,
-and no other: Debian's firmware packages hold far more than the drivers load.
+`module_dirs` puts every module below them into the image; `firmware = "modules"` copies only the firmware
+files those modules name (and what the names resolve to), not all of Debian's (docs/lab.md, "The lab image").
 """
 
 from __future__ import annotations

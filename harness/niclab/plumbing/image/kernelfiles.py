@@ -1,12 +1,8 @@
 """One kernel's files, wherever they come from, and the initramfs part that carries its modules.
 
-A kernel is its boot image (vmlinuz or bzImage), its .config and its modules.
-They come from a Debian root (the micro image's own kernel, or a kernel
-package fetched for another suite) or from a developer's built tree, where
-`make modules_install` would find them: the modules that modules.order
-lists, and modules.builtin. Either way the image gets the same thing: the
-modules a recipe names, with what they depend on, unpacked, and a
-modules.dep and modules.alias written from their .modinfo as depmod would.
+A Debian root's kernel and a developer's built tree (read where `make modules_install` would) give the same:
+the modules a recipe names with what they depend on, unpacked, and a modules.dep and modules.alias written
+from their .modinfo as depmod would (docs/architecture.md, "An image's initramfs is two archives").
 """
 
 from __future__ import annotations

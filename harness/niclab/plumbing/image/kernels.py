@@ -1,17 +1,9 @@
 """Images for other kernels: the micro image's userspace with another kernel and its modules.
 
-A scenario's `kernel:` is a Debian suite (its kernel package is fetched,
-unpacked, never installed) or a developer's built tree (`{build: ../linux}`,
-read where `make modules_install` would read it). Either way the image is
-the recipe's own initramfs archive (the same programs, the same versions)
-followed by an archive of that kernel's modules, so only the driver differs.
-
-Layout: <cache>/images/<recipe image id>+<kernel>/, a build tree's with its
-build's stamp after the kernel (vmlinuz, vmlinux when the
-kernel has a PVH entry, initrd.img, modules.cpio.gz, config, manifest.json).
-A suite's image is built once; a build tree's is built again when the tree
-was rebuilt (its bzImage, .config or any module changed), into a folder of
-its own; a run keeps the build it checked first (pin_kernel_image).
+A Debian suite's kernel package (fetched, unpacked, never installed) or a developer's built tree goes behind
+the recipe's own userspace archive, so only the driver differs. A build tree's image, in a folder named after
+its build's stamp, is built again when the tree was; a run keeps the build it checked first
+(`pin_kernel_image`). docs/scenarios.md, "Kernels: the driver under test".
 """
 
 from __future__ import annotations

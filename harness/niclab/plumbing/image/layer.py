@@ -1,18 +1,9 @@
 """An image that `extends` another, built on the other's built image instead of from scratch.
 
-The lab image is the micro image's initramfs archive as it is (the same
-programs, byte for byte) followed by an archive of more of the same kernel's
-modules and one of the firmware they name. So it is built as a layer: the
-parent image first (ensure_image), then one mmdebstrap fetch, unpacked and
-never installed, of the parent's kernel package at the exact version its
-manifest records and of the recipe's own packages (its firmware), instead of a
-whole root with the parent's packages and its programs built from source again.
-The kernel fetched must be the parent's byte for byte, or the modules would not
-be the ones its vmlinuz loads.
-
-A recipe is built this way when it adds nothing to the initramfs archive (no
-programs, files, builds or overlay of its own), keeps its parent's suite, and
-neither is a disk image (layer_obstacle). Everything else is built whole.
+The parent's initramfs archive and kernel as they are, and one extract-only fetch of the parent's kernel
+package at the version its manifest records (byte for byte, or the modules would not be its kernel's) and of
+the recipe's own packages. Only a recipe that adds nothing to the archive, keeps its parent's suite and is no
+disk image is built so (`layer_obstacle`); docs/architecture.md, "Images and boot".
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The kernel as an uncompressed ELF that QEMU starts at its PVH entry: no decompression in the guest.
 
-A bzImage carries the kernel compressed (Debian's: xz) behind a real-mode
-setup and a decompressor. Under TCG that decompressor is the slowest part of
-a boot: measured here, a bookworm guest reached userspace 1.9 s sooner from
-the same kernel unpacked (3.6 s instead of 5.5 s). QEMU boots an ELF kernel
-with a PVH note (XEN_ELFNOTE_PHYS32_ENTRY; every kernel with CONFIG_PVH has
-one) directly in 32-bit protected mode, so the image keeps that ELF beside
-the bzImage.
-
-The payload is found as the boot protocol says (setup header fields
-`payload_offset` and `payload_length`, protocol 2.08 and later), not by
-searching for a magic number.
+Under TCG the bzImage's decompressor is the slowest part of a boot (docs/measurements.md, "Boot time"). The
+payload is found by the boot protocol's setup header (`payload_offset`, `payload_length`, protocol 2.08 on),
+not by a magic number, and kept only with a PVH note (XEN_ELFNOTE_PHYS32_ENTRY: every CONFIG_PVH kernel).
 """
 
 from __future__ import annotations

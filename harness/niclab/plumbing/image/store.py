@@ -1,22 +1,9 @@
 """The image cache: build an image once per recipe hash, find it, describe it.
 
-Layout: <cache>/images/<recipe>-<hash>/{vmlinuz, initrd.img, manifest.json},
-vmlinux (the same kernel uncompressed, booted at its PVH entry: image.pvh) when
-the kernel has one, and disk.qcow2 for a recipe with a [disk] table.
-initrd.img is two cpio archives, one after the other, as the kernel
-takes them: userspace.cpio.gz (the programs, kept beside it) and
-modules.cpio.gz (the kernel's modules), gzipped as they are kept or unpacked
-for a recipe with `initramfs = "plain"` (the micro image: the kernel copies
-them sooner than it inflates them), and for a recipe that takes its
-modules' firmware (the lab image) a third, firmware.cpio.gz. Beside them
-modules.alias and modules.builtin.modinfo, as in the initramfs, for finding a
-card's driver without unpacking it (plumbing/lab/drivers.py). An image for another kernel
-(image.kernels) is <recipe>-<hash>+<kernel>/, the same userspace with that
-kernel's modules. An image whose recipe `extends` another and adds nothing to
-its initramfs archive (the lab image) is a layer on the other's built image
-(image.layer): the same kernel and userspace archive, its own modules and firmware.
-A build happens in a temporary directory next to it and is renamed into place,
-so a half-built image is never found; a lock keeps two builds from racing.
+<cache>/images/<recipe>-<hash>/ holds the kernel (and its PVH vmlinux), initrd.img and the archives it is made
+of, modules.alias, the manifest and a disk recipe's disk; images for other kernels, with add-ons or drivers
+sit beside it. A build happens in a temporary directory renamed into place, under a lock
+(docs/architecture.md, "plumbing": image/).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""One SelftestBundle per kernel source, built once and cached.
+"""One SelftestBundle per kernel source, built once and cached under <cache>/kselftest/<key>/.
 
-Layout: <cache>/kselftest/<key>/{bundle.tar.gz, bundle.json}, the key
-naming the source and the targets: `linux-source-6.12_6.12.107-1+<targets>`
-for a Debian package, `build-<tree>-<stamp>+<targets>` for a build tree
-(the stamp changes with any file of its tools/testing/selftests),
-`dir-<path>-<stamp>+<targets>` for an installed tree a scenario names.
-`suite-<suite>+<targets>.json` remembers which package a suite's bundle
-came from, so a suite's bundle is fetched once, as its kernel image is
-(image.kernels); refresh=True reads the suite's index again. A bundle is
-built in a temporary folder beside its place and renamed into it, under a
-lock, so a half-built one is never found and two builds never race.
+The key names the source and the targets (a Debian package's version, a build tree's or a directory's stamp);
+`suite-<suite>+<targets>.json` remembers a suite's package, so it is fetched once, as its kernel image is
+(`refresh=True` reads the index again). Built in a temporary folder renamed into place, under a lock.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """`niclab lab doctor`: can this host pass its cards through to guests, and if not, what to do.
 
-Every finding is a Check: ok, warn (works, but worth knowing) or fail (passthrough
-will not work, or would hurt the host), with the fix when there is one. A card its
-host relies on (an address, a route) fails the "host use" check: taking it away
-cuts the host off, so only --force takes it. Nothing forces the rest: a device
-that is not a network controller (unless its inventory class's allow_class
-says so), or one whose IOMMU group also holds what the host needs whatever its
-driver (a display controller, a disk's controller, the device under the
-default route), is never passed through.
-
-The card checks read the card's host through a PciReader and a NetReader,
-nothing else: Sysfs and HostNet on this machine; on another lab host, a
-HostSnapshot (its sysfs, read over ssh in one command) and HostNet running
-`ip -j` there over the same connection; LibvirtPci (its libvirtd's node
-devices) and UnknownNet on a host whose libvirt answers but whose ssh does
-not. There the host-use and default-route checks cannot be made (libvirt
-knows no routes): each is a warning naming the host, not a pass.
+Every finding is a Check (ok, warn or fail, with its fix). The card checks read a host through a PciReader
+and a NetReader only: Sysfs and HostNet here; another host's snapshot and `ip -j` over ssh, or its libvirt's
+node devices where only libvirt answers, routes then unknown (a warning, not a pass). What each check means:
+docs/lab.md, "Reading the doctor"; what is never passed through: docs/architecture.md, "Trust".
 """
 
 from __future__ import annotations

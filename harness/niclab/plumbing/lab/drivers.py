@@ -1,11 +1,8 @@
 """The driver and firmware a card gets in a lab guest: read from the lab image's own modules.alias.
 
-The lab image carries every Ethernet driver of its kernel (images/lab); its
-build leaves the kernel's modules.alias and modules.builtin.modinfo beside
-the initramfs, and its manifest says which firmware files each module names
-and which of them the image has. A card's PCI ID (or, better, its whole
-modalias as the host's sysfs gives it) is matched against that table the
-way modprobe would (niclab.model.lab.modalias).
+A card's modalias (or its PCI ID) is matched against the table the lab image's build left beside its
+initramfs, as modprobe would (niclab.model.lab.modalias); the image's manifest says which firmware files it
+has (docs/lab.md, "The lab image").
 """
 
 from __future__ import annotations

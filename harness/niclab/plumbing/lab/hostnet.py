@@ -1,10 +1,8 @@
 """What the host's own networking uses: taking a card it relies on away cuts the host off.
 
-Read from `ip -j addr` and `ip -j route` (IPv4 and IPv6, every table). A card
-counts as used when its interface, or a bridge, bond or VLAN built on it,
-carries an address or a route. The interfaces under the default route (and
-the devices they belong to) are never passed through, nor is a card that
-shares an IOMMU group with one of them.
+From `ip -j addr` and `ip -j route` (IPv4 and IPv6, every table): a card is used when its interface, or a
+bridge, bond or VLAN on it, carries an address or a route. The default route's devices are never passed
+through, nor a card in their IOMMU group (docs/lab.md, "Reading the doctor").
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Reaching another lab host for the doctor and a run: its sysfs and routes over ssh, else its libvirt only.
 
-`reach(name, uri, stack)` opens the host's HostShell in `stack` and reads one
-snapshot of its sysfs (snapshot.read_snapshot): the card checks then read
-that snapshot and HostNet running `ip -j` on the host through the same
-connection, so host use and the default route are checked there as here.
-When ssh does not answer but libvirt does, the cards are read through
-libvirt's node devices (nodedev.LibvirtPci, with UnknownNet: host use and the
-default route not checked), and the host's block says ssh failed. A host
-that answers neither, or whose snapshot or `ip -j` output is refused, has no readers: its
-cards are not checked, and `why` says so on one line.
+`reach(name, uri, stack)` reads one snapshot of the host's sysfs and runs `ip -j` over one connection; where
+only libvirt answers, its node devices (routes unknown); where neither does, or the output is refused, no
+readers and one line saying why (docs/lab.md, "Remote hosts").
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Card leases: two runs never hold the same card.
 
-A lease is an exclusive flock on <state_dir>/leases/<key>.lock (the key is
-HOST.PCI, passthrough.lease_key, checked whole before it becomes a file name),
-held for the run, plus a holder record <key>.json naming the run, user and PID,
-so a refusal can say who holds the card. Both go through the checked state
-directory (niclab.plumbing.lab.statedir): the lock file is 0600, since anyone who could
-open it could flock it and block every run on that card; the record is written
-whole (temp name, rename) and read as untrusted (a size cap, a typed model: one
-that does not parse is no holder, and the next run replaces it). The kernel drops the flock when its process dies,
-however it dies; the record it leaves is then stale (its PID is gone, or was
-reused: another start time) and the next run takes the card over. A record of a
-live process other than ours also counts as held, even with the flock free:
-someone may have deleted the lock file under a running holder.
+An exclusive flock on <state_dir>/leases/<HOST.PCI>.lock (0600), held for the run, and a holder record beside
+it (run, user, PID), both through the checked state directory. The kernel drops the flock when its holder
+dies, however; the stale record is then taken over, and a live holder's record counts even with the flock
+free (a deleted lock file). docs/architecture.md, "A card is leased on its own host" and "Failure handling".
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""Another lab host's PCI devices as its libvirtd shows them: the node device API every libvirt connection offers.
+"""Another lab host's PCI devices as its libvirtd shows them (`virsh -c URI nodedev-dumpxml pci_…`).
 
-`LibvirtPci(conn)` is the doctor's PciReader for a host reached through a
-libvirt URI (`virsh -c URI nodedev-dumpxml pci_0000_03_00_0` shows what it
-reads): one listAllDevices and one XMLDesc per device, read when it is made,
-so the connection may be closed afterwards. A device's `<capability
-type='pci'>` gives its address, `<class>`, `<vendor id>`, `<product id>` and
-`<iommuGroup>`; `<driver><name>` its driver. What lies under a PCI device is
-found through `<parent>`, the nearest PCI device above being the one it
-belongs to, as in sysfs: a `net` device's `<interface>` is one of its network
-interfaces, a `storage` device's `<block>` one of its disks (under an NVMe
-controller directly, under a SATA or SAS one through its scsi_host,
-scsi_target and scsi devices; a scsi device of type disk that has no storage
-device counts by its own name).
-
-The XML comes from another machine and is read as untrusted: a text that is
-too long or declares anything (`<!`) is skipped, and a missing or odd field
-is unknown, never a crash: no class reads as 0 (not a network controller,
-so refused), no IOMMU group as none (refused), a name that is not a plain
-name (an interface, a disk, a driver) as absent. libvirt does not report
-driver_override: None.
+`LibvirtPci(conn)` is the doctor's PciReader for such a host: each PCI device's class, IDs, IOMMU group and
+driver, and through `<parent>` the interfaces and disks under it, as in sysfs. The XML is another machine's,
+read as untrusted: a missing or odd field is unknown, never a crash, and what is unknown is refused (no
+class: not a network controller). docs/lab.md, "Reading the doctor".
 """
 
 from __future__ import annotations

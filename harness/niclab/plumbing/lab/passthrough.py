@@ -1,18 +1,9 @@
 """A lab run's hold on its cards: leased, checked, bound to vfio-pci and given back, whatever happens.
 
-For each card: a lease (niclab.plumbing.lab.lease) so no other run takes it; the
-doctor's card checks on its host, so a card that is not a network controller
-or whose IOMMU group holds the host's display, disk or default route's
-device is refused, and one the host uses (an address, a route) unless
-forced. Then, for each card on this machine, as root, the card moves to
-vfio-pci through the journal (niclab.plumbing.lab.vfio) and back to its driver
-afterwards. Without root, or where /sys takes no writes (an unprivileged
-container), libvirt's managed hostdev does the moving. A card on another
-lab host is leased on that host (niclab.plumbing.lab.remote_lease: two
-controllers never share it), checked through one snapshot of its sysfs and
-its routes read over ssh (niclab.plumbing.lab.hosts), and moved by that
-host's libvirtd (managed='yes'). A host whose ssh does not answer is refused
-with its name: its cards can be neither leased nor checked there.
+Per card: a lease (on its own host: remote_lease), the doctor's card checks on its host, then the move to
+vfio-pci, through the journal (vfio) as root on this machine, by libvirt's managed hostdev otherwise (no root,
+a read-only /sys, another host). A host whose ssh does not answer is refused by name (docs/lab.md,
+"Running"; docs/architecture.md, "Lab mode").
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """One OpenSSH connection per lab host, for what libvirt does not do: sysfs, routes, leases.
 
-A lab host's libvirt URI says how to reach it, and `ssh_target` reads it as
-libvirt's own ssh transport does (`virsh -c qemu+ssh://[user@]host[:port]/system`
-runs `ssh [-p port] [-l user] host ...`): the user and port of the URI, its
-`keyfile=` as `-i`, its `no_verify=1` as `-o StrictHostKeyChecking=no`, and the
-host name as written, so an alias of ~/.ssh/config, its ProxyJump and its keys
-work as they do for virsh. A `qemu+tls://` host is reached by ssh too, at the
-same host name, as the URI's user (ssh's own port: the URI's is libvirt's TLS
-port). A local URI (`qemu:///system`, `qemu+unix:///system`) needs no ssh: the
-same commands run here, under `sh -c`.
-
-`HostShell` runs the user's `ssh` from PATH, never another, with BatchMode (a
-password prompt would hang a run), a connect timeout, keepalives and a
-ControlMaster whose socket lives in a private 0700 directory of niclab's
-(`runtime_dir()/ssh`), so the host's commands share one connection; leaving the
-shell's block ends that master (`ssh -O exit`). Every command is a POSIX `sh -c`
-script with its values passed as positional parameters (shlex-quoted, never
-pasted into the script), runs under a timeout and an output cap, and nothing
-on the host needs Python. A host that does not answer is one NiclabError
-naming the inventory host, its URI and the command that shows why.
+`ssh_target` reads a host's libvirt URI as libvirt's ssh transport does, so ~/.ssh/config applies; a local
+URI runs the commands here. `HostShell` runs PATH's `ssh` in BatchMode with timeouts, keepalives and a
+private ControlMaster; each command is a POSIX `sh -c` script with its values as quoted arguments, a timeout
+and an output cap (docs/lab.md, "Remote hosts: libvirt and OpenSSH").
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Card leases on the card's own host: two controllers never share a card.
 
-A card on another lab host is leased there, not on the machine that runs
-niclab: otherwise two controllers could each lease it in their own state
-directory and both pass it through. For the run, an ssh command stays open
-on the host (`LEASE`, a POSIX sh script; util-linux flock, no Python): it
-checks /var/lib/niclab and its leases/ are directories of the login user
-(root), no symbolic link and writable by no one else (making them 0700 if
-missing), takes `flock -n` on leases/HOST.PCI.lock, writes the holder record
-(the same Holder as local leases: run, user, PID, and `at`, the controller's
-host name and PID namespace) beside it, says `held`, and then waits on its
-standard input. The lease ends when that input ends: when niclab closes it,
-or when its ssh ends however it ends (killed, the controller lost, the
-connection dropped); the kernel drops the flock with the shell, and the
-record is removed when it is still ours.
-
-A card held by another controller is refused with the record read there
-(size-capped, one line, parsed as a typed Holder; one that does not parse is
-"a holder that left no readable record"), or waited for with --wait (polling).
+For the run an ssh command holds `flock -n` on the host's leases/HOST.PCI.lock, beside a holder record, and
+waits on its input: the lease ends when niclab closes it or the ssh ends, however it ends. A card another
+controller holds is refused with the record read there (size-capped, typed), or waited for (`--wait`).
+docs/architecture.md, "A card is leased on its own host"; docs/lab.md, "Remote hosts".
 """
 
 from __future__ import annotations

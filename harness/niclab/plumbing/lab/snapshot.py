@@ -1,26 +1,9 @@
 """Another lab host's PCI devices and host facts, read over ssh in one command and parsed as untrusted.
 
-`SNAPSHOT` is a POSIX sh script (coreutils only, no Python on the host) that
-prints, one fact a line, tab-separated, what Sysfs reads on this machine: per
-PCI device its class, vendor, device, driver, driver_override, IOMMU group,
-modalias and net/ interfaces; the members of every IOMMU group; where each
-interface and disk of /sys/class/{net,block} lies (its `device` link resolved
-by the host, the path shown); the IOMMU units and their ecap; and the host
-facts the doctor's host checks read (kernel command line, CPU vendor, vfio-pci
-loaded or available, allow_unsafe_interrupts, /dev/kvm, `virsh --version`,
-`ulimit -l`).
-
-`HostSnapshot` parses that output and answers the PciReader and host-fact
-methods of Sysfs from it. A parsed snapshot rather than a fake sysfs tree
-rebuilt in a temp dir: the host's text never becomes a path or a symlink
-here, so nothing in it can point outside a tree, and there is nothing to
-clean up. The text comes from another machine and is read strictly: a size
-cap (remote.OUTPUT_LIMIT), every name checked whole against its pattern (PCI
-addresses as pciclass.PCI_ADDRESS, drivers as vfio.MODULE_NAME, interfaces
-and disks as plain names), numbers as the kernel writes them, resolved paths
-under /sys of plain components. A line that is not so refuses the
-whole snapshot, one NiclabError naming the host and the line, never a crash:
-a host whose sysfs cannot be read plainly is not one to pass cards from.
+`SNAPSHOT` (POSIX sh and coreutils) prints, one fact a line, what Sysfs reads here: each PCI device's class,
+IDs, driver, IOMMU group, modalias and interfaces, where interfaces and disks lie, the IOMMU units and the
+doctor's host facts. `HostSnapshot` answers as Sysfs does from it; a line not checked whole refuses the
+snapshot (docs/architecture.md, "Another host's facts are parsed, never rebuilt as files").
 """
 
 from __future__ import annotations

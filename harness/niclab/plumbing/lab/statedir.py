@@ -1,27 +1,9 @@
-"""niclab's state directory (card journals under vfio/, leases under leases/), opened so nothing in it steers root.
+"""niclab's state directory (card journals in vfio/, leases in leases/), opened so nothing in it steers root.
 
-Root acts on what the state directory says: a journal entry names a card and
-the driver root puts it back on. So the directory is checked as it is opened,
-and everything in it is reached relative to the open directory, never by path:
-
-- the directory is no symbolic link, is owned by whoever runs niclab (root for
-  /var/lib/niclab) and is writable by nobody else; its ancestors belong to root
-  or to that user and are writable by nobody else unless sticky (/tmp is fine,
-  /tmp/x of another user is not). A missing one is created 0700, as are its
-  subdirectories;
-- files are opened with O_NOFOLLOW (a symbolic link is refused, never followed)
-  and O_NONBLOCK (a FIFO does not hang the read), must be regular files of
-  that user, and records are read up to RECORD_LIMIT bytes;
-- records are written to a fresh temp name (O_CREAT|O_EXCL|O_NOFOLLOW, 0600,
-  a random part), fsynced, renamed over the record and the directory fsynced:
-  a crash leaves the old record or the new one, whole;
-- lock files are 0600 (anyone who could open one could flock it and block
-  every run on that card).
-
-Every refusal is one line naming the path, what is wrong and the fix.
-
-    with StateDir(state_dir()) as state:
-        state.sub("vfio").write("0000:03:00.0.json", b"...")
+The directory is checked as it is opened (no link, its owner's and writable by nobody else, nor its ancestors
+unless sticky), and everything in it is reached through its fd: O_NOFOLLOW and O_NONBLOCK, regular files of
+that user, records size-capped and written whole (O_EXCL temp, fsync, rename), lock files 0600. A refusal is
+one line with its fix (docs/architecture.md, "Trust"; docs/lab.md, "Who may write where").
 """
 
 from __future__ import annotations

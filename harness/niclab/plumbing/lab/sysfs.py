@@ -1,10 +1,7 @@
 """The host's PCI devices as the kernel shows them in /sys and /proc, read and changed through one root.
 
-Everything goes through `root` so tests run against a fake tree in a temp dir,
-and every write is a plain open(..., "w").write so such a tree works as is.
-Only three writes exist: driver_override, a driver's unbind, and drivers_probe.
-Never new_id: it makes vfio-pci claim every device with that PCI ID, the
-host's own NICs of the same model included.
+Tests run it on a fake tree (plain opens and writes). Only three writes exist: driver_override, a driver's
+unbind and drivers_probe; never new_id, which would make vfio-pci claim the host's own NICs of that model.
 """
 
 from __future__ import annotations

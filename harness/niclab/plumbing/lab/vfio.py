@@ -1,20 +1,9 @@
 """Moving cards to vfio-pci for a run and back after it, with a journal so a crash loses nothing.
 
-Before the first write to a card's sysfs files, its original driver and
-driver_override go to <state_dir>/vfio/<pci>.json (written whole, fsynced,
-renamed, directory fsynced). The entry goes away only once the card is back
-on that driver, so after a crash, a power cut included, `niclab lab restore`
-(restore_all) knows what every card was. Binding goes through driver_override,
-never new_id: new_id would hand vfio-pci every device of that model, the host's
-own NICs included; and only network controllers are bound, or a device of the
-class the card's inventory class allows (recorded in the entry).
-
-The journal lives in the checked state directory (niclab.plumbing.lab.statedir), and each
-entry is validated before it is acted on: a file named for the canonical PCI
-address it holds, the fields and types niclab writes, a device present in sysfs
-whose class passes (network, or the allow_class the entry recorded and then on
-vfio-pci now) and that is where niclab's binding leaves a card. An entry that
-fails is reported and left alone; no sysfs write is made for it.
+Before a card's first sysfs write its driver and driver_override are journaled (whole, fsynced) in the checked
+state directory, until the card is back, so `niclab lab restore` knows every card. Binding goes through
+driver_override, never new_id, network controllers only (or an allowed class), and an entry is validated
+before it is acted on (docs/architecture.md, "Trust"; docs/lab.md, "Who may write where").
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Is each guest's clock running at the host's rate? Its benchmarks time themselves with it.
 
-Under TCG a guest calibrates its TSC against the emulated PIT while it boots; a
-vCPU starved by its neighbours (eight guests on two cores) now and then gets a
-frequency several times too low, and its clock then runs that many times too
-fast (seen: 5.85x): a 5 s netperf run is over in 0.85 s and its throughput is
-multiplied. The image's kernel keeps the clocksource watchdog (no
-`tsc=reliable`), which compares the TSC with the HPET and moves such a guest
-to the HPET within seconds. This check proves it did: the guest's uptime is
-read twice, a few seconds apart (before the network is configured and after
-it is checked), and its advance must lie within what the host saw between
-the two commands; a clock outside that is watched a few seconds more (`settle`): one that keeps
-the host's time by then (its kernel left the TSC) is recorded and the cell
-goes on; one that does not fails the cell, naming the node and its rate,
-instead of recording figures measured with it. A fast clock also
-cuts the guest's own waits short (netconf's 20 s for carrier gave up after
-3.4 s): a set-up that fails is explained by the clock when the clock is
-wrong.
+Each guest's uptime is read before its network is configured and after it is checked; its advance must lie
+within the host's bounds for the two commands. A clock outside is watched a few seconds more (`settle`): one
+that keeps time by then is recorded and the cell goes on, one that does not fails it, naming the node and its
+rate (docs/architecture.md, "Each guest's clock is checked"; docs/measurements.md, "Guests' clocks").
 """
 
 from __future__ import annotations

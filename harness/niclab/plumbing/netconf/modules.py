@@ -1,13 +1,8 @@
 """Prove which module drives each card that a scenario's `driver:` gives another driver.
 
-Before the network is configured, one guest command per node finds each such
-port's interface by its MAC, the module that owns the driver bound to its PCI
-device (`device/driver/module`), and that module's version, srcversion,
-taint flags and GNU build id (/sys/module/M/notes). The build id must be the
-one of the .ko niclab built and put in the image (plumbing.drivers.layer), so
-the cell's provenance names the source that really ran. A card with no
-interface is looked up by its PCI ID, and the kernel's last words about it or
-the asked module say why it was not bound.
+Before the network is configured, one guest command per node reads each such port's driver module, its
+version, srcversion, taint and GNU build id, which must be that of the .ko niclab built (drivers.layer); a
+card with no interface is looked up by PCI ID, and the kernel's last words say why it was not bound.
 """
 
 from __future__ import annotations

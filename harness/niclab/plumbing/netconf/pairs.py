@@ -1,14 +1,8 @@
 """Which port pings which when the network is checked: linear in the nodes of a segment, not quadratic.
 
-A cable (two ends) is pinged one way: the echo and its reply cross it both ways.
-On a segment of three or more ports each port pings the next in `between` order
-(a->b, b->c, ..., h->a: every port sends and every port answers), and a few
-more ports each ping one other port (chords: paths the ring does not take),
-chosen by a seeded random generator. The seed comes from the plan by default,
-so a scenario checks the same pairs every time, and the cell record keeps it.
-
-The pairs come in rounds in which every port sends at most one probe, so the
-probes of a round can run at once and the check takes about one probe a round.
+A cable is pinged one way; a segment around a ring in `between` order, plus a few chords a seeded generator
+picks (the seed from the plan by default), in rounds in which each port sends once, so a round's probes run
+at once (docs/architecture.md, "The network check is linear in a segment's nodes").
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The shell scripts that configure one node's interfaces in its guest.
+"""The shell scripts that configure one node's interfaces in its guest, and undo them between cells.
 
-`node_script`: ports are found by MAC and renamed, get their MTU and
-offloads; bonds are created and their ports enslaved; addresses go on the L3
-interfaces (port or bond), netem on their egress; then the script waits for
-carrier everywhere.
-
-`reset_script`: undoes what an earlier cell's plan set on a rig the next cell
-reuses (its bonds, netem, addresses, and the offloads it changed, back to
-what the driver had), so the next plan starts from a booted guest's state.
+`node_script`: ports found by MAC and renamed, MTU and offloads, bonds, addresses, netem on egress, then a
+wait for carrier. `reset_script` undoes what an earlier cell set on a rig the next cell reuses
+(docs/architecture.md, "Cells that differ only in what netconf sets share one boot").
 """
 
 from __future__ import annotations
