@@ -1,19 +1,9 @@
 """`niclab run --lab lab.yaml --parallel`: units of cells at once wherever their cards or host capacity are free.
 
-niclab schedules, libvirt runs the domains: each unit (niclab.run.units)
-runs in a thread of its own, on a copy of the backend pinned to the
-placement the backend's `claim` gave it beside the running units, with a
-Runner of its own (`Runner.run_unit`). The main thread starts units as
-resources come free, the earliest fitting unit first, and writes what they
-recorded to the run directory in unit order, each unit once every unit
-before it has ended: results.jsonl (and run.json's warnings and internal
-errors) come out as a sequential run writes them. The cells' own directories
-(cells/, raw/) are each one cell's, written as the cell runs.
-
-A unit that fails (a boot, a lost host) fails its cells; the others go on.
-Ctrl-C stops every unit: no new step or benchmark run starts, every rig
-is dropped (its domains destroyed), and what the units had recorded before is
-written, in order, before the run ends "interrupted".
+Each unit (niclab.run.units) runs in a thread with its own Runner, on a backend pinned to its placement; the
+main thread starts units as resources come free and writes their records in unit order, as a sequential run
+does. A failed unit fails its cells only; Ctrl-C stops them all and keeps what they recorded (docs/lab.md,
+"Running": cells at once).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Estimate how long a scenario's cells take, without booting anything.
 
-A cell costs its boot, its network set-up and check, and its benchmarks
-(each benchmark estimates itself); cells that share a boot (niclab.run.rigs) pay
-for it once, and for their network each time one follows another on the
-boot (alternating repeats: about once per round). Boot and set-up figures are what TCG
-takes on a 2-core host; KVM boots faster, which the estimate ignores.
+A cell costs its boot, its network set-ups and checks, and its benchmarks (each estimates itself); cells that
+share a boot pay for it once. The figures are TCG's on a 2-core host: run/progress scales them by the pace a
+run keeps (docs/architecture.md, "The time left is the plan's").
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The whole run's progress: cells and benchmark runs done of all, time elapsed, and an estimate of the time left.
 
-The runner tells a RunTally what ends (a benchmark run, a cell; parallel units from their own threads, in
-whatever order they end); the tally hands a RunProgress to the front end's watcher after each. How it is
-shown (one updating line in a terminal, plain lines in a log) is the front end's (niclab.ui.console).
-
-The estimate starts from the plan's (niclab.run.plan: each cell's boot, network and benchmark runs) and
-learns the pace as work ends: each ended run credits its planned seconds (the first one of a cell its boot
-and network too, an ended cell whatever it had left), and the time left is the planned seconds not yet
-credited scaled by the measured pace, wall seconds per credited planned second. The plan itself stands in
-as one average cell measured at its word, so the first ended run nudges the pace rather than sets it, and
-the measurements take over as the run goes on. A pace in wall seconds counts cells that run at once
-(--parallel) without knowing how many do. Between events the time left counts down with the clock.
+The runner tells a RunTally what ends (from any unit's thread), and the front end's watcher gets a RunProgress
+after each; the time left is the plan's seconds not yet credited times the measured pace
+(docs/architecture.md, "The time left is the plan's, at the pace the run keeps").
 """
 
 from __future__ import annotations

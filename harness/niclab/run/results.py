@@ -1,18 +1,8 @@
-"""Run directories and the results they hold.
+"""Run directories and the results they hold (docs/results.md).
 
-    runs/2026-11-22T10-00-00-two-node/
-      run.json          what ran, on what, when, and how it ended
-      results.jsonl     one JSON object per line, appended as measured:
-                        {"type": "cell", ...provenance} then {"type": "measurement", ...}
-      cells/<cell>/     QEMU's work directory: serial logs, QEMU logs, pids
-      raw/<cell>/       each tool's own output
-
-A crash loses nothing already measured: every record is flushed to disk as
-soon as it is written.
-
-A cell id becomes a directory name only through `cell_dirname`: safe (no /,
-no leading dot, no control character, at most 200 bytes), unique (also on a
-file system that ignores case) and reversible (`cell_id_of`).
+Every record is flushed as soon as it is written, so a crash loses nothing measured. A cell id becomes a
+directory name only through `cell_dirname`: safe, unique where case is ignored, and reversible
+(`cell_id_of`).
 """
 
 from __future__ import annotations

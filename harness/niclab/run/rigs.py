@@ -1,16 +1,8 @@
 """Booted rigs that several cells share: cells that differ only in what netconf sets boot once.
 
-Two cells whose topologies are equal (the same nodes with the same CPUs and
-memory, the same NIC models on the same cables) need the same guests; only
-what netconf sets in them differs (MTU, netem, offloads, bond mode,
-addresses). The runner keeps such a rig booted from one cell to the next: the
-next cell's Session undoes the previous cell's network, configures its own and
-checks it as after a boot. A 5-value MTU sweep boots once, not five times.
-
-    with BootKeeper(backend, progress) as rigs:
-        booted = rigs.get(topology, workdir)   # boots, or hands back the rig already up
-        ...
-        rigs.drop()                            # after a failure: the next cell boots afresh
+`BootKeeper.get(topology, workdir)` boots, or hands back the rig already up; `drop()` after a failure, so the
+next cell boots afresh; `shared_boots` groups cells by topology (docs/architecture.md, "Cells that differ
+only in what netconf sets share one boot").
 """
 
 from __future__ import annotations

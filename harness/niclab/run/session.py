@@ -1,10 +1,8 @@
 """A Session is one realized cell: nodes up, network configured and checked.
 
-It is the seam between a topology and whatever measures it: the runner runs
-the scenario's benchmarks through it, and tests use it directly::
+The runner runs a cell's benchmarks through it, and tests open one directly:
 
     with Session(cell, get_backend("qemu"), workdir) as s:
-        s.node("a").run("ethtool -i link0")
         s.bench("netperf", test="TCP_RR", seconds=5)
 """
 

@@ -1,14 +1,9 @@
 """The run itself, once: what `niclab run` and the pytest plugin's scenario items both do.
 
-    request = RunRequest(scenario=scenario_file, cells=chosen, out=Path("runs"))
-    planned = plan(request, backend)        # which cells the backend can realize; boots nothing
-    started = start(planned, progress)      # the kernels checked, the run directory made
-    outcome = started.run()                 # the cells run: results.jsonl and run.json written
+    planned = plan(RunRequest(scenario=scenario_file, cells=chosen, out=Path("runs")), backend)
+    outcome = start(planned, progress).run()   # kernels checked, run directory made, cells run
 
-A front end parses its options into a RunRequest (the scenario file it already parsed, the cells it
-chose: `--cell`, a shard, one pytest item), makes the backend, and presents what comes back; progress
-goes through the callable it gives. The backend's plug-in says whether the kernels its guests boot are
-checked first (niclab.plumbing.backends.kernel_check).
+docs/architecture.md, "run".
 """
 
 from __future__ import annotations

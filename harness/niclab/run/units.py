@@ -1,18 +1,8 @@
 """Which cells run at once (`run --parallel`): units of cells, and when each may start. Pure: no threads.
 
-A unit is the cells that share a boot (niclab.run.rigs.shared_boots): equal
-topologies run back to back on one rig, their repeats interleaved, so they
-stay one unit on one placement; a cell alone is a unit of one. Units are
-numbered in the order a sequential run runs them, which is the order their
-records go to results.jsonl.
-
-A unit holds resources while it runs (niclab.model.lab.spread.Claim): the
-lab cards it is placed on, or vCPUs and memory on the hosts its emulated
-nodes run on. `starts` says which waiting units start now: going through
-them in order, each that fits beside what the running units (and those
-started before it in this pass) hold starts, so the earliest unit that fits
-starts first, and a later small unit may start while an earlier big one
-waits. No two running units ever hold one card.
+A unit is the cells that share a boot, numbered in a sequential run's order; it holds its cards or its hosts'
+vCPUs and memory while it runs (model.lab.spread.Claim). `starts` starts, in order, each waiting unit that
+fits beside what is held, so a later small unit may pass an earlier big one (docs/lab.md, "Running").
 """
 
 from __future__ import annotations

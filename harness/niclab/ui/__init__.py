@@ -1,4 +1,5 @@
-"""niclab's front ends: the `niclab` command (cli), the pytest plugin, reports, comparisons, exports, the
-table a run prints, and the Vagrant rig. They import every layer below; report, compare and export read
-run directories through niclab.run.reader and never import the plumbing or the runner.
+"""niclab's front ends: the `niclab` command, the pytest plugin, reports, comparisons, exports, the Vagrant rig.
+
+They import every layer below; report, compare and export read run directories through niclab.run.reader
+only. Their modules: docs/architecture.md, "ui".
 """

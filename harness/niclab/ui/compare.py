@@ -1,64 +1,9 @@
-"""Compare two runs: per metric and cell, the change and whether it is real.
+"""Compare two runs, or two cells of one run: per metric and cell, the change and whether it is real.
 
-The verdict comes from Welch's two-sample t-test (unequal variances) on the
-samples each run kept for that metric: "better" or "worse" (by the metric's
-direction) when the difference is significant at `alpha` AND larger than
-`threshold` % of the base mean; otherwise "no significant change". A metric
-with fewer than two samples on either side cannot be tested and says so.
-Cells are matched by id; two single-cell runs are matched whatever their ids.
-By default the headline metrics are judged (throughput, transaction rate,
-mean latency, loss); secondary ones such as retransmit counts are noisy
-enough to raise false alarms, and come with `every_metric`.
-
-A metric measured while the host starved the guests of CPU on either side
-(the summary's `contended`, niclab.plumbing.contention) is judged only where
-the contention cannot explain its change: a busy host looks exactly like a
-slower driver, but only up to what it costs. Contention makes the guests
-slower, never faster, and has cost them at most 55 % here (one busy process
-beside the two-node pair, bench/contention_cost.py: e1000 41 % on average,
-45 % at the extremes; rtl8139 43 %, 50 %; virtio 49 %, 54 %, and 55 % once),
-so a contended side ran at no less than 35 % of its quiet speed
-(`CONTENTION_BOUND_PCT`, 65 %, ten points beyond the worst seen). In ratios,
-with the new figure's *speed* against the base's (new / base for a rate,
-where higher is better: throughput, transactions, IOPS; base / new for a mean
-time, where lower is better: mean, median or minimum latency): contention of
-the new side explains a speed down to 0.35, contention of the base side one up
-to 1 / 0.35 (2.86), and a side without contention explains nothing. A change that is
-significant and beyond the threshold keeps its verdict when its speed lies
-outside that span, and the verdict line says so: "worse, beyond host
-contention (at most 65 % slower)" (`beyond`); inside it, or not significant,
-the metric gets "host contention, no verdict", with the reason. A 75 % drop
-of the new side's throughput is worse whatever the host did; a 30 % drop is
-no verdict; a gain while only the new side was contended is a gain. The
-bound was measured beside one busy process: a side whose runs saw heavier
-contention (other processes and the hypervisor's steal taking more than
-one core, `MEASURED_LOAD_PCT`), or did not measure it, is `unbounded`: it
-explains any speed its way (down to 0 for the new side, up without limit
-for the base). Metrics that are neither a rate nor a typical time (loss,
-retransmits, CPU use, tail latencies, jitter) have no known bound under
-contention and get no verdict.
-
-Two cells of one run (an A/B comparison, `compare_cells`) whose repeats
-alternated on one boot (A1 B1 B2 A2 …, niclab.run.runner) are compared paired:
-a paired t-test on the differences of same-numbered repeats. Whatever the
-host did meanwhile hit A's and B's repeat alike and cancels in the
-difference, so such a pair gets a verdict even under host contention (the
-contention is still listed). A round in which the host was contended during
-one side's repeat only (a burst, the hypervisor's steal), or whose two
-repeats ran on different boots (another cell's failure stopped the rig), is not a fair pair
-and is left out, and the comparison says how many were. Cells that did not
-alternate are compared with Welch's test, as two runs are.
-
-Figures from different lab hosts (the cells' `rig.hosts`, a lab run's; a
-parallel run spreads cells over hosts) are never paired silently: such a
-comparison's verdict line says "across hosts (rig1 vs rig2)", and the
-paired test, which assumes both sides shared one host's moods, refuses it.
-Runs without a lab name no host and compare as ever.
-
-Runs that both recorded the kernel's selftests (`test` records) also list
-the tests whose result changed in each matched cell (niclab.ui.testchanges):
-pass → fail, skip → pass, new, gone; one that passed before and fails or
-crashes now "broke".
+Welch's t-test between runs, a paired t-test for cells whose repeats alternated on one boot; a contended side
+gets a verdict only for a change beyond what contention explains (`CONTENTION_BOUND_PCT`,
+`MEASURED_LOAD_PCT`); figures from different lab hosts are never paired; the selftests' changes come from
+testchanges. The rules: docs/reports.md; why: docs/architecture.md, "Measuring on a shared host".
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """What every front end says on the terminal, one way: progress lines, file checks, exit codes.
 
-Text from guests, remote hosts, run directories and scenario files reaches the terminal only through
-`terminal_streams`: stdout and stderr with every control character (an escape sequence, a carriage return,
-a bell) shown escaped, as base.text.one_line writes it; line breaks pass. A progress line is one line:
-its line breaks are escaped too.
-
-A run's progress (niclab.run.progress) is one more line: in a terminal, one line at the bottom that
-updates in place (the progress lines print above it) and counts the time with the clock; in a log (stderr
-is not a terminal), a plain line when the run starts and one per ended cell, never a carriage return.
-
-Exit codes: EXIT_OK (0) ok; EXIT_FAILED (1) a failed cell, benchmark or expectation, an interrupted run, a
-file that does not validate; EXIT_USAGE (2) the command line is wrong or a file it names does not exist;
-EXIT_BUG (3) niclab itself failed (an internal error, in a cell or anywhere): a bug, not the cards.
+Everything reaches the terminal through `terminal_streams`, each unprintable character escaped (base.text);
+a run's progress is one line updated in place in a terminal, plain lines in a log. Exit codes: EXIT_OK 0,
+EXIT_FAILED 1, EXIT_USAGE 2, EXIT_BUG 3 (docs/architecture.md, "Failure handling").
 """
 
 from __future__ import annotations

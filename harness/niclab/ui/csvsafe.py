@@ -1,11 +1,7 @@
 """CSV cells a spreadsheet shows as text, never runs as a formula.
 
-Text from a run directory (a benchmark label, a driver name a guest reported,
-a cell id) can start like a formula: `=HYPERLINK(...)`, `+cmd|...`, `@SUM(...)`.
-As OWASP's CSV injection guidance says, a text cell that starts with =, +, -,
-@, a tab or a carriage return gets a leading ' so spreadsheets take it as text.
-Numbers stay numbers (a negative one is a number, not a formula), and a list
-of numbers is its numbers joined by ; (nothing a spreadsheet can run).
+A text cell that starts with =, +, -, @, a tab or a carriage return gets a leading ' (OWASP's CSV injection
+guidance); numbers stay numbers, and a list of numbers is its numbers joined by ; (docs/reports.md).
 """
 
 from __future__ import annotations

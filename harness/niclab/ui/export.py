@@ -1,13 +1,8 @@
 """Export a run's results as one flat table, CSV or Parquet, for pandas and friends.
 
-`measurements`: one row per number, with its run's where and NICs and the
-cell's parameters as columns (param_<axis>). `summaries`: one row per metric
-and benchmark of each cell, with the statistics (samples as a list in
-Parquet, `;`-joined in CSV).
-
-CSV text cells that a spreadsheet would take for a formula are escaped
-(niclab.ui.csvsafe); Parquet keeps every value as it is, but a column whose
-values differ in type (a matrix axis of numbers and words) is written as text.
+`measurements`: one row per number, with its run's where and NICs and the cell's parameters (param_<axis>);
+`summaries`: one row per metric and benchmark of each cell. CSV text is escaped for spreadsheets (csvsafe);
+Parquet keeps values as they are (docs/reports.md, "niclab export").
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """A run's kernel selftests in NIPA's result format, so a niclab run can serve as a NIPA remote executor.
 
-NIPA (netdev's CI, github.com/linux-netdev/nipa) fetches a remote's manifest,
-a list of runs `{executor, branch, url}`, and from each url one executor's
-file `{executor, branch, start, end, link, results}`; each of `results` is a
-test program `{test, group, result, link, time, retry, crashes, results}`
-with its KTAP subtests nested as `{test, result, retry}`
-(tests/data/nipa/README.md names the NIPA code that writes and reads them).
-
-A niclab run maps to that as:
-
-- one executor per matrix cell with selftests (a card, a kernel): its file
-  `nipa/<cell>.json` in the run directory, named `niclab-<scenario>`, with
-  `-<cell>` when the run has several; `nipa.json` is the manifest listing them;
-- `group` is `selftests-` and the target as NIPA names it (`drivers/net` ->
-  `selftests-drivers-net`), `test` the program's name NIPA's way (`ping.py` ->
-  `ping-py`), subtests likewise (`ping.test_v4` -> `ping-test-v4`);
-- `result`: pass, skip or fail; xfail counts as pass (as KTAP does), a crash
-  as fail with its `crashes` (finger prints of the console's oops, NIPA's
-  way: up to five function names joined by `:`);
-- the first repeat is `result`, the second (if any) `retry`, as NIPA's
-  executors retry a test once;
-- `link`: the test's raw output, relative to the run directory, or under
-  `base_url` when the run directory is published there; `branch` is the run
-  directory's name unless given (NIPA's branch, e.g. net-next-2026-08-20--15-00).
+One executor file per matrix cell with selftests (`nipa/<cell>.json`) and a manifest (`nipa.json`); groups,
+test names and results mapped NIPA's way, the second repeat as its retry (docs/reports.md, "niclab export
+--format nipa"; tests/data/nipa/README.md names the NIPA code that reads them).
 """
 
 from __future__ import annotations

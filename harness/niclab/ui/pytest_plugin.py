@@ -1,25 +1,8 @@
 """niclab as a pytest plugin: scenarios are tests, and hand-written tests get a `niclab_session`.
 
-Registered through the `pytest11` entry point, so it is active wherever niclab
-is installed:
-
-- Every `*.yaml` below a directory named `scenarios` (or named on the
-  command line) is collected, one item per matrix cell:
-  `nic-shootout.yaml::nic=e1000`. An item boots its cell, runs its
-  benchmarks and fails with the expectations it missed, with the values it
-  measured. A file that does not validate is one failing item,
-  `file.yaml::validate`, with the validation errors.
-- Options: --niclab-backend, --niclab-lab LAB.yaml (cells that lab cannot
-  realize are skipped, with the reason), --niclab-out DIR (run directories
-  kept, e.g. for CI artifacts; default: pytest's temporary directory),
-  --niclab-repeat N, --niclab-shard I/N, and each backend's own options as
-  it declares them (--niclab-libvirt-uri, --niclab-wait, --niclab-force).
-- A cell runs through niclab.run.start, as `niclab run` runs it.
-- Markers: niclab_slow (a cell estimated over two minutes), niclab_lab (a
-  cell run on lab hardware), niclab_kvm (a test that needs KVM: skipped,
-  with the probe's reason, where KVM does not work).
-- The `niclab_session` fixture opens a Session on a scenario cell for hand-written tests.
-- JUnit XML properties carry each cell's headline results and run directory.
+Registered through the `pytest11` entry point: every `*.yaml` below a `scenarios` directory is collected, one
+item per matrix cell, run through niclab.run.start as `niclab run` runs it. Its options, markers, fixture and
+JUnit properties: docs/pytest.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """What a patch broke: the kernel's selftests whose state changed between two runs, per matching cell.
 
-A test program or subtest (on its link) has one state per cell, the worst
-result over the cell's repeats (niclab.ui.report.selftests.states). Two
-matching cells (niclab.ui.compare matches them) are compared test by test:
-pass → fail, fail → pass, pass → skip, a test only the new run has (new), one
-only the base run has (gone). A test that passed in the base and fails or
-crashes in the new run "broke": `niclab compare` exits 1 for it.
+Each test (and link) counts by its worst result over the cell's repeats; one that passed in the base run and
+fails or crashes in the new one "broke", and `niclab compare` exits 1 (docs/reports.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Welch's two-sample t-test, the p-value only, without scipy.stats' per-call overhead.
 
-scipy.stats.ttest_ind spends about a millisecond per call checking shapes,
-NaN policy and array namespaces; a comparison of 20,000 cells calls it once
-per metric and cell. This is the same arithmetic on the same numpy arrays,
-step for step as scipy 1.17 does it (variance about the mean with n / (n - 1),
-Welch–Satterthwaite degrees of freedom, a zero-variance df of 1, Student's t
-survival function), so the p-values are the same numbers, to the last bit
-(tests/unit/test_welch.py checks it against scipy itself).
+The same arithmetic as scipy 1.17 on the same numpy arrays, so the p-values are scipy's to the last bit
+(tests/unit/test_welch.py); scipy.stats.ttest_ind's checks cost about a millisecond a call, which a
+comparison of 20,000 cells makes per metric and cell (docs/results.md, "Reading big runs").
 """
 
 from __future__ import annotations

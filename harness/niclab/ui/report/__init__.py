@@ -1,9 +1,7 @@
-"""Reports: one self-contained HTML page from one or more run directories.
+"""Reports: one self-contained HTML page from one or more run directories (docs/reports.md).
 
-from niclab.ui.report.page import report_runs
-report_runs([Path("runs/…-nic-shootout")], Path("report.html"))
+    report_runs([Path("runs/…-nic-shootout")], Path("report.html"))   # from niclab.ui.report.page
 
-The package itself imports nothing: a comparison or an export that reads
-runs through niclab.ui.report.data does not load matplotlib for figures it
-never draws.
+The package itself imports nothing: a comparison or an export reading runs through report.data loads no
+matplotlib.
 """

@@ -1,12 +1,7 @@
 """Cost per Mbit/s: a card's price over the most it moved in the run.
 
-Prices come from the scenario (`prices: {e1000: 35, rtl8139: 9}`,
-`currency: USD`), from the cards of a lab run's inventory (what the lab
-paid; over the scenario's), or from a YAML file given to `niclab report
---prices` (same keys; over both). The peak
-is the highest mean among the cell's throughput metrics, those the benchmarks
-declare as peaks (netperf TCP_STREAM, NetPIPE's peak, lmbench bw_tcp, netperf
-UDP received).
+Prices come from the scenario, a lab run's inventory or `niclab report --prices`, each over the one before;
+the peak is the highest mean among the throughput metrics the benchmarks declare as peaks (docs/reports.md).
 """
 
 from __future__ import annotations

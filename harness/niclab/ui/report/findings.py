@@ -1,18 +1,8 @@
 """Findings the report flags on its own, as a careful reader of a NIC study would.
 
-The benchmarks declare which of their metrics are checked how (niclab.model.bench.declare):
-
-- a dip: a message size whose throughput falls well below both of
-  its neighbours (a 2002 study found the E1000 collapsing at MTU 4000 so);
-- unstable results: a spread above what the scenario accepts, or a tool
-  that doubted its figure (netperf's confidence target missed);
-- a shortfall: one metric far below another, such as a UDP receiver below
-  its sender: the card or driver drops at the receiving end (a study saw
-  355 Mbit/s sent and 62 received);
-- a bond whose ports' interrupts all land on one CPU, though the guest has
-  more, so the bond cannot spread its work;
-- host contention: a benchmark during which other processes took the CPU
-  the guests needed (niclab.plumbing.contention), so its figure describes the host.
+The benchmarks declare which of their metrics are checked how (model.bench.declare): a dip in a curve,
+unstable results, one metric far short of another, a bond's interrupts on one CPU, host contention
+(docs/reports.md, "niclab report").
 """
 
 from __future__ import annotations

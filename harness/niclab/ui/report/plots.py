@@ -1,11 +1,7 @@
 """The report's plots, each built from run data; a plot with nothing to show is None.
 
-What is drawn comes from the benchmarks (niclab.model.bench.declare.Figure):
-each declares figures of a kind this module knows how to draw, with the
-metrics to show. The shared kinds (TCP throughput and latency per card,
-throughput against MTU) gather the series every benchmark adds to them under
-the title and caption here. Curves against message size come from the `curve`
-a measurement carries; with repeats, the run whose value is the median stands
+Each benchmark declares figures of the kinds drawn here (model.bench.declare.Figure); the shared kinds gather
+every benchmark's series. A curve comes from a measurement's `curve`; with repeats, the median run's stands
 for its cell.
 """
 

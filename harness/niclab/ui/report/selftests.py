@@ -1,15 +1,8 @@
 """The kernel's own selftests in a report: per test (and subtest) and card, what came of it.
 
-A cell's `test` records (niclab.run.records.TestRecord, the kselftest
-benchmark's) become states: one per test program or subtest and link, over
-the cell's repeats. The map is a table of those states, test down the side,
-card across (several cells on one card, e.g. kernels, each a column named by
-its parameters), each entry pass, xfail, skip, fail or crash, with its reason
-on hover and as a numbered footnote, and a crash's console excerpt below.
-
-Everything here comes from a guest (test names, reasons, console lines):
-the page escapes it (jinja2's autoescape), and here it is cut to one line of
-bounded length, or a bounded number of lines.
+A cell's `test` records become one state per test and link over its repeats; the map is tests down the side,
+cards (or cells) across, each entry with its reason and a crash's console excerpt. It is all a guest's text:
+the page escapes it, and it is cut here to bounded lines.
 """
 
 from __future__ import annotations

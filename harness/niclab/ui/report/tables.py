@@ -1,13 +1,8 @@
-"""The classic summary table: one row per test, one column per card (or cell).
+"""The classic summary table: one row per test, one column per card (or cell), as the NIC studies printed it.
 
-As the NIC studies printed it: `tcp`, `udp send`, `udp receive`, `rr` and
-the rest of the headline metrics down the side (labelled as their benchmarks
-declare, niclab.model.bench.declare.Row, else by benchmark and metric), the cards across, each value
-the mean with ± its confidence interval's half width, the unit in the row.
-A loopback reference (a benchmark with `peer: self`) has its own row, `lmbench
-lat_tcp (loopback)`, right below the link's row of the same metric.
-The same table comes as CSV (its text escaped for spreadsheets, niclab.ui.csvsafe)
-and as Markdown.
+Rows as the benchmarks declare them (model.bench.declare.Row), each value the mean ± its confidence interval's
+half width; a loopback reference in its own row below the link's. Also as CSV (csvsafe) and Markdown
+(docs/reports.md).
 """
 
 from __future__ import annotations

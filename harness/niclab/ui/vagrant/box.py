@@ -1,10 +1,8 @@
 """Pack the Debian guest image as a vagrant-libvirt box and add it to Vagrant, locally.
 
-The box holds box.img (the qcow2 disk), the kernel and initrd it boots with
-(no bootloader), metadata.json, and a Vagrantfile (vagrant/box/Vagrantfile)
-that points libvirt at them. It is added through a one-version catalog file on
-disk, so nothing is fetched from a box catalog and each image build is its own
-box version (vagrant-libvirt names its copy of the disk by that version).
+box.img (the qcow2 disk), the kernel and initrd (no bootloader), metadata.json and vagrant/box/Vagrantfile,
+added through a one-version catalog file on disk: nothing is fetched, and each image build is its own box
+version (docs/vagrant.md).
 """
 
 from __future__ import annotations

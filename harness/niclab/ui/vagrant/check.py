@@ -1,10 +1,8 @@
 """Check a Vagrant rig's test network the way `niclab run` checks its own.
 
-After each machine is up (or provisioned), the Vagrantfile calls `niclab vagrant
-check` for it: the node's links are read back over SSH and compared with the
-plan by netconf's own code. The last machine to pass then pings across every
-cable, as a run does, and the observed state of all nodes is written to
-<dotfile>/niclab/network.json.
+After each machine is up the Vagrantfile calls `niclab vagrant check`: its links are read back over SSH and
+compared with the plan by netconf's code; the last machine pings every cable and writes
+<dotfile>/niclab/network.json (docs/vagrant.md).
 """
 
 from __future__ import annotations
