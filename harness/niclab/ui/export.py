@@ -2,7 +2,7 @@
 
 `measurements`: one row per number, with its run's where and NICs and the cell's parameters (param_<axis>);
 `summaries`: one row per metric and benchmark of each cell. CSV text is escaped for spreadsheets (csvsafe);
-Parquet keeps values as they are (docs/reports.md, "niclab export").
+Parquet keeps values as they are (docs/reports.md, `niclab export`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A run's kernel selftests in NIPA's result format, so a niclab run can serve as a NIPA remote executor.
 
 One executor file per matrix cell with selftests (`nipa/<cell>.json`) and a manifest (`nipa.json`); groups,
-test names and results mapped NIPA's way, the second repeat as its retry (docs/reports.md, "niclab export
---format nipa"; tests/data/nipa/README.md names the NIPA code that reads them).
+test names and results mapped NIPA's way, the second repeat as its retry (docs/reports.md, `niclab export
+--format nipa`; tests/data/nipa/README.md names the NIPA code that reads them).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The benchmarks declare which of their metrics are checked how (model.bench.declare): a dip in a curve,
 unstable results, one metric far short of another, a bond's interrupts on one CPU, host contention
-(docs/reports.md, "niclab report").
+(docs/reports.md, `niclab report`).
 """
 
 from __future__ import annotations
