@@ -1,36 +1,9 @@
-"""Run a scenario's cells: realize each one in a Session, run its benchmarks, judge the results.
+"""Run a scenario's cells: realize each in a Session, run its benchmarks, judge them, write the records.
 
-Records go to the run directory as they are produced (results.jsonl):
-
-- `cell`: provenance at the start (host, rig, network as read back, nodes);
-- `run`: one run of one benchmark (which repeat, where, how long, and what
-  each NIC counted meanwhile: packets, bytes, drops, interrupts per CPU);
-- `measurement`: one number of one run, linked to its run by `run`;
-- `summary`: a metric over a benchmark's repeats (mean, median, spread,
-  Student-t interval, every sample) and whether it is stable;
-- `cell_end`: the nodes' facts after the benchmarks;
-- `expectation`: each check of `expect:` with the value it saw;
-- `error`: a benchmark or cell that failed.
-
-Cells that need the same guests (equal topologies: they differ only in what
-netconf sets, such as MTU, netem, offloads or bond mode) share one boot
-(niclab.run.rigs): they run one after the other on the same rig, and each cell's
-record says which boot it ran on. When such cells repeat their benchmarks
-(`repeat: N`), the repeats go round-robin across them (A B B A A B …, not
-A A B B; each round starts one cell later), so a host that gets busier or
-quieter during the run moves every cell alike rather than the last ones.
-
-A failed benchmark run is recorded and the next one runs; a cell that cannot
-boot, whose network is not what was asked, or that fails in any other way
-(a guest killed under it, a bug) is recorded and the next cell runs. Nothing
-escapes a cell as a traceback: an unexpected exception is recorded with its
-traceback in the cell's log (cells/<cell>/cell.log) and results.jsonl.
-
-`Runner.run(cells)` owns run.json: it is "running" while cells run and always
-ends in a final status (ok, failed, interrupted), whatever happened. With
-`--parallel`, niclab.run.parallel runs units of cells at once, each on a
-Runner of its own (`run_unit`) that writes into a buffer; the records go to
-the run directory in the order a sequential run writes them.
+Records go to results.jsonl as they are made (their kinds: docs/results.md). Cells of equal topology share a
+boot and their repeats go round-robin; a failed benchmark or cell is recorded and the next one runs; run.json
+always ends in a final status. Why: docs/architecture.md ("Cells that differ only in what netconf sets share
+one boot", "Failure handling").
 """
 
 from __future__ import annotations
