@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from compare_power import METRIC, busy_process, run_scenario
+from common import busy_process, run_scenario
 from niclab.ui.compare import compare_pair
 from niclab.ui.report.data import CellData, RunData, load_run
 
@@ -52,6 +52,7 @@ repeat: {repeat}
 benchmarks:
   - netperf: {{test: TCP_STREAM, seconds: 4}}
 """
+METRIC = "netperf.TCP_STREAM.throughput_mbps"
 # A and A' differ only in a netem rate no emulated NIC here comes near (a matrix refuses two equal cells)
 SIDES = {"A": "10gbit", "A2": "9gbit"}
 # Uncounted trials first: the open rate, then what a cap carries (a busy host carries more of a cap than a quiet one:

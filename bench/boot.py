@@ -31,43 +31,18 @@ initramfs (its manifest's min_memory_mib).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def timed_run(
-    scenario: Path, out: Path, env_extra: dict[str, str] | None = None, cwd: Path | None = None
-) -> tuple[list[dict], float]:
-    """`niclab run -q` of a scenario into `out` (exiting on failure): the run's records and its wall time."""
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env_extra or {})},
-        cwd=cwd,
-    )
-    wall = time.monotonic() - started
-    if result.returncode != 0:
-        sys.exit(f"niclab run{f' ({cwd})' if cwd else ''} failed:\n{result.stderr}")
-    run = max(out.iterdir(), key=lambda p: p.stat().st_mtime)
-    return [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()], wall
+from common import REPO, TWO_NODE, medians, timed_run
 
 
 def one_run(
     scenario: Path, out: Path, image: Path | None = None, env_extra: dict[str, str] | None = None
 ) -> tuple[float, float]:
-    records, wall = timed_run(scenario, out, {**({"NICLAB_IMAGE": str(image)} if image else {}), **(env_extra or {})})
-    cells = [r for r in records if r["type"] == "cell"]
-    return cells[0]["timings"]["agents_ready_since_start_s"], wall
+    run = timed_run(scenario, out, env={**({"NICLAB_IMAGE": str(image)} if image else {}), **(env_extra or {})})
+    cells = [r for r in run.records() if r["type"] == "cell"]
+    return cells[0]["timings"]["agents_ready_since_start_s"], run.wall
 
 
 SWEEP = REPO / "scenarios" / "mtu-sweep.yaml"
@@ -76,17 +51,8 @@ SWEEP_CELLS = [f"nic=e1000,mtu={mtu}" for mtu in (1500, 3000, 4000, 6000, 9000)]
 
 def sweep_run(cells: list[str], out: Path) -> tuple[float, int]:
     """Wall time of one `niclab run` of these cells, and how many boots it made."""
-    started = time.monotonic()
-    args = [sys.executable, "-m", "niclab", "run", str(SWEEP), "--out", str(out), "-q"]
-    for cell in cells:
-        args += ["--cell", cell]
-    result = subprocess.run(args, capture_output=True, text=True)
-    wall = time.monotonic() - started
-    if result.returncode != 0:
-        sys.exit(f"niclab run failed:\n{result.stderr}")
-    run = max(out.iterdir(), key=lambda p: p.stat().st_mtime)
-    records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
-    return wall, len({r["boot"]["number"] for r in records if r["type"] == "cell"})
+    run = timed_run(SWEEP, out, *[word for cell in cells for word in ("--cell", cell)])
+    return run.wall, len({r["boot"]["number"] for r in run.records() if r["type"] == "cell"})
 
 
 def sweep(runs: int) -> None:
@@ -99,7 +65,7 @@ def sweep(runs: int) -> None:
             walls = [sweep_run([cell], Path(out) / f"separate-{n}-{i}")[0] for i, cell in enumerate(SWEEP_CELLS)]
             separate.append(sum(walls))
             print(f"round {n}: a run per cell:     5 boots,    {sum(walls):5.1f} s", flush=True)
-    a, b = statistics.median(shared), statistics.median(separate)
+    a, b = medians(shared, separate)
     print(f"median: shared boot {a:.1f} s, a boot per cell {b:.1f} s: {a / b:.0%} of the time ({b - a:.0f} s saved)")
 
 
@@ -123,7 +89,7 @@ def compare_bzimage(scenario: Path, runs: int) -> None:
             pvh.append(one_run(scenario, Path(out) / "pvh")[0])
             bz.append(one_run(scenario, Path(out) / "bz", view)[0])
             print(f"run {n}: guests answering after {bz[-1]:4.1f} s (bzImage) / {pvh[-1]:4.1f} s (PVH)", flush=True)
-    a, b = statistics.median(bz), statistics.median(pvh)
+    a, b = medians(bz, pvh)
     print(f"median: bzImage {a:.1f} s, PVH {b:.1f} s: {b / a:.0%} of the time (harness start to every agent)")
 
 
@@ -134,7 +100,7 @@ def compare_firmware(scenario: Path, runs: int) -> None:
             qboot.append(one_run(scenario, Path(out) / "qboot")[0])
             seabios.append(one_run(scenario, Path(out) / "seabios", env_extra={"NICLAB_QBOOT": "0"})[0])
             print(f"run {n}: guests answering after {seabios[-1]:4.1f} s (SeaBIOS) / {qboot[-1]:4.1f} s (qboot)")
-    a, b = statistics.median(seabios), statistics.median(qboot)
+    a, b = medians(seabios, qboot)
     print(f"median: SeaBIOS {a:.1f} s, qboot {b:.1f} s: {b / a:.0%} of the time (harness start to every agent)")
 
 
@@ -145,14 +111,14 @@ def compare_image(scenario: Path, runs: int, other: Path) -> None:
             micro.append(one_run(scenario, Path(out) / "micro")[0])
             them.append(one_run(scenario, Path(out) / "other", other)[0])
             print(f"run {n}: guests answering after {them[-1]:4.1f} s ({other.name}) / {micro[-1]:4.1f} s (micro)")
-    a, b = statistics.median(them), statistics.median(micro)
+    a, b = medians(them, micro)
     share = f"{a / b:.0%} of micro's time"
     print(f"median: {other.name} {a:.1f} s, micro {b:.1f} s: {share} (harness start to every agent)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", nargs="?", default=str(REPO / "scenarios" / "two-node.yaml"))
+    parser.add_argument("scenario", nargs="?", default=str(TWO_NODE))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sweep", action="store_true", help="a 5-value MTU sweep: one boot against five")
     parser.add_argument("--bzimage", action="store_true", help="pair each run with one booting the bzImage")
@@ -178,7 +144,7 @@ def main() -> None:
             boots.append(boot)
             walls.append(wall)
             print(f"run {n}: guests answering after {boot:5.1f} s of a {wall:5.1f} s run ({boot / wall:5.1%})")
-    boot, wall = statistics.median(boots), statistics.median(walls)
+    boot, wall = medians(boots, walls)
     print(
         f"median: boot {boot:.1f} s, run {wall:.1f} s, boot share {boot / wall:.1%} "
         f"(harness start to every agent answering; first cell)"

@@ -29,13 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, busy_process
+
 MARKER = "measures"
 
 
@@ -48,27 +47,6 @@ class Outcome:
     @property
     def total(self) -> int:
         return len(self.passed) + len(self.failed) + len(self.skipped)
-
-
-@dataclass
-class Busy:
-    pid: int
-    ended_early: bool = False  # the busy process was gone before the tests ended: the load was not there throughout
-
-
-@contextmanager
-def busy_process() -> Iterator[Busy]:
-    """One process spinning on a CPU the whole time, started and ended here by its PID."""
-    with open("/dev/null", "w") as sink:
-        proc = subprocess.Popen(["yes"], stdout=sink)
-    busy = Busy(proc.pid)
-    try:
-        time.sleep(1)
-        yield busy
-    finally:
-        busy.ended_early = proc.poll() is not None
-        proc.terminate()
-        proc.wait()
 
 
 def pytest_args(tests: list[str], junit: Path, basetemp: Path) -> list[str]:

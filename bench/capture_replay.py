@@ -12,12 +12,12 @@ the result the guest gave (see tests/fakes.py for the format).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from common import tests_importable
 
-from tests.fakes import main  # noqa: E402 (tests/ is importable only once the repository is on sys.path)
+tests_importable()
+
+from tests.fakes import main  # noqa: E402 (tests/ is importable only once tests_importable() ran)
 
 if __name__ == "__main__":
     sys.exit(main(["capture", *sys.argv[1:]]))

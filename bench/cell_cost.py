@@ -29,14 +29,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from boot import timed_run
-
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, TWO_NODE, timed_run
 
 
 def one_run(tree: Path, scenario: Path, out: Path) -> dict[str, float]:
     """One `niclab run` with the harness of `tree`; the first cell's costs."""
-    records, wall = timed_run(scenario, out, {"PYTHONPATH": str(tree / "harness")}, cwd=tree)
+    run = timed_run(scenario, out, env={"PYTHONPATH": str(tree / "harness")}, cwd=tree)
+    records = run.records()
     cells = [r for r in records if r["type"] == "cell"]
     runs = [r for r in records if r["type"] == "run"]
     extra = [r["seconds"] - r["options"]["seconds"] for r in runs if "seconds" in r.get("options", {})]
@@ -45,7 +44,7 @@ def one_run(tree: Path, scenario: Path, out: Path) -> dict[str, float]:
         "ready": timings["agents_ready_since_start_s"] + timings["network_s"],
         "network": statistics.median(c["timings"]["network_s"] for c in cells),
         "per_run": statistics.median(extra) if extra else float("nan"),
-        "wall": wall,
+        "wall": run.wall,
     }
 
 
@@ -58,7 +57,7 @@ def show(label: str, costs: dict[str, float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", nargs="?", default=str(REPO / "scenarios" / "two-node.yaml"))
+    parser.add_argument("scenario", nargs="?", default=str(TWO_NODE))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--against-rev", required=True, metavar="REV", help="the git revision to pair with")
     args = parser.parse_args()

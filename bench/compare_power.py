@@ -25,14 +25,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
+from common import busy_process, run_scenario
 from niclab.ui.compare import compare
 from niclab.ui.report.data import load_run
 
@@ -48,33 +46,6 @@ benchmarks:
   - netperf: {{test: TCP_STREAM, seconds: 5}}
 """
 METRIC = "netperf.TCP_STREAM.throughput_mbps"
-
-
-@contextmanager
-def busy_process():
-    """One process spinning on a CPU, as a CI runner's neighbour would."""
-    with open("/dev/null", "w") as sink:
-        proc = subprocess.Popen(["yes"], stdout=sink)
-    try:
-        time.sleep(1)
-        yield
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
-def run_scenario(work: Path, name: str, text: str) -> Path:
-    """`niclab run` of a scenario text (quietly, exiting on failure); its run directory."""
-    scenario = work / f"{name}.yaml"
-    scenario.write_text(text)
-    out = work / name
-    result = subprocess.run(
-        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"], capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        sys.exit(f"niclab run {name} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
-    (run_dir,) = out.iterdir()
-    return run_dir
 
 
 def run(work: Path, name: str, cap_mbit: float | None) -> Path:

@@ -17,14 +17,13 @@ stay within the bound's `MEASURED_LOAD_PCT`.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from compare_power import busy_process, run_scenario
+from common import busy_process, records, run_scenario
 from niclab.ui.compare import CONTENTION_BOUND_PCT, MEASURED_LOAD_PCT
 
 SCENARIO = """\
@@ -44,7 +43,7 @@ METRIC = "netperf.TCP_STREAM.throughput_mbps"
 
 
 def run(work: Path, name: str, nics: list[str]) -> Path:
-    """The scenario over these models, run quietly (bench/compare_power.py's run_scenario); its run directory."""
+    """The scenario over these models, run quietly; its run directory."""
     return run_scenario(work, name, SCENARIO.format(nics=", ".join(nics)))
 
 
@@ -52,8 +51,7 @@ def figures(run_dir: Path) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Per model: the throughput's mean over the repeats, and the other processes' load each repeat recorded."""
     means: dict[str, float] = {}
     loads: dict[str, list[float]] = {}
-    for line in (run_dir / "results.jsonl").read_text().splitlines():
-        record = json.loads(line)
+    for record in records(run_dir):
         nic = record.get("params", {}).get("nic")
         if record["type"] == "summary" and record["name"] == METRIC:
             means[nic] = record["mean"]

@@ -16,11 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from common import REPO
 from niclab.model.scenario import load_scenario
 from niclab.plumbing.backends import get_backend
 from niclab.run.session import Session
 
-SCENARIO = Path(__file__).resolve().parents[1] / "tests" / "integration" / "fidelity.yaml"
+SCENARIO = REPO / "tests" / "integration" / "fidelity.yaml"
 
 
 def metric(found, name):

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import TWO_NODE, medians, niclab
 
 
 def qemus_under(directory: Path) -> list[int]:
@@ -47,7 +46,7 @@ def restore_sigint() -> None:
 
 def one_run(scenario: Path, out: Path, at: str) -> tuple[float, float]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out)],
+        niclab("run", str(scenario), "--out", str(out)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -78,7 +77,7 @@ def one_run(scenario: Path, out: Path, at: str) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", nargs="?", default=str(REPO / "scenarios" / "two-node.yaml"))
+    parser.add_argument("scenario", nargs="?", default=str(TWO_NODE))
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--at", default="running netperf", help="send SIGINT once a progress line has this")
     args = parser.parse_args()
@@ -89,9 +88,9 @@ def main() -> None:
             gones.append(gone)
             exits.append(exited)
             print(f"run {n}: no guest left {gone:.2f} s after SIGINT; niclab exited after {exited:.2f} s")
+    gone, exited = medians(gones, exits)
     print(
-        f"median of {args.runs}: no guest left {statistics.median(gones):.2f} s, "
-        f"niclab exited {statistics.median(exits):.2f} s after SIGINT (at {args.at!r})"
+        f"median of {args.runs}: no guest left {gone:.2f} s, niclab exited {exited:.2f} s after SIGINT (at {args.at!r})"
     )
 
 

@@ -15,30 +15,18 @@ hosts; the integrator's nested rig has two.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SCENARIO = REPO / "bench" / "lab-parallel.yaml"
+from common import BENCH, records, timed_run
+
+SCENARIO = BENCH / "lab-parallel.yaml"
 
 
 def one_run(scenario: Path, lab: Path, out: Path, parallel: bool) -> tuple[float, Path]:
-    argv = [sys.executable, "-m", "niclab", "run", str(scenario), "--lab", str(lab), "--emulated"]
-    argv += ["--out", str(out), "-q", *(["--parallel"] if parallel else [])]
-    started = time.monotonic()
-    result = subprocess.run(argv, capture_output=True, text=True)
-    wall = time.monotonic() - started
-    if result.returncode != 0:
-        sys.exit(f"niclab run{' --parallel' if parallel else ''} failed:\n{result.stderr}{result.stdout}")
-    return wall, max(out.iterdir(), key=lambda p: p.stat().st_mtime)
-
-
-def records(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    run = timed_run(scenario, out, "--lab", str(lab), "--emulated", *(["--parallel"] if parallel else []))
+    return run.wall, run.run_dir
 
 
 def spans(run: Path) -> dict[str, tuple[str, str]]:

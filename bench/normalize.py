@@ -24,8 +24,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from compare_power import busy_process, run_scenario
-from niclab.run.results import read_records
+from common import busy_process, records, run_scenario
 
 HEAD = """\
 name: normalize
@@ -51,7 +50,7 @@ def figures(run_dir: Path) -> list[tuple[float, float]]:
     """(raw, normalized) per NIC figure: benchmarks 1, 3, 5, … each between two reference figures."""
     values = {
         int(r["run"].split(".")[0]): r["value"]
-        for r in read_records(run_dir / "results.jsonl")
+        for r in records(run_dir)
         if r["type"] == "measurement" and r["name"] == METRIC
     }
     return [

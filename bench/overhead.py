@@ -19,14 +19,11 @@ Everything but "tools" is overhead; the script prints it as a share of the run.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, timed_run
 
 
 def main() -> None:
@@ -36,18 +33,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="niclab-bench-overhead-") as out:
-        command = [sys.executable, "-m", "niclab", "run", args.scenario, "--out", out, "-q"]
-        command += [word for cell in args.cell for word in ("--cell", cell)]
-        command += ["--repeat", str(args.repeat)] if args.repeat else []
-        started = time.monotonic()
-        result = subprocess.run(command, capture_output=True, text=True)
-        wall = time.monotonic() - started
-        run = next(Path(out).iterdir())
-        records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
-    if result.returncode != 0:
+        options = [word for cell in args.cell for word in ("--cell", cell)]
+        options += ["--repeat", str(args.repeat)] if args.repeat else []
+        run = timed_run(args.scenario, Path(out), *options, check=False)
+        records, wall = run.records(), run.wall
+    if run.returncode != 0:
         print(
-            f"(the run exited {result.returncode}; the split below covers what it recorded)\n"
-            f"{result.stderr.strip()[-600:]}",
+            f"(the run exited {run.returncode}; the split below covers what it recorded)\n{run.stderr.strip()[-600:]}",
             file=sys.stderr,
         )
     cells = [r for r in records if r["type"] == "cell"]

@@ -19,7 +19,6 @@ children). Prints each run's samples, mean and CV, and the medians per way.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -27,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import newest_run, niclab, records
 
 SCENARIO = """\
 name: pinning
@@ -71,7 +72,7 @@ def one_run(work: Path, way: str) -> list[float]:
     scenario.write_text(SCENARIO)
     out = work / f"{way}-{time.monotonic_ns()}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "niclab", "run", str(scenario), "--out", str(out), "-q"],
+        niclab("run", str(scenario), "--out", str(out), "-q"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -85,9 +86,8 @@ def one_run(work: Path, way: str) -> list[float]:
         time.sleep(0.5)
     if proc.returncode != 0:
         sys.exit(f"niclab run failed:\n{proc.stderr.read() if proc.stderr else ''}")
-    (results,) = out.glob("*/results.jsonl")
-    records = [json.loads(line) for line in results.read_text().splitlines()]
-    return [r["value"] for r in records if r["type"] == "measurement" and r["metric"] == "throughput_mbps"]
+    found = records(newest_run(out))
+    return [r["value"] for r in found if r["type"] == "measurement" and r["metric"] == "throughput_mbps"]
 
 
 def main() -> None:

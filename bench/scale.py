@@ -31,10 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "harness"))
-
-from niclab.run.records import (  # noqa: E402
+from common import REPO
+from niclab.run.records import (
     CellEndRecord,
     CellRecord,
     MeasurementRecord,
@@ -44,7 +42,7 @@ from niclab.run.records import (  # noqa: E402
     SummaryRecord,
     as_json,
 )
-from niclab.run.stats import summarize  # noqa: E402
+from niclab.run.stats import summarize
 
 SCENARIO = "nightly"
 KERNELS = [f"6.{minor}.{patch}" for minor in (1, 6, 12, 15, 18) for patch in range(5)]  # 25
@@ -220,8 +218,9 @@ benchmarks:
     return path
 
 
-# The child reports its own peak: a child's ru_maxrss from wait4 is at least what the parent held when it
-# forked (Linux keeps the high-water mark across exec), and this parent holds more than a small run needs.
+# The CLI as common.niclab runs it (the niclab package's own entry under this interpreter), reporting its own
+# peak: a child's ru_maxrss from wait4 is at least what the parent held when it forked (Linux keeps the
+# high-water mark across exec), and this parent holds more than a small run needs.
 PEAK = (
     "import atexit, runpy, sys\n"
     "def peak():\n"

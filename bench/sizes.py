@@ -18,19 +18,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests/ holds the builders of synthetic labs and run directories
+from common import tests_importable
+from niclab.base import jsonbound
+from niclab.model.bench import ktap
+from niclab.model.lab.match import Unrealizable, place
+from niclab.plumbing.lab.hostnet import HostNet
+from niclab.plumbing.lab.snapshot import HostSnapshot
+from niclab.ui.nipa import nipa_results
+
+tests_importable()  # tests/ holds the builders of synthetic labs and run directories
 
 from tests import records  # noqa: E402
 from tests.helpers import ring, ring_lab  # noqa: E402
 from tests.records import in_cell, write_run  # noqa: E402
-
-from niclab.base import jsonbound  # noqa: E402
-from niclab.model.bench import ktap  # noqa: E402
-from niclab.model.lab.match import Unrealizable, place  # noqa: E402
-from niclab.plumbing.lab.hostnet import HostNet  # noqa: E402
-from niclab.plumbing.lab.snapshot import HostSnapshot  # noqa: E402
-from niclab.ui.nipa import nipa_results  # noqa: E402
 
 NIC = "0000:03:00.0"
 

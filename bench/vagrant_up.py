@@ -16,23 +16,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from common import REPO, TWO_NODE, medians, niclab, niclab_script, tests_importable
+from niclab.model.scenario import load_scenario
+from niclab.plumbing.accel import choose_accel
+from niclab.plumbing.backends import get_backend
+from niclab.plumbing.image import find_image
+from niclab.run.session import Session
+
+tests_importable()
 
 from tests.integration.libvirt_netns import isolated_libvirt, why_not  # noqa: E402
-
-from niclab.model.scenario import load_scenario  # noqa: E402
-from niclab.plumbing.accel import choose_accel  # noqa: E402
-from niclab.plumbing.backends import get_backend  # noqa: E402
-from niclab.plumbing.image import find_image  # noqa: E402
-from niclab.run.session import Session  # noqa: E402
 
 
 def niclab_up(scenario: Path, workdir: Path) -> float:
@@ -53,7 +52,7 @@ def vagrant(command: list[str], env: dict[str, str], timeout: float = 1800) -> f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", nargs="?", default=str(REPO / "scenarios" / "two-node.yaml"))
+    parser.add_argument("scenario", nargs="?", default=str(TWO_NODE))
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
     if (reason := why_not()) is not None:
@@ -69,9 +68,9 @@ def main() -> None:
             "VAGRANT_CHECKPOINT_DISABLE": "1",
             "VAGRANT_DEFAULT_PROVIDER": "libvirt",
             "NICLAB_SCENARIO": str(scenario),
-            "NICLAB": str(Path(sys.executable).with_name("niclab")),
+            "NICLAB": str(niclab_script()),
         }
-        subprocess.run([sys.executable, "-m", "niclab", "vagrant", "box"], env=env, check=True)
+        subprocess.run(niclab("vagrant", "box"), env=env, check=True)
         image = find_image("debian")
         assert image is not None
         with isolated_libvirt(work / "libvirt", hide_kvm=choose_accel(image).accel != "kvm") as libvirt:
@@ -85,7 +84,7 @@ def main() -> None:
                     f"niclab rig up {niclabs[-1]:.1f} s; ratio {ups[-1] / niclabs[-1]:.1f}",
                     flush=True,
                 )
-    up, down, ours = statistics.median(ups), statistics.median(destroys), statistics.median(niclabs)
+    up, down, ours = medians(ups, destroys, niclabs)
     print(f"\n{scenario.name}, {args.runs} runs, medians:")
     print(f"  vagrant up (Debian box, libvirt, provision + check)   {up:6.1f} s")
     print(f"  vagrant destroy -f                                   {down:6.1f} s")
