@@ -12,6 +12,7 @@ switched segment (ping loss between every pair).
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +30,7 @@ def metric(found, name):
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     cell = load_scenario(SCENARIO).cells[0]
     with (
         tempfile.TemporaryDirectory(prefix="niclab-fidelity-") as work,

@@ -11,6 +11,7 @@ run directory could send, made here (tests/helpers builds the labs and cells).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -92,6 +93,7 @@ def nipa_export(programs: int) -> Callable[[], object]:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     print(f"{'what':<44} {'size':>9}  {'cpu':>10}")
     series("placement, 100 cables: links placed", [4, 8, 16, 32], lambda n: placement(n, odd=False))
     series("placement, 100 cables: links refused", [4, 8, 16, 32], lambda n: placement(n, odd=True))
