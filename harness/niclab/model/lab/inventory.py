@@ -328,131 +328,132 @@ class Inventory(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Inventory:
-        problems: list[Problem] = []
+        problems = [
+            *self._host_name_problems(),
+            *self._class_name_problems(),
+            *self._card_problems(),
+            *self._cable_problems(),
+        ]
+        if problems:
+            raise Problems(problems)
+        return self
+
+    def _host_name_problems(self) -> Iterator[Problem]:
+        """Host names become file names and log names: plain names only."""
         for name in self.hosts:
             if not HOST_NAME.fullmatch(name):
-                problems.append(
-                    Problem(
-                        ("hosts", name),
-                        f"host name {shown(name)} must match [a-z0-9-]+ (at most 63 characters)",
-                        "name the host with lowercase letters, digits and dashes; its address goes in libvirt:",
-                        at_key=True,
-                    )
+                yield Problem(
+                    ("hosts", name),
+                    f"host name {shown(name)} must match [a-z0-9-]+ (at most 63 characters)",
+                    "name the host with lowercase letters, digits and dashes; its address goes in libvirt:",
+                    at_key=True,
                 )
+
+    def _class_name_problems(self) -> Iterator[Problem]:
+        """Class names are plain names, and none is a catalog class's."""
         for name in self.classes:
             if not CLASS_NAME.fullmatch(name):
-                problems.append(
-                    Problem(
-                        ("classes", name),
-                        f"class name {shown(name)} must match [a-z0-9_.+-]+ (at most 63 characters)",
-                        "name the class with lowercase letters, digits, dots and dashes",
-                        at_key=True,
-                    )
+                yield Problem(
+                    ("classes", name),
+                    f"class name {shown(name)} must match [a-z0-9_.+-]+ (at most 63 characters)",
+                    "name the class with lowercase letters, digits, dots and dashes",
+                    at_key=True,
                 )
             elif nics.is_emulated(name):
-                problems.append(
-                    Problem(
-                        ("classes", name),
-                        f"{shown(name)} is a catalog class already",
-                        "give the lab's class another name, or drop it and use the catalog's",
-                        at_key=True,
-                    )
+                yield Problem(
+                    ("classes", name),
+                    f"{shown(name)} is a catalog class already",
+                    "give the lab's class another name, or drop it and use the catalog's",
+                    at_key=True,
                 )
+
+    def _card_problems(self) -> Iterator[Problem]:
+        """Each card's problems in turn: an id or a PCI function taken already, an unknown host, its class.
+
+        One card after the other, not one check after the other: problems an alias
+        (*card) places at one spot are reported in the cards' order."""
         known = {m.name for m in nics.CATALOG} | set(self.classes)
         seen_ids: dict[str, int] = {}
         seen_pci: dict[tuple[str, str], str] = {}
         for i, card in enumerate(self.cards):
             if card.id in seen_ids:
-                problems.append(
-                    Problem(("cards", i, "id"), f"card {shown(card.id)} twice (also cards[{seen_ids[card.id]}])")
-                )
+                yield Problem(("cards", i, "id"), f"card {shown(card.id)} twice (also cards[{seen_ids[card.id]}])")
             seen_ids.setdefault(card.id, i)
             if card.host not in self.hosts:
-                problems.append(
-                    Problem(
-                        ("cards", i, "host"),
-                        f"unknown host {shown(card.host)}",
-                        did_you_mean(card.host, self.hosts) or f"hosts are: {listing(self.hosts) or 'none'}",
-                    )
+                yield Problem(
+                    ("cards", i, "host"),
+                    f"unknown host {shown(card.host)}",
+                    did_you_mean(card.host, self.hosts) or f"hosts are: {listing(self.hosts) or 'none'}",
                 )
             if (card.host, card.pci) in seen_pci:
-                problems.append(
-                    Problem(
-                        ("cards", i, "pci"),
-                        f"{card.pci} on {card.host} is card {shown(seen_pci[(card.host, card.pci)])} already",
-                        "each card is one PCI function: check lspci -D on the host",
-                    )
+                yield Problem(
+                    ("cards", i, "pci"),
+                    f"{card.pci} on {card.host} is card {shown(seen_pci[(card.host, card.pci)])} already",
+                    "each card is one PCI function: check lspci -D on the host",
                 )
             seen_pci.setdefault((card.host, card.pci), card.id)
-            if not card.class_name:
-                if card.pci_id is None:
-                    problems.append(
-                        Problem(
-                            ("cards", i),
-                            f"card {shown(card.id)} has neither class: nor pci_id:",
-                            'give its PCI ID as lspci -nn shows it (pci_id: "8086:10fb"), or a card class',
-                        )
-                    )
-                else:
-                    card.class_name = implicit_class(card.pci_id)
-                continue
-            canonical = nics.ALIASES.get(card.class_name, card.class_name)
-            if canonical in known and card.pci_id is not None:
-                spec = self.classes.get(canonical)
-                expected = spec.pci_id if spec is not None else nics.get(canonical).pci_id
-                if expected.lower() != card.pci_id:
-                    problems.append(
-                        Problem(
-                            ("cards", i, "pci_id"),
-                            f"card {shown(card.id)} is {card.pci_id}, but {canonical} cards are {expected}",
-                            "drop pci_id: (the class gives it) or the class: (the card then gets the implicit class "
-                            f"{implicit_class(card.pci_id)})",
-                        )
-                    )
-            if canonical not in known:
-                hint = did_you_mean(card.class_name, sorted(known))
-                problems.append(
-                    Problem(
-                        ("cards", i, "class"),
-                        f"unknown card class {shown(card.class_name)}",
-                        f"{hint + ' ' if hint else ''}a class is a catalog one (niclab nics) or one under classes:",
-                    )
+            yield from self._card_class_problems(i, card, known)
+
+    def _card_class_problems(self, i: int, card: Card, known: set[str]) -> Iterator[Problem]:
+        """What is wrong with the card's class and PCI ID; and, once checked, the card names its class by the
+        class's canonical name (or the implicit class of its PCI ID)."""
+        if not card.class_name:
+            if card.pci_id is None:
+                yield Problem(
+                    ("cards", i),
+                    f"card {shown(card.id)} has neither class: nor pci_id:",
+                    'give its PCI ID as lspci -nn shows it (pci_id: "8086:10fb"), or a card class',
                 )
             else:
-                card.class_name = canonical
+                card.class_name = implicit_class(card.pci_id)
+            return
+        canonical = nics.ALIASES.get(card.class_name, card.class_name)
+        if canonical in known and card.pci_id is not None:
+            spec = self.classes.get(canonical)
+            expected = spec.pci_id if spec is not None else nics.get(canonical).pci_id
+            if expected.lower() != card.pci_id:
+                yield Problem(
+                    ("cards", i, "pci_id"),
+                    f"card {shown(card.id)} is {card.pci_id}, but {canonical} cards are {expected}",
+                    "drop pci_id: (the class gives it) or the class: (the card then gets the implicit class "
+                    f"{implicit_class(card.pci_id)})",
+                )
+        if canonical not in known:
+            hint = did_you_mean(card.class_name, sorted(known))
+            yield Problem(
+                ("cards", i, "class"),
+                f"unknown card class {shown(card.class_name)}",
+                f"{hint + ' ' if hint else ''}a class is a catalog one (niclab nics) or one under classes:",
+            )
+        else:
+            card.class_name = canonical
+
+    def _cable_problems(self) -> Iterator[Problem]:
+        """Each cable joins two different known cards, and a card takes one cable."""
+        card_ids = dict.fromkeys(card.id for card in self.cards)
         cabled: dict[str, int] = {}
         for i, cable in enumerate(self.cables):
             if len(cable) != 2:
-                problems.append(
-                    Problem(("cables", i), f"a cable has two ends, not {len(cable)}", "write [card-a, card-b]")
-                )
+                yield Problem(("cables", i), f"a cable has two ends, not {len(cable)}", "write [card-a, card-b]")
                 continue
             if cable[0] == cable[1]:
-                problems.append(Problem(("cables", i), f"a cable from card {shown(cable[0])} to itself"))
+                yield Problem(("cables", i), f"a cable from card {shown(cable[0])} to itself")
                 continue
             for j, end in enumerate(cable):
-                if end not in seen_ids:
-                    problems.append(
-                        Problem(
-                            ("cables", i, j),
-                            f"unknown card {shown(end)}",
-                            did_you_mean(end, seen_ids) or f"cards are: {listing(seen_ids) or 'none'}",
-                        )
+                if end not in card_ids:
+                    yield Problem(
+                        ("cables", i, j),
+                        f"unknown card {shown(end)}",
+                        did_you_mean(end, card_ids) or f"cards are: {listing(card_ids) or 'none'}",
                     )
                 elif end in cabled:
-                    problems.append(
-                        Problem(
-                            ("cables", i, j),
-                            f"card {shown(end)} is on cable {cabled[end]} already",
-                            "a port takes one cable",
-                        )
+                    yield Problem(
+                        ("cables", i, j),
+                        f"card {shown(end)} is on cable {cabled[end]} already",
+                        "a port takes one cable",
                     )
                 else:
                     cabled[end] = i
-
-        if problems:
-            raise Problems(problems)
-        return self
 
     # -- what the rest of niclab asks -------------------------------------
 
