@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -27,6 +29,8 @@ from niclab.model.expect import ExpectationError, parse
 from niclab.model.kernel_choice import KernelChoice, parse_kernel
 from niclab.model.netem import Netem
 from niclab.model.topology import NodeSpec, Port, Topology, Wire, port_ifname
+
+_V = TypeVar("_V")  # the checked value of one named setting of a link end (_settings_per_end)
 
 BOND_MODES = ("balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb")
 
@@ -172,83 +176,30 @@ class Link(_Strict):
     @field_validator("offloads", mode="before")
     @classmethod
     def _offloads(cls, value: Any, info: ValidationInfo) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise Problems([Problem((), "offloads maps ethtool feature names to on or off, e.g. {tso: off}")])
-        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
-        result: dict[str, dict[str, bool]] = {}
-        for end, features in settings.items():
-            base = (end,) if per_end else ()
-            result[end] = {}
-            for feature, switch in (features or {}).items():
-                if (message := offloads.check_feature(feature)) is not None:
-                    problems.append(Problem(base + (feature,), message, at_key=True))
-                    continue
-                try:
-                    result[end][feature] = offloads.parse_switch(feature, switch)
-                except ValueError as exc:
-                    problems.append(Problem(base + (feature,), str(exc)))
-        if problems:
-            raise Problems(_unique(problems))
-        return result
+        return _settings_per_end(
+            value, info, "offloads maps ethtool feature names to on or off, e.g. {tso: off}", _offload_switch
+        )
 
     @field_validator("coalesce", "rings", "queues", mode="before")
     @classmethod
     def _knobs(cls, value: Any, info: ValidationInfo) -> Any:
         kind = knobs.KINDS[str(info.field_name)]
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise Problems([Problem((), f"{kind.key} maps {kind.shown()} names to values, e.g. {kind.example}")])
-        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
-        result: dict[str, dict[str, int | bool]] = {}
-        for end, named in settings.items():
-            base = (end,) if per_end else ()
-            result[end] = {}
-            for name, setting in (named or {}).items():
-                checked, message, hint = knobs.check_setting(kind, name, setting)
-                if message is not None:
-                    problems.append(Problem(base + (name,), message, hint, at_key=message.startswith("unknown")))
-                else:
-                    assert checked is not None
-                    result[end][name] = checked
-        if problems:
-            raise Problems(_unique(problems))
-        return {end: named for end, named in result.items() if named}
+
+        def knob(name: Any, setting: Any) -> int | bool | Problem:
+            checked, message, hint = knobs.check_setting(kind, name, setting)
+            if message is not None:
+                return Problem((), message, hint, at_key=message.startswith("unknown"))
+            assert checked is not None
+            return checked
+
+        not_a_mapping = f"{kind.key} maps {kind.shown()} names to values, e.g. {kind.example}"
+        return _given_ends(_settings_per_end(value, info, not_a_mapping, knob))
 
     @field_validator("module_params", mode="before")
     @classmethod
     def _module_params(cls, value: Any, info: ValidationInfo) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise Problems(
-                [Problem((), "module_params maps parameter names to values, e.g. {InterruptThrottleRate: 8000}")]
-            )
-        per_end, settings, problems = _per_end(value, info.data.get("between") or [])
-        result: dict[str, dict[str, int | str]] = {}
-        for end, named in settings.items():
-            base = (end,) if per_end else ()
-            result[end] = {}
-            for name, setting in (named or {}).items():
-                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
-                    problems.append(
-                        Problem(base + (name,), f"{shown(name)} is not a module parameter name", at_key=True)
-                    )
-                elif (
-                    isinstance(setting, bool)
-                    or not isinstance(setting, (int, str))
-                    or not re.fullmatch(r"[A-Za-z0-9_.,:+-]+", str(setting))
-                ):
-                    problems.append(
-                        Problem(base + (name,), f"a module parameter is a number or a word, not {shown(setting)}")
-                    )
-                else:
-                    result[end][str(name)] = setting
-        if problems:
-            raise Problems(_unique(problems))
-        return {end: named for end, named in result.items() if named}
+        not_a_mapping = "module_params maps parameter names to values, e.g. {InterruptThrottleRate: 8000}"
+        return _given_ends(_settings_per_end(value, info, not_a_mapping, _module_param))
 
     @field_validator("driver", mode="before")
     @classmethod
@@ -328,6 +279,60 @@ class Link(_Strict):
             for kind in knobs.KINDS
             for name, value in getattr(self, kind).get(node, {}).items()
         )
+
+
+def _settings_per_end(
+    value: Any, info: ValidationInfo, not_a_mapping: str, check: Callable[[Any, Any], _V | Problem]
+) -> dict[str, dict[str, _V]]:
+    """A link's named settings for every end ({tso: off}) or per end ({a: {tso: off}, b: ...}), each
+    `name: setting` checked by `check` (the value, or a Problem whose path is filled in here): end -> name ->
+    value, for every end of the link (empty where none is set); {} for none at all (null)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Problems([Problem((), not_a_mapping)])
+    per_end, settings, problems = _per_end(value, info.data.get("between") or [])
+    result: dict[str, dict[str, _V]] = {}
+    for end, named in settings.items():
+        base = (end,) if per_end else ()
+        result[end] = {}
+        for name, setting in (named or {}).items():
+            checked = check(name, setting)
+            if isinstance(checked, Problem):
+                problems.append(dataclasses.replace(checked, path=base + (name,)))
+            else:
+                result[end][str(name)] = checked
+    if problems:
+        raise Problems(_unique(problems))
+    return result
+
+
+def _given_ends(settings: dict[str, dict[str, _V]]) -> dict[str, dict[str, _V]]:
+    """The ends that have a setting."""
+    return {end: named for end, named in settings.items() if named}
+
+
+def _offload_switch(feature: Any, switch: Any) -> bool | Problem:
+    """An offload feature turned on or off: ethtool must know the feature."""
+    if (message := offloads.check_feature(feature)) is not None:
+        return Problem((), message, at_key=True)
+    try:
+        return offloads.parse_switch(feature, switch)
+    except ValueError as exc:
+        return Problem((), str(exc))
+
+
+def _module_param(name: Any, setting: Any) -> int | str | Problem:
+    """A driver module's parameter: a plain name, set to a number or a word (it goes on the kernel's command line)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+        return Problem((), f"{shown(name)} is not a module parameter name", at_key=True)
+    if (
+        isinstance(setting, bool)
+        or not isinstance(setting, (int, str))
+        or not re.fullmatch(r"[A-Za-z0-9_.,:+-]+", str(setting))
+    ):
+        return Problem((), f"a module parameter is a number or a word, not {shown(setting)}")
+    return setting
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:
