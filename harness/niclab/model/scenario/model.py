@@ -229,7 +229,7 @@ class Link(_Strict):
                 path = ((end,) if per_end else ()) + ((choice.key,) if choice.key else ())
                 problems.append(Problem(path, str(choice), at_key=choice.at_key))
                 continue
-            model = nic if isinstance(nic, str) else (nic or {}).get(end)
+            model = _model_at(nic, end)
             found = nics.lookup(model) if isinstance(model, str) else None
             named_default = (
                 choice.kind == "named" and found is not None and module_key(choice.source) == module_key(found.module)
@@ -270,7 +270,10 @@ class Link(_Strict):
         return canonical(value) if isinstance(value, str) else {end: canonical(m) for end, m in value.items()}
 
     def model_for(self, node: str) -> str:
-        return self.nic if isinstance(self.nic, str) else self.nic[node]
+        """The NIC model of an end: a valid scenario names one for each (KeyError for a node not on the link)."""
+        if (model := _model_at(self.nic, node)) is None:
+            raise KeyError(node)
+        return model
 
     def knobs_of(self, node: str) -> tuple[tuple[str, str, str], ...]:
         """The ethtool knobs on this end, as (kind, name, value) (niclab.model.knobs)."""
@@ -557,7 +560,7 @@ class Scenario(_Strict):
         seen: dict[tuple[str, str], tuple[int, DriverChoice]] = {}
         for i, link in enumerate(self.links):
             for node in dict.fromkeys(link.between):
-                found = nics.lookup(_model_of(link, node) or "")
+                found = nics.lookup(_model_at(link.nic, node) or "")
                 if found is None:
                     continue
                 key, choice = (node, found.pci_id.lower()), link.driver.get(node, DriverChoice())
@@ -659,9 +662,10 @@ class Scenario(_Strict):
         return None if choice is None or choice.is_default else choice
 
 
-def _model_of(link: Link, node: str) -> str | None:
-    """The NIC model of an end, None for an end the link names no model for (a problem reported on its own)."""
-    return link.nic if isinstance(link.nic, str) else link.nic.get(node)
+def _model_at(nic: str | dict[str, str] | None, end: str) -> str | None:
+    """The NIC model of an end from a link's `nic:` (one model for every end, or end -> model); None for an end
+    it names no model for (a problem reported on its own)."""
+    return nic if isinstance(nic, str) else (nic or {}).get(end)
 
 
 def _driving_module(link: Link, node: str) -> str | None:
@@ -669,7 +673,7 @@ def _driving_module(link: Link, node: str) -> str | None:
     choice = link.driver.get(node)
     if choice is not None and choice.name:
         return choice.name
-    found = nics.lookup(_model_of(link, node) or "")
+    found = nics.lookup(_model_at(link.nic, node) or "")
     return found.module if found is not None else None
 
 
