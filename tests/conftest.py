@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy  # noqa: F401
 import pytest
@@ -10,6 +11,9 @@ import scipy.special
 import scipy.stats  # noqa: F401
 
 from tests.order import longest_first, read_durations
+
+if TYPE_CHECKING:
+    from tests.fakes import Replay
 
 # pytester's in-process runs (runpytest) unload, when they end, every module first imported during them; numpy
 # then refuses to load again ("cannot load module more than once per process") and any later test that computes
@@ -29,6 +33,14 @@ def data_dir() -> Path:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="module")
+def replay() -> Replay:
+    """What two real e1000 guests answered (tests/fakes.py): the FakeBackend's script, loaded once a module."""
+    from tests.fakes import Replay  # the fakes import niclab: only the tests that ask for them load it
+
+    return Replay.load()
 
 
 @pytest.hookimpl(trylast=True)

@@ -13,6 +13,7 @@ import itertools
 import json
 import re
 import string
+import tarfile
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,14 +21,18 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
+import pytest
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from niclab.model.lab.inventory import Inventory, parse_inventory
 from niclab.model.scenario import load_scenario
+from niclab.model.selftests import SelftestBundle
 from niclab.model.topology import NodeSpec, Port, Topology, Wire
 from niclab.plumbing.backends import BackendOption, BackendOptions, BackendPlugin
+from niclab.run import session as session_module
+from niclab.run.progress import Watch
 from niclab.run.results import RunDir, new_run_info, read_records
 from niclab.run.runner import Runner, RunOutcome
 from tests.fakes import FakeBackend, Replay
@@ -45,6 +50,25 @@ benchmarks:
   - netperf: {test: TCP_RR, seconds: 5}
 """
 """The replay's own scenario (tests/data/replay/two-node-e1000.json answers every command it runs)."""
+
+TWO_CELLS = """\
+name: fake-two-cells
+nodes: [a, b]
+links:
+  - between: [a, b]
+    nic: e1000
+matrix:
+  secs: [5, 4]
+benchmarks:
+  - netperf: {test: TCP_STREAM, seconds: "${secs}"}
+  - netperf: {test: TCP_RR, seconds: 5}
+"""
+"""Two cells that differ only in the stream's length: both replay, the second through the replay's normalization
+(-l 4 is answered with what -l 5 printed)."""
+
+NETPERF_STREAM = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_STREAM "
+NETPERF_RR = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR "
+"""The replay's netperf runs, from a to b: a test's rule on one of them changes what that benchmark measures."""
 
 LO_COUNTERS = "[lo]\nrx_packets={n}\ntx_packets={n}\nrx_bytes=100\ntx_bytes=100\nrx_dropped=0\ntx_dropped=0\n"
 """A guest's loopback counters as netconf's facts read them (the replay's session measured no loopback)."""
@@ -76,12 +100,20 @@ class Harness:
         return [r for r in self.records if r["type"] == kind and all(r.get(k) == v for k, v in where.items())]
 
 
-def harness(tmp_path: Path, backend: FakeBackend, text: str = TWO_NODE, repeat: int | None = None) -> Harness:
-    """The scenario `text` in tmp_path/scenario.yaml, a run directory tmp_path/run, and a Runner over `backend`."""
+def harness(
+    tmp_path: Path,
+    backend: FakeBackend,
+    text: str = TWO_NODE,
+    repeat: int | None = None,
+    watch: Watch | None = None,
+    name: str = "run",
+) -> Harness:
+    """The scenario `text` in tmp_path/scenario.yaml, a run directory tmp_path/`name`, and a Runner over `backend`
+    (its progress lines kept in Harness.lines, its tallies told to `watch`)."""
     path = tmp_path / "scenario.yaml"
     path.write_text(text)
     scenario = load_scenario(path)
-    run_path = tmp_path / "run"
+    run_path = tmp_path / name
     run_path.mkdir()
     run_dir = RunDir(run_path)
     info = new_run_info(
@@ -94,7 +126,8 @@ def harness(tmp_path: Path, backend: FakeBackend, text: str = TWO_NODE, repeat: 
         command=["niclab", "run"],
     )
     lines: list[str] = []
-    return Harness(Runner(backend, run_dir, info, lines.append, repeat=repeat), run_dir, scenario.cells, lines)
+    runner = Runner(backend, run_dir, info, lines.append, repeat=repeat, watch=watch)
+    return Harness(runner, run_dir, scenario.cells, lines)
 
 
 class Fake(FakeBackend):
@@ -124,6 +157,59 @@ def fake_plugin(kernel_check: bool = False, prepare: Callable[[Fake], None] | No
         options=(BackendOption("fake-note", "a note the fake backend keeps in its rig facts", metavar="TEXT"),),
         kernel_check=kernel_check,
     )
+
+
+# -- the kselftest benchmark over the replay fake ---------------------------------------------------------------
+
+SELFTESTS = """\
+name: selftests-fake
+nodes: [a, b]
+kernel: trixie
+links:
+  - between: [a, b]
+    nic: e1000
+benchmarks:
+  - kselftest: {targets: [drivers/net]}
+"""
+"""drivers/net's selftests from a to b, on the replay's two e1000 guests."""
+
+PING_KTAP = "TAP version 13\n1..2\nok 1 ping.test_v4\nok 2 ping.test_v6 # SKIP Test requires IPv6 connectivity\n"
+STATS_KTAP = "TAP version 13\n1..1\nok 1 stats.pkt_byte_sum # SKIP qstats not supported by the device\n"
+SELFTEST_PROGRAM = r"timeout -s KILL \d+ \./"
+"""How the guest starts a selftest program; the program's file name follows."""
+
+
+def selftests_fake(replay: Replay) -> FakeBackend:
+    """The replay fake that also answers the selftests' set-up (ssh keys, unpacking) and three programs: ping.py
+    passes (its IPv6 subtest skipped), stats.py skips (exit 4), queues.py fails."""
+    backend = FakeBackend(replay)
+    backend.when(r"ssh-keygen|tar -xzf|sshd-up|mkdir -p /root/\.ssh|ssh -q -o ConnectTimeout", result="")
+    backend.when(r"\.ssh/id_ed25519\.pub", op="get", result=b"ssh-ed25519 AAAA niclab")
+    backend.when(r"^dmesg", result="[ 1.0] niclab: kselftest start\n")
+    backend.when(SELFTEST_PROGRAM + r"ping\.py", result={"returncode": 0, "stdout": PING_KTAP, "seconds": 2.0})
+    backend.when(SELFTEST_PROGRAM + r"stats\.py", result={"returncode": 4, "stdout": STATS_KTAP, "seconds": 1.0})
+    backend.when(
+        SELFTEST_PROGRAM + r"queues\.py", result={"returncode": 1, "stdout": "not ok 1 queues.nl_get_queues\n"}
+    )
+    return backend
+
+
+def run_selftests(tmp_path: Path, backend: FakeBackend) -> Path:
+    """SELFTESTS run through `backend` (harness): its run directory."""
+    h = harness(tmp_path, backend, SELFTESTS)
+    h.run()
+    return h.run_dir.path
+
+
+def kselftest_run(tmp_path: Path, replay: Replay, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run of SELFTESTS through selftests_fake with a fixed bundle of ping.py alone (for tests of every record
+    kind)."""
+    archive = tmp_path / "bundle.tar.gz"
+    with tarfile.open(archive, "w:gz"):
+        pass
+    found = SelftestBundle(archive, "a test's", "6.12.107", (("drivers/net", "ping.py"),))
+    monkeypatch.setattr(session_module, "kselftest_bundle", lambda *args: found)
+    return run_selftests(tmp_path, selftests_fake(replay))
 
 
 # -- benchmark options, from their models ----------------------------------------------------------------------

@@ -96,36 +96,18 @@ def _cut(records: list[dict], info: dict, cells: int) -> tuple[list[dict], dict]
 
 def _fake_run() -> tuple[list[dict], dict]:
     """A run the runner writes through the replay fake: repeats, an expectation, a failed benchmark."""
-    from niclab.model.scenario import load_scenario
-    from niclab.run.results import RunDir, new_run_info
-    from niclab.run.runner import Runner
     from tests.fakes import FakeBackend, Replay
+    from tests.helpers import harness
 
     text = (
         "name: fake-two-node\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\nrepeat: 2\n"
         "benchmarks:\n  - netperf: {test: TCP_STREAM, seconds: 5}\n  - netperf: {test: TCP_RR, seconds: 5}\n"
         "expect:\n  - netperf.TCP_STREAM.throughput_mbps > 1\n"
     )
-    backend = FakeBackend(Replay.load())
     with tempfile.TemporaryDirectory(prefix="niclab-fuzz-seed-") as name:
-        path = Path(name) / "scenario.yaml"
-        path.write_text(text)
-        scenario = load_scenario(path)
-        run = Path(name) / "run"
-        run.mkdir()
-        cells = [c.id for c in scenario.cells]
-        info = new_run_info(
-            scenario=scenario.name,
-            scenario_file=str(path),
-            scenario_text=text,
-            cells=cells,
-            cell_order=cells,
-            backend=backend.name,
-            command=["niclab", "run"],
-        )
-        Runner(backend, RunDir(run), info, lambda line: None).run(scenario.cells)
-        records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
-        return records, json.loads((run / "run.json").read_text())
+        h = harness(Path(name), FakeBackend(Replay.load()), text)
+        h.run()
+        return [json.loads(line) for line in h.run_dir.results.read_text().splitlines()], h.info()
 
 
 @functools.cache

@@ -13,16 +13,14 @@ from niclab.base.errors import NiclabError, UsageError
 from niclab.model.lab.inventory import parse_inventory
 from niclab.model.lab.match import Unrealizable
 from niclab.model.lab.spread import Claim, Held, Load, spread
-from niclab.model.scenario import load_scenario, parse
+from niclab.model.scenario import parse
 from niclab.run.parallel import ParallelRun
 from niclab.run.progress import RunProgress, Watch
-from niclab.run.results import RunDir, new_run_info, read_records
-from niclab.run.runner import Runner
+from niclab.run.results import read_records
 from niclab.run.units import Unit, starts, units_of
 from niclab.ui.cli.main import main
 from tests.fakes import FakeBackend, Replay
-
-NETPERF_STREAM = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_STREAM "
+from tests.helpers import NETPERF_STREAM, harness
 
 # Six cells, three topologies (the memory differs): three units of two cells that share a boot, repeats
 # interleaved within each.
@@ -148,25 +146,10 @@ def run(
     name: str = "run",
     watch: Watch | None = None,
 ):
-    path = tmp_path / "scenario.yaml"
-    path.write_text(text)
-    scenario = load_scenario(path)
-    run_dir = RunDir(tmp_path / name)
-    run_dir.path.mkdir()
-    info = new_run_info(
-        scenario=scenario.name,
-        scenario_file=str(path),
-        scenario_text=text,
-        cells=[c.id for c in scenario.cells],
-        cell_order=[c.id for c in scenario.cells],
-        backend=backend.name,
-        command=["niclab", "run"],
-    )
-    lines: list[str] = []
-    runner = Runner(backend, run_dir, info, lines.append, watch=watch)
+    h = harness(tmp_path, backend, text, watch=watch, name=name)
     started = time.monotonic()
-    outcome = ParallelRun(runner).run(scenario.cells) if parallel else runner.run(scenario.cells)
-    return outcome, run_dir, lines, time.monotonic() - started
+    outcome = ParallelRun(h.runner).run(h.cells) if parallel else h.run()
+    return outcome, h.run_dir, h.lines, time.monotonic() - started
 
 
 # What differs between two runs of the same cells whatever the order: times, and durations (*_s).
@@ -179,11 +162,6 @@ def comparable(value):
     if isinstance(value, list):
         return [comparable(v) for v in value]
     return value
-
-
-@pytest.fixture(scope="module")
-def replay() -> Replay:
-    return Replay.load()
 
 
 def test_a_parallel_run_writes_what_a_sequential_run_writes_and_its_units_overlap(tmp_path, replay):

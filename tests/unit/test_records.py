@@ -14,14 +14,13 @@ import pytest
 from pydantic import ValidationError
 
 from niclab.model.bench import netperf
-from niclab.model.scenario import load_scenario
 from niclab.run import reader, records
 from niclab.run.reader import RunDirError, read_results, read_run_info
-from niclab.run.results import RunDir, new_run_info
-from niclab.run.runner import Runner, RunOutcome
+from niclab.run.results import RunDir
+from niclab.run.runner import RunOutcome
 from niclab.ui.report.data import load_run
-from tests.fakes import FakeBackend, Replay
-from tests.unit.test_kselftest_runner import kselftest_run
+from tests.fakes import FakeBackend
+from tests.helpers import NETPERF_RR, harness, kselftest_run
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 
@@ -41,31 +40,13 @@ expect:
 """
 
 
-@pytest.fixture(scope="module")
-def replay() -> Replay:
-    return Replay.load()
-
-
 def run_through_the_fake(tmp_path: Path, backend: FakeBackend, outcomes: list[RunOutcome] | None = None) -> Path:
     tmp_path.mkdir()
-    path = tmp_path / "scenario.yaml"
-    path.write_text(SCENARIO)
-    scenario = load_scenario(path)
-    run_path = tmp_path / "run"
-    run_path.mkdir()
-    info = new_run_info(
-        scenario=scenario.name,
-        scenario_file=str(path),
-        scenario_text=SCENARIO,
-        cells=[c.id for c in scenario.cells],
-        cell_order=[c.id for c in scenario.cells],
-        backend=backend.name,
-        command=["niclab", "run"],
-    )
-    outcome = Runner(backend, RunDir(run_path), info, lambda line: None).run(scenario.cells)
+    h = harness(tmp_path, backend, SCENARIO)
+    outcome = h.run()
     if outcomes is not None:
         outcomes.append(outcome)
-    return run_path
+    return h.run_dir.path
 
 
 def validated_kinds(run_dir: Path) -> list[str]:
@@ -83,7 +64,7 @@ def test_every_record_the_runner_writes_validates(tmp_path, replay, monkeypatch)
     good = FakeBackend(replay)
     kinds = validated_kinds(run_through_the_fake(tmp_path / "good", good))
     failing = FakeBackend(replay)
-    failing.when(r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR ", node="a", raises=RuntimeError("replayed bug"))
+    failing.when(NETPERF_RR, node="a", raises=RuntimeError("replayed bug"))
     kinds += validated_kinds(run_through_the_fake(tmp_path / "failing", failing))
     (tmp_path / "selftests").mkdir()
     found = kselftest_run(tmp_path / "selftests", replay, monkeypatch)
@@ -113,7 +94,7 @@ def test_a_record_written_again_is_the_same_line(tmp_path, replay, monkeypatch):
     """Each kind of record, read and appended again through RunDir.append: the same line, byte for byte."""
     good = run_through_the_fake(tmp_path / "good", FakeBackend(replay)) / "results.jsonl"
     failing = FakeBackend(replay)
-    failing.when(r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR ", node="a", raises=RuntimeError("replayed bug"))
+    failing.when(NETPERF_RR, node="a", raises=RuntimeError("replayed bug"))
     bad = run_through_the_fake(tmp_path / "failing", failing) / "results.jsonl"
     (tmp_path / "selftests").mkdir()
     tests = kselftest_run(tmp_path / "selftests", replay, monkeypatch) / "results.jsonl"

@@ -15,7 +15,7 @@ from niclab.run.plan import estimates
 from niclab.run.progress import RunProgress, RunTally, time_left
 from niclab.ui import console
 from niclab.ui.console import CLEAR, ProgressLines, clock, describe_progress
-from tests.unit.test_runner import TWO_CELLS  # two cells of the replay's two-node e1000 pair
+from tests.helpers import TWO_CELLS  # two cells of the replay's two-node e1000 pair
 
 
 class Clock:

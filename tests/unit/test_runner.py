@@ -24,36 +24,13 @@ from niclab.run.plan import estimates
 from niclab.run.progress import RunProgress
 from niclab.run.runner import RunAborted
 from niclab.run.session import Session
-from tests.fakes import GUEST_CLOCK, FakeBackend, Replay, ReplayMiss
-from tests.helpers import TWO_NODE, Harness, harness
-
-NETPERF_STREAM = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_STREAM "
-NETPERF_RR = r"^netperf -H 198\.18\.0\.2 -p 12865 -t TCP_RR "
+from tests.fakes import GUEST_CLOCK, FakeBackend, ReplayMiss
+from tests.helpers import NETPERF_RR, NETPERF_STREAM, TWO_CELLS, TWO_NODE, Harness, harness
 
 SCENARIO = TWO_NODE
 
-# Two cells that differ only in the stream's length: both replay, the second through the
-# replay's normalization (-l 4 is answered with what -l 5 printed).
-TWO_CELLS = """\
-name: fake-two-cells
-nodes: [a, b]
-links:
-  - between: [a, b]
-    nic: e1000
-matrix:
-  secs: [5, 4]
-benchmarks:
-  - netperf: {test: TCP_STREAM, seconds: "${secs}"}
-  - netperf: {test: TCP_RR, seconds: 5}
-"""
-
 
 # -- helpers ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def replay() -> Replay:
-    return Replay.load()
 
 
 @pytest.fixture
