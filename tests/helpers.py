@@ -16,7 +16,7 @@ import string
 import tarfile
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from niclab.base.node import Command, CommandResult, as_argv
+from niclab.model.bench.base import BenchContext, Endpoints
 from niclab.model.lab.inventory import Inventory, parse_inventory
 from niclab.model.scenario import load_scenario
 from niclab.model.selftests import SelftestBundle
@@ -157,6 +159,109 @@ def fake_plugin(kernel_check: bool = False, prepare: Callable[[Fake], None] | No
         options=(BackendOption("fake-note", "a note the fake backend keeps in its rig facts", metavar="TEXT"),),
         kernel_check=kernel_check,
     )
+
+
+# -- a benchmark's two ends, faked --------------------------------------------------------------------------------
+
+SERVER, CLIENT = "198.18.0.2", "198.18.0.1"
+"""The addresses of link 0's two ends, as the session gives them to a benchmark."""
+
+
+def answer(stdout: str = "", returncode: int = 0, stderr: str = "", seconds: float = 0.1) -> CommandResult:
+    """What a guest printed for a command, as a FakeNode's reply (the node puts in its name and the command)."""
+    return CommandResult("x", ("/bin/sh", "-c", ""), returncode, stdout, stderr, seconds)
+
+
+class FakeProcess:
+    """A command a FakeNode started in the background: running until stopped or waited for, then its output."""
+
+    def __init__(self, node: FakeNode, command: Command, output: CommandResult | Exception):
+        self.node, self.command, self.output = node, command, output
+        self.stopped = False
+
+    def poll(self) -> CommandResult | None:
+        return None
+
+    def wait(self, timeout: float) -> CommandResult:
+        return self.stop()
+
+    def stop(self, grace: float = 5.0) -> CommandResult:
+        self.stopped = True
+        self.node.log.append(("stop", self.node.name, self.command))
+        if isinstance(self.output, Exception):
+            raise self.output
+        return self.output
+
+
+class FakeNode:
+    """A Node that answers each command by the first needle it contains, and keeps what it was asked.
+
+    A reply is a CommandResult (answer()), an exception to raise, or a list of them taken one per call; a command
+    no needle matches succeeds with no output (so free_port finds its port free, wait_listening finds a listener,
+    a set-up step succeeds). get() reads `files` and put() writes them. A command started in the background runs
+    until stopped, then says `server_output`. `commands` holds every command run or started, in order; `log`
+    every call as (kind, node, command or path), a list both ends of a benchmark may share.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        replies: dict[str, Any] | None = None,
+        files: dict[str, bytes] | None = None,
+        server_output: CommandResult | Exception | None = None,
+        log: list[tuple[str, str, Any]] | None = None,
+    ):
+        self.name, self.replies, self.files = name, replies or {}, files or {}
+        self.server_output = server_output or answer("server says hello\n", 143)
+        self.log = [] if log is None else log
+        self.commands: list[Command] = []
+        self.spawned: list[FakeProcess] = []
+
+    def run(self, command: Command, timeout: float = 60.0, check: bool = True) -> CommandResult:
+        self.log.append(("run", self.name, command))
+        self.commands.append(command)
+        reply = next((reply for needle, reply in self.replies.items() if needle in command), None)
+        if isinstance(reply, list):
+            reply = reply.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return replace(reply or answer(), node=self.name, argv=as_argv(command))
+
+    def spawn(self, command: Command) -> FakeProcess:
+        self.log.append(("spawn", self.name, command))
+        self.commands.append(command)
+        self.spawned.append(FakeProcess(self, command, self.server_output))
+        return self.spawned[-1]
+
+    def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self.files[path] = data
+
+    def get(self, path: str) -> bytes:
+        self.log.append(("get", self.name, path))
+        return self.files[path]
+
+
+def bench_context(client: FakeNode, server: FakeNode, raw: list[tuple[str, str]]) -> BenchContext:
+    """A benchmark from `client` to `server` over link 0; each raw output it saves is appended to `raw` as
+    (name, text) and said to be at raw/NAME."""
+
+    def save_raw(name: str, text: str) -> Path:
+        raw.append((name, text))
+        return Path("raw", name)
+
+    return BenchContext(Endpoints(client, server, CLIENT, SERVER, 0), save_raw, lambda message: None)
+
+
+NFS_MOUNTS = (
+    b"198.18.0.2:/ /mnt/niclab-nfs nfs4 rw,relatime,vers=4.2,rsize=32768,wsize=32768,namlen=255,"
+    b"hard,proto=tcp,timeo=600,retrans=2,sec=sys,clientaddr=198.18.0.1 0 0\n"
+)
+"""A client's /proc/mounts once it mounted the server's NFS share (version 4.2 over TCP, 32 KiB reads)."""
+
+
+def nfs_client(replies: dict[str, Any] | None = None) -> FakeNode:
+    """Node a, the client of an NFS share: what it mounted reads as NFS_MOUNTS."""
+    return FakeNode("a", replies, {"/proc/mounts": NFS_MOUNTS})
 
 
 # -- the kselftest benchmark over the replay fake ---------------------------------------------------------------

@@ -7,75 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from niclab.base.node import CommandResult, GuestCommandError
+from niclab.base.node import GuestCommandError
 from niclab.model.bench import iperf3, lmbench, netperf, netpipe
 from niclab.model.bench.base import BenchContext, BenchmarkError, Endpoints, served
 from tests.fakes import captured
+from tests.helpers import CLIENT, SERVER, FakeNode, answer
 
-SERVER, CLIENT = "198.18.0.2", "198.18.0.1"
 FREE, LISTENING = "netstat -ln", "awk -v p=:"  # what free_port's and wait_listening's scripts contain
-
-
-def result(stdout: str = "", returncode: int = 0, stderr: str = "", node: str = "x") -> CommandResult:
-    return CommandResult(node, ("/bin/sh", "-c", ""), returncode, stdout, stderr, 0.1)
-
-
-class FakeProcess:
-    def __init__(self, node: FakeNode, command: str, output: CommandResult):
-        self.node, self.command, self.output = node, command, output
-
-    def poll(self):
-        return None
-
-    def wait(self, timeout: float) -> CommandResult:
-        return self.stop()
-
-    def stop(self) -> CommandResult:
-        self.node.log.append(("stop", self.node.name, self.command))
-        if isinstance(self.output, Exception):
-            raise self.output
-        return self.output
-
-
-class FakeNode:
-    """A Node that records every call in a log both ends share, and answers by the first needle a command holds.
-
-    A reply is a CommandResult, an exception to raise, or a list of them taken one per call; anything
-    else succeeds with no output (so free_port finds the port free and wait_listening finds a listener).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        log: list,
-        replies: dict | None = None,
-        files: dict | None = None,
-        server_output: CommandResult | Exception | None = None,
-    ):
-        self.name, self.log, self.replies, self.files = name, log, replies or {}, files or {}
-        self.server_output = server_output or result("server says hello\n", 143, node=name)
-        self.spawned: list[FakeProcess] = []
-
-    def run(self, command, timeout: float = 60.0, check: bool = True) -> CommandResult:
-        self.log.append(("run", self.name, command))
-        reply = next((reply for needle, reply in self.replies.items() if needle in command), None)
-        if isinstance(reply, list):
-            reply = reply.pop(0)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply or result(node=self.name)
-
-    def spawn(self, command) -> FakeProcess:
-        self.log.append(("spawn", self.name, command))
-        self.spawned.append(FakeProcess(self, command, self.server_output))
-        return self.spawned[-1]
-
-    def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self.files[path] = data
-
-    def get(self, path: str) -> bytes:
-        self.log.append(("get", self.name, path))
-        return self.files[path]
 
 
 class Rig:
@@ -88,8 +26,8 @@ class Rig:
         server_output=None,
     ):
         self.log: list[tuple[str, str, str]] = []
-        self.client = FakeNode("a", self.log, client, files)
-        self.server = FakeNode("b", self.log, server, server_output=server_output)
+        self.client = FakeNode("a", client, files, log=self.log)
+        self.server = FakeNode("b", server, server_output=server_output, log=self.log)
         self.raw: dict[str, list[str]] = {}
         self.tmp_path = tmp_path
 
@@ -122,7 +60,7 @@ class Rig:
 
 
 def test_frees_the_port_then_spawns_waits_runs_the_client_and_stops(tmp_path):
-    rig = Rig(tmp_path, client={"echo hi": result("hi\n")})
+    rig = Rig(tmp_path, client={"echo hi": answer("hi\n")})
     with served(rig.ctx, ["srv", "-p", "7"], 7, label="thing") as run:
         assert rig.steps() == ["free", "spawn", "listening"]
         got = run.run_client(["echo", "hi"], timeout=5)
@@ -145,7 +83,7 @@ def test_udp_port_is_freed_and_waited_for_as_udp(tmp_path):
 
 
 def test_what_free_port_ended_is_kept_for_the_raw_output(tmp_path):
-    rig = Rig(tmp_path, server={FREE: result(" 812:netserver\n")})
+    rig = Rig(tmp_path, server={FREE: answer(" 812:netserver\n")})
     with served(rig.ctx, "srv", 12865, label="thing") as run:
         pass
     assert run.ended == ["812:netserver"]
@@ -153,7 +91,7 @@ def test_what_free_port_ended_is_kept_for_the_raw_output(tmp_path):
 
 
 def test_a_port_that_stays_taken_starts_no_server(tmp_path):
-    rig = Rig(tmp_path, server={FREE: result(" 9:x", returncode=1)})
+    rig = Rig(tmp_path, server={FREE: answer(" 9:x", returncode=1)})
     with pytest.raises(BenchmarkError, match="tcp port 7 is still taken"):
         with served(rig.ctx, "srv", 7, label="thing"):
             pytest.fail("the block must not run")
@@ -174,7 +112,7 @@ def test_a_client_that_raises_still_stops_the_server_and_keeps_both_sides_output
 
 
 def test_a_failure_after_the_client_ran_keeps_what_the_client_printed(tmp_path):
-    rig = Rig(tmp_path, client={"cli": result("half a table\n", 3, "oops\n")})
+    rig = Rig(tmp_path, client={"cli": answer("half a table\n", 3, "oops\n")})
     with pytest.raises(BenchmarkError, match=r"^bad table \(raw output: .*thing-1.txt\)$"):
         with served(rig.ctx, "srv", 7, label="thing") as run:
             run.run_client("cli", timeout=5)
@@ -185,7 +123,7 @@ def test_a_failure_after_the_client_ran_keeps_what_the_client_printed(tmp_path):
 
 
 def test_a_server_that_never_listens_is_stopped_and_the_client_never_runs(tmp_path):
-    rig = Rig(tmp_path, server={LISTENING: result(returncode=1)}, server_output=result("", 1, "bind: address in use\n"))
+    rig = Rig(tmp_path, server={LISTENING: answer(returncode=1)}, server_output=answer("", 1, "bind: address in use\n"))
     with pytest.raises(BenchmarkError, match=r"nothing listens on tcp port 7 .*\(raw output: "):
         with served(rig.ctx, "srv", 7, label="thing"):
             pytest.fail("the block must not run")
@@ -257,7 +195,7 @@ def plugin_cases(data_dir: Path) -> dict:
             netperf.NetperfOptions(test="TCP_STREAM", seconds=1),
             netperf.PORT,
             "tcp",
-            {"netperf -H": result((data_dir / "netperf" / "tcp_stream.txt").read_text())},
+            {"netperf -H": answer((data_dir / "netperf" / "tcp_stream.txt").read_text())},
             {},
             "netperf-TCP_STREAM",
         ),
@@ -266,7 +204,7 @@ def plugin_cases(data_dir: Path) -> dict:
             iperf3.Iperf3Options(seconds=1),
             iperf3.PORT,
             "tcp",
-            {"iperf3 -c": result((data_dir / "iperf3" / "tcp.json").read_text())},
+            {"iperf3 -c": answer((data_dir / "iperf3" / "tcp.json").read_text())},
             {},
             "iperf3-tcp",
         ),
@@ -284,7 +222,7 @@ def plugin_cases(data_dir: Path) -> dict:
             netpipe.NetpipeOptions(),
             netpipe.PORT,
             "tcp",
-            {"NPtcp -h": result()},
+            {"NPtcp -h": answer()},
             {netpipe.OUTPUT: (data_dir / "netpipe" / "e1000.out").read_bytes()},
             "netpipe",
         ),
@@ -294,7 +232,7 @@ def plugin_cases(data_dir: Path) -> dict:
 @pytest.mark.parametrize("name", ["netperf", "iperf3", "lmbench", "netpipe"])
 def test_each_plugin_frees_its_port_first_and_records_what_it_ended(tmp_path, data_dir, name):
     plugin, options, port, proto, replies, files, raw_name = plugin_cases(data_dir)[name]
-    rig = Rig(tmp_path, client=replies, files=files, server={FREE: result(" 4242:leftover\n")})
+    rig = Rig(tmp_path, client=replies, files=files, server={FREE: answer(" 4242:leftover\n")})
     found = plugin.run(rig.ctx, options)
     assert found and all(m.benchmark == name for m in found)
     steps = rig.steps()
@@ -323,7 +261,7 @@ def test_each_plugin_keeps_its_raw_output_when_the_client_breaks(tmp_path, data_
 def test_netperf_udp_stream_hang_is_retried_once_through_the_helper(tmp_path, data_dir):
     text = (data_dir / "netperf" / "udp_stream.txt").read_text()
     hung = GuestCommandError("a: `netperf` did not finish in 34 s; killed it")
-    rig = Rig(tmp_path, client={"netperf -H": [hung, result(text)]})
+    rig = Rig(tmp_path, client={"netperf -H": [hung, answer(text)]})
     found = netperf.PLUGIN.run(rig.ctx, netperf.NetperfOptions(test="UDP_STREAM", seconds=1))
     assert rig.steps() == ["free", "spawn", "listening", "client", "stop"] * 2
     first, second = rig.raw["netperf-UDP_STREAM"]
@@ -347,7 +285,7 @@ def test_lmbench_shuts_its_server_down_with_S_then_stops_then_sweeps(tmp_path, d
     rig = Rig(
         tmp_path,
         client={"lat_tcp -N": captured(data_dir, "lmbench", "lat_tcp")},
-        server={lmbench.SWEEP: result("killed leftover 77: lat_tcp -s\n")},
+        server={lmbench.SWEEP: answer("killed leftover 77: lat_tcp -s\n")},
     )
     lmbench.PLUGIN.run(rig.ctx, lmbench.LmbenchOptions(test="lat_tcp", repetitions=3))
     after = [(kind, node, command) for kind, node, command in rig.log[4:]]
@@ -364,15 +302,15 @@ def test_lmbench_shuts_its_server_down_with_S_then_stops_then_sweeps(tmp_path, d
 
 
 def test_iperf3_json_error_still_fails_after_the_helper(tmp_path, data_dir):
-    rig = Rig(tmp_path, client={"iperf3 -c": result((data_dir / "iperf3" / "refused.json").read_text())})
+    rig = Rig(tmp_path, client={"iperf3 -c": answer((data_dir / "iperf3" / "refused.json").read_text())})
     with pytest.raises(BenchmarkError, match=r"iperf3: .*\(raw output: .*iperf3-tcp-1.txt\)"):
         iperf3.PLUGIN.run(rig.ctx, iperf3.Iperf3Options(seconds=1))
     assert rig.steps() == ["free", "spawn", "listening", "client", "stop"]
 
 
 def test_iperf3_udp_start_lost_is_tried_again_on_a_fresh_server_and_counted(tmp_path, data_dir):
-    lost = result((data_dir / "iperf3" / "udp_lost_start.json").read_text())
-    good = result((data_dir / "iperf3" / "udp_loss5.json").read_text())
+    lost = answer((data_dir / "iperf3" / "udp_lost_start.json").read_text())
+    good = answer((data_dir / "iperf3" / "udp_loss5.json").read_text())
     rig = Rig(tmp_path, client={"iperf3 -c": [lost, lost, good]})
     found = iperf3.PLUGIN.run(rig.ctx, iperf3.Iperf3Options(protocol="udp", seconds=1))
     assert rig.steps() == ["free", "spawn", "listening", "client", "stop"] * 3
@@ -382,7 +320,7 @@ def test_iperf3_udp_start_lost_is_tried_again_on_a_fresh_server_and_counted(tmp_
 
 
 def test_iperf3_udp_that_never_starts_fails_after_three_tries(tmp_path, data_dir):
-    lost = result((data_dir / "iperf3" / "udp_lost_start.json").read_text())
+    lost = answer((data_dir / "iperf3" / "udp_lost_start.json").read_text())
     rig = Rig(tmp_path, client={"iperf3 -c": [lost, lost, lost, lost]})
     with pytest.raises(BenchmarkError, match=r"iperf3-udp-3.txt\); the UDP stream failed to start 3 times in a row$"):
         iperf3.PLUGIN.run(rig.ctx, iperf3.Iperf3Options(protocol="udp", seconds=1))

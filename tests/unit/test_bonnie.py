@@ -20,7 +20,7 @@ from niclab.ui.report import plots
 from niclab.ui.report.data import CellData, RunData
 from niclab.ui.report.tables import summary_table
 from tests import records
-from tests.unit.test_nfs import FakeNode, context
+from tests.helpers import FakeNode, answer, bench_context, nfs_client
 
 
 def sample(data_dir, name: str) -> str:
@@ -108,9 +108,9 @@ def test_a_scenario_names_it_bonnie():
 
 
 def test_run_mounts_the_share_runs_bonnie_and_cleans_up(data_dir):
-    client = FakeNode("a", stdout={"bonnie++ -d": sample(data_dir, "direct_1g_files.csv")})
+    client = nfs_client({"bonnie++ -d": answer(sample(data_dir, "direct_1g_files.csv"))})
     server, raw = FakeNode("b"), []
-    found = bonnie.PLUGIN.run(context(client, server, raw), bonnie.BonnieOptions())
+    found = bonnie.PLUGIN.run(bench_context(client, server, raw), bonnie.BonnieOptions())
     assert by_metric(found)["block_write_mb_s"].extra["mount"]["vers"] == "4.2"
     assert [name for name, _ in raw] == ["bonnie"] and raw[0][1].startswith("$ bonnie++ -d /mnt/niclab-nfs -s 64")
     assert any("command -v bonnie++" in c for c in client.commands)
@@ -119,12 +119,14 @@ def test_run_mounts_the_share_runs_bonnie_and_cleans_up(data_dir):
 
 
 def test_a_failed_run_names_its_raw_output_and_still_cleans_up():
-    client = FakeNode("a", fail="bonnie++ -d", error='Can\'t change to directory "/mnt/niclab-nfs".\nusage: …')
+    client = nfs_client(
+        {"bonnie++ -d": answer(stderr='Can\'t change to directory "/mnt/niclab-nfs".\nusage: …', returncode=1)}
+    )
     server, raw = FakeNode("b"), []
     with pytest.raises(
         BenchmarkError, match=r"bonnie\+\+ exited 1: Can't change to directory .* \(raw output: raw/bonnie\)"
     ):
-        bonnie.PLUGIN.run(context(client, server, raw), bonnie.BonnieOptions())
+        bonnie.PLUGIN.run(bench_context(client, server, raw), bonnie.BonnieOptions())
     assert any("umount" in c for c in client.commands) and server.spawned[0].stopped
 
 
@@ -155,11 +157,12 @@ def test_the_report_shows_its_rows_and_figures(data_dir):
 def test_file_tests_that_cannot_remove_their_directory_name_the_kernel_they_need():
     # what bookworm's 6.1 guests print: a tmpfs directory read over NFS skips entries while files are deleted
     said = "Bonnie: drastic I/O error (rmdir): Directory not empty\nCleaning up test directory after error."
-    client = FakeNode("a", fail="bonnie++ -d", error=said)
+    client = nfs_client({"bonnie++ -d": answer(stderr=said, returncode=1)})
     with pytest.raises(BenchmarkError, match=r"Directory not empty; the file tests .* kernel of 6.6 or later"):
-        bonnie.PLUGIN.run(context(client, FakeNode("b"), []), bonnie.BonnieOptions(files=1))
+        bonnie.PLUGIN.run(bench_context(client, FakeNode("b"), []), bonnie.BonnieOptions(files=1))
     with pytest.raises(BenchmarkError) as without_files:  # the block tests alone: no word of file tests
         bonnie.PLUGIN.run(
-            context(FakeNode("a", fail="bonnie++ -d", error=said), FakeNode("b"), []), bonnie.BonnieOptions()
+            bench_context(nfs_client({"bonnie++ -d": answer(stderr=said, returncode=1)}), FakeNode("b"), []),
+            bonnie.BonnieOptions(),
         )
     assert "file tests" not in str(without_files.value)

@@ -15,13 +15,9 @@ from niclab.model.bench.base import BenchContext, BenchmarkError, Endpoints
 from niclab.model.bench.lmbench import LmbenchOptions
 from niclab.model.bench.netpipe import NetpipeOptions
 from tests.fakes import captured
+from tests.helpers import CLIENT, SERVER, FakeNode, answer
 
-SERVER, CLIENT = "198.18.0.2", "198.18.0.1"
 TESTS = ("bw_tcp", "lat_tcp", "lat_udp", "lat_connect")
-
-
-def ok(stdout: str = "") -> CommandResult:
-    return CommandResult("x", ("/bin/sh", "-c", ""), 0, stdout, "", 0.1)
 
 
 # -- netpipe: parsing and conversions --------------------------------------------------------------
@@ -288,45 +284,7 @@ def test_every_produced_metric_is_declared_with_its_unit(data_dir):
     assert all(m.better in ("higher", "lower", None) for m in netpipe.PLUGIN.metrics() + lmbench.PLUGIN.metrics())
 
 
-# -- run() against fake nodes ----------------------------------------------------------------------
-
-
-class FakeProcess:
-    def __init__(self, command: str):
-        self.command, self.stopped = command, False
-
-    def poll(self):
-        return None
-
-    def wait(self, timeout: float) -> CommandResult:
-        return self.stop()
-
-    def stop(self) -> CommandResult:
-        self.stopped = True
-        return CommandResult("b", ("/bin/sh", "-c", self.command), 143, "", "", 1.0)
-
-
-class FakeNode:
-    """Answers commands by the first needle they contain; everything else (wait_listening, sweeps) succeeds."""
-
-    def __init__(self, name: str, replies: dict[str, CommandResult] | None = None, files: dict | None = None):
-        self.name, self.replies, self.files = name, replies or {}, files or {}
-        self.commands: list[str] = []
-        self.spawned: list[FakeProcess] = []
-
-    def run(self, command, timeout: float = 60.0, check: bool = True) -> CommandResult:
-        self.commands.append(command)
-        return next((reply for needle, reply in self.replies.items() if needle in command), ok())
-
-    def spawn(self, command) -> FakeProcess:
-        self.spawned.append(FakeProcess(command))
-        return self.spawned[-1]
-
-    def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self.files[path] = data
-
-    def get(self, path: str) -> bytes:
-        return self.files[path]
+# -- run() against fake nodes (tests/helpers.FakeNode) ---------------------------------------------
 
 
 def context(tmp_path: Path, client: FakeNode, server: FakeNode) -> BenchContext:
@@ -340,7 +298,7 @@ def context(tmp_path: Path, client: FakeNode, server: FakeNode) -> BenchContext:
 
 def test_netpipe_run_reads_the_senders_file_and_stops_the_receiver(tmp_path, data_dir):
     table = (data_dir / "netpipe" / "e1000.out").read_bytes()
-    client = FakeNode("a", {"NPtcp -h": ok("Sending output to /tmp/niclab-netpipe.out\n")}, {netpipe.OUTPUT: table})
+    client = FakeNode("a", {"NPtcp -h": answer("Sending output to /tmp/niclab-netpipe.out\n")}, {netpipe.OUTPUT: table})
     server = FakeNode("b")
     found = netpipe.PLUGIN.run(context(tmp_path, client, server), NetpipeOptions())
     assert [m.metric for m in found] == ["latency_us", "peak_throughput_mbps", "peak_size_bytes"]
@@ -418,7 +376,7 @@ def test_lmbench_run_failure_still_stops_the_server(tmp_path, data_dir):
 
 def test_lmbench_server_that_never_listens_is_stopped_and_reported(tmp_path):
     client = FakeNode("a")
-    server = FakeNode("b", {"/proc/net/udp": CommandResult("b", (), 1, "", "", 20.0)})
+    server = FakeNode("b", {"/proc/net/udp": answer(returncode=1, seconds=20.0)})
     with pytest.raises(BenchmarkError, match="nothing listens on udp port 34298"):
         lmbench.PLUGIN.run(context(tmp_path, client, server), LmbenchOptions(test="lat_udp"))
     assert server.spawned[0].stopped and not any("lat_udp -N" in c for c in client.commands)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from niclab.base.node import CommandResult, GuestCommandError
+from niclab.base.node import GuestCommandError
 from niclab.base.problems import Problems
 from niclab.model.bench import nfs
-from niclab.model.bench.base import BenchContext, BenchmarkError, Endpoints
+from niclab.model.bench.base import BenchmarkError
 from niclab.model.scenario.model import benchmark_spec
+from tests.helpers import FakeNode, answer, bench_context, nfs_client
 
 
 def by_metric(found):
@@ -196,68 +197,17 @@ def test_estimate_is_about_a_minute_by_default():
 # -- the run, with fake guests --------------------------------------------------------
 
 
-class FakeProcess:
-    def __init__(self):
-        self.stopped = False
-
-    def poll(self):
-        return None
-
-    def stop(self):
-        self.stopped = True
-        return CommandResult("b", (), -15, "", "", 0.0)
-
-
-class FakeNode:
-    """Answers every command with exit 0, except those containing `fail` (exit 1, `error` on stderr)."""
-
-    def __init__(self, name, fail=None, error="", stdout=None, timeout_on=None):
-        self.name, self.fail, self.error, self.stdout, self.timeout_on = name, fail, error, stdout or {}, timeout_on
-        self.commands: list[str] = []
-        self.spawned: list[FakeProcess] = []
-
-    def run(self, command, timeout=60.0, check=True):
-        self.commands.append(command)
-        if self.timeout_on and self.timeout_on in command:
-            raise GuestCommandError(f"{self.name}: `{command}` did not finish in {timeout:.0f} s; killed it")
-        failed = self.fail is not None and self.fail in command
-        out = next((text for key, text in self.stdout.items() if key in command), "")
-        return CommandResult(
-            self.name, ("/bin/sh", "-c", command), 1 if failed else 0, out, self.error if failed else "", 0.1
-        )
-
-    def spawn(self, command):
-        self.commands.append(command)
-        self.spawned.append(FakeProcess())
-        return self.spawned[-1]
-
-    def get(self, path):
-        assert path == "/proc/mounts"
-        return (
-            b"198.18.0.2:/ /mnt/niclab-nfs nfs4 rw,relatime,vers=4.2,rsize=32768,wsize=32768,namlen=255,"
-            b"hard,proto=tcp,timeo=600,retrans=2,sec=sys,clientaddr=198.18.0.1 0 0\n"
-        )
-
-
-def context(client, server, raw):
-    def save_raw(name, text):
-        raw.append((name, text))
-        return f"raw/{name}"
-
-    return BenchContext(Endpoints(client, server, "198.18.0.1", "198.18.0.2", 0), save_raw, lambda m: None)
-
-
 def fio_outputs(data_dir):
     return {
-        "--rw=read ": fio(data_dir, "seqread_2jobs.json"),
-        "--rw=randread": fio(data_dir, "randread_2jobs.json"),
-        "--rw=randrw": fio(data_dir, "randrw_2jobs.json"),
+        "--rw=read ": answer(fio(data_dir, "seqread_2jobs.json")),
+        "--rw=randread": answer(fio(data_dir, "randread_2jobs.json")),
+        "--rw=randrw": answer(fio(data_dir, "randrw_2jobs.json")),
     }
 
 
 def test_run_sets_up_measures_and_cleans_up_in_order(data_dir):
-    client, server, raw = FakeNode("a", stdout=fio_outputs(data_dir)), FakeNode("b"), []
-    found = nfs.PLUGIN.run(context(client, server, raw), nfs.NfsOptions())
+    client, server, raw = nfs_client(fio_outputs(data_dir)), FakeNode("b"), []
+    found = nfs.PLUGIN.run(bench_context(client, server, raw), nfs.NfsOptions())
     assert {m.test for m in found} == {"seqread", "randread", "randrw"}
     assert all(m.extra["mount"] == {"vers": "4.2", "rsize": "32768", "wsize": "32768", "proto": "tcp"} for m in found)
     assert [name for name, _ in raw] == ["nfs-seqread", "nfs-randread", "nfs-randrw"]
@@ -281,14 +231,14 @@ def test_run_sets_up_measures_and_cleans_up_in_order(data_dir):
 
 
 def test_a_failed_step_is_named_and_everything_is_still_undone():
-    client = FakeNode("a", fail="-o vers=4.2", error="mount.nfs: Connection refused")
+    client = nfs_client({"-o vers=4.2": answer(stderr="mount.nfs: Connection refused", returncode=1)})
     server = FakeNode("b")
     with pytest.raises(
         BenchmarkError,
         match=r"nfs: mount the export on a failed \(exit 1\): "
         "mount.nfs: Connection refused",
     ):
-        nfs.PLUGIN.run(context(client, server, []), nfs.NfsOptions())
+        nfs.PLUGIN.run(bench_context(client, server, []), nfs.NfsOptions())
     assert any("umount" in c for c in client.commands)
     assert any("rpc.nfsd 0" in c for c in server.commands)
     assert any("umount /srv/niclab-nfs" in c for c in server.commands)
@@ -296,20 +246,20 @@ def test_a_failed_step_is_named_and_everything_is_still_undone():
 
 
 def test_a_missing_program_says_so():
-    server = FakeNode("b", fail="command -v rpc.nfsd", error="rpc.nfsd is not in the guest image")
+    server = FakeNode("b", {"command -v rpc.nfsd": answer(stderr="rpc.nfsd is not in the guest image", returncode=1)})
     with pytest.raises(BenchmarkError, match=r"find the NFS server programs on b failed.*rpc.nfsd is not in the guest"):
-        nfs.PLUGIN.run(context(FakeNode("a"), server, []), nfs.NfsOptions())
+        nfs.PLUGIN.run(bench_context(nfs_client(), server, []), nfs.NfsOptions())
 
 
 def test_a_fio_time_out_is_a_benchmark_error_naming_the_pattern():
-    client = FakeNode("a", timeout_on="--rw=read ")
+    client = nfs_client({"--rw=read ": GuestCommandError("a: `fio …` did not finish in 60 s; killed it")})
     with pytest.raises(BenchmarkError, match=r"nfs: fio seqread on a failed: .*did not finish"):
-        nfs.PLUGIN.run(context(client, FakeNode("b"), []), nfs.NfsOptions())
+        nfs.PLUGIN.run(bench_context(client, FakeNode("b"), []), nfs.NfsOptions())
     assert any("umount" in c for c in client.commands)
 
 
 def test_a_failed_clean_up_after_a_good_run_is_reported(data_dir):
-    server = FakeNode("b", fail="rpc.nfsd 0", error="rpc.nfsd: unable to set threads")
+    server = FakeNode("b", {"rpc.nfsd 0": answer(stderr="rpc.nfsd: unable to set threads", returncode=1)})
     with pytest.raises(BenchmarkError, match="clean-up failed: nfs: stop nfsd on b failed"):
-        nfs.PLUGIN.run(context(FakeNode("a", stdout=fio_outputs(data_dir)), server, []), nfs.NfsOptions())
+        nfs.PLUGIN.run(bench_context(nfs_client(fio_outputs(data_dir)), server, []), nfs.NfsOptions())
     assert any("umount /proc/fs/nfsd" in c for c in server.commands)  # the later steps still ran

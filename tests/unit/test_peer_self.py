@@ -30,8 +30,7 @@ from niclab.ui.report.tables import summary_table
 from niclab.ui.table import cell_table
 from tests import records
 from tests.fakes import FakeBackend, Replay, captured
-from tests.helpers import LO_COUNTERS, LO_COUNTERS_READ, NETPERF_RR, harness
-from tests.unit.test_netpipe_lmbench import FakeNode
+from tests.helpers import LO_COUNTERS, LO_COUNTERS_READ, NETPERF_RR, FakeNode, harness
 
 # The loopback run first: its row still comes below the link's.
 SCENARIO = """\
