@@ -33,6 +33,7 @@ from niclab.model.scenario import load_scenario
 from niclab.model.selftests import SelftestBundle
 from niclab.model.topology import NodeSpec, Port, Topology, Wire
 from niclab.plumbing.backends import BackendOption, BackendOptions, BackendPlugin
+from niclab.plumbing.lab.hostnet import HostNet
 from niclab.run import session as session_module
 from niclab.run.progress import Watch
 from niclab.run.results import RunDir, new_run_info, read_records
@@ -262,6 +263,88 @@ NFS_MOUNTS = (
 def nfs_client(replies: dict[str, Any] | None = None) -> FakeNode:
     """Node a, the client of an NFS share: what it mounted reads as NFS_MOUNTS."""
     return FakeNode("a", replies, {"/proc/mounts": NFS_MOUNTS})
+
+
+# -- a lab host and its images, faked ----------------------------------------------------------------------------
+
+CARD = "0000:03:00.0"
+"""The PCI address of the lab host's e1000 card in the fake sysfs (tests/unit/fakesysfs.py)."""
+
+
+def ip_runner(links: list[dict] | None = None, routes: list[dict] | None = None, routes6: list[dict] | None = None):
+    """A fake `ip -j` that answers addr, route and -6 route from the given lists."""
+
+    def run(argv: list[str]) -> str:
+        if argv[:3] == ["ip", "-j", "addr"]:
+            return json.dumps(links or [])
+        return json.dumps(routes6 or [] if "-6" in argv else routes or [])
+
+    return run
+
+
+def link(name: str, *addresses: str, **extra) -> dict:
+    """An interface as `ip -j addr` lists it, with these addresses (a/prefix)."""
+    info = [{"family": "inet6" if ":" in a else "inet", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1])}
+            for a in addresses]  # fmt: skip
+    return {"ifname": name, "addr_info": info, **extra}
+
+
+def quiet_net() -> HostNet:
+    """A host's network that no card touches: loopback, and eth0 with the default route."""
+    return HostNet(
+        ip_runner([link("lo", "127.0.0.1/8"), link("eth0", "10.9.0.2/16")], [{"dst": "default", "dev": "eth0"}])
+    )
+
+
+def check(report: Any, name: str) -> Any:
+    """The check of a doctor's report that has this name."""
+    return next(c for c in report.checks if c.name == name)
+
+
+LAB_IMAGE_FIRMWARE = {
+    "r8169": {"rtl_nic/rtl8168h-2.fw": True, "rtl_nic/rtl8168g-3.fw": True},
+    "tg3": {"tigon/tg3.bin": True, "tigon/tg3_tso.bin": True, "tigon/tg3_tso5.bin": True},
+    "ice": {"intel/ice/ddp/ice.pkg": True},
+    "bnx2x": {"bnx2x/bnx2x-e2-7.13.21.0.fw": False},
+}
+"""The firmware fake_lab_image's manifest says each module names, and whether the image carries it."""
+
+
+def alias(pci_id: str, module: str) -> str:
+    """The modules.alias line that gives a card of this PCI ID (vendor:device) to `module`."""
+    vendor, device = pci_id.upper().split(":")
+    return f"alias pci:v0000{vendor}d0000{device}sv*sd*bc*sc*i* {module}\n"
+
+
+def fake_lab_image(directory: Path, cards: dict[str, str]) -> Path:
+    """A built lab image as far as driver resolution reads it: its manifest and modules.alias."""
+    directory.mkdir(parents=True)
+    for name in ("vmlinuz", "initrd.img"):
+        (directory / name).write_bytes(b"")
+    (directory / "modules.alias").write_text("".join(alias(i, m) for i, m in cards.items()))
+    (directory / "modules.builtin.modinfo").write_bytes(b"")
+    manifest = {
+        "recipe": "lab",
+        "input_hash": "0123456789abcdef",
+        "cmdline": "console=ttyS0",
+        "suite": "bookworm",
+        "kernel_version": "6.1.0-fake",
+        "module_firmware": LAB_IMAGE_FIRMWARE,
+        "min_memory_mib": 448,
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory
+
+
+@dataclass(frozen=True)
+class FakeImage:
+    """A micro image as the accelerator's probe reads it: its id, kernels, initrd and command line."""
+
+    id: str = "micro-0123456789abcdef"
+    kernel: Path = Path("/images/vmlinuz")
+    boot_kernel: Path = Path("/images/vmlinux")  # what QEMU boots: the unpacked PVH kernel
+    initrd: Path = Path("/images/initrd.img")
+    cmdline: str = "console=ttyS0 quiet"
 
 
 # -- the kselftest benchmark over the replay fake ---------------------------------------------------------------

@@ -4,22 +4,13 @@
 """
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from niclab.base.errors import UsageError
 from niclab.plumbing import accel
-
-
-@dataclass(frozen=True)
-class FakeImage:
-    id: str = "micro-0123456789abcdef"
-    kernel: Path = Path("/images/vmlinuz")
-    boot_kernel: Path = Path("/images/vmlinux")  # what QEMU boots: the unpacked PVH kernel
-    initrd: Path = Path("/images/initrd.img")
-    cmdline: str = "console=ttyS0 quiet"
+from tests.helpers import FakeImage
 
 
 class Probe:

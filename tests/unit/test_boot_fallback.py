@@ -15,7 +15,7 @@ from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.backends.boot import BootError, boot_falling_back
 from niclab.plumbing.backends.qemu import QemuBackend
 from niclab.plumbing.backends.qemu_cmd import port_macs
-from tests.unit.test_accel import FakeImage
+from tests.helpers import FakeImage
 
 
 class Boots:

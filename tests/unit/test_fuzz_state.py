@@ -39,9 +39,9 @@ from niclab.plumbing.lab import passthrough
 from niclab.plumbing.lab.passthrough import hold_cards
 from niclab.plumbing.lab.statedir import StateDir
 from niclab.plumbing.lab.vfio import Journal, restore_all
+from tests.helpers import quiet_net
 from tests.timebox import timebox
 from tests.unit.fakesysfs import FakeSysfs, KernelSim
-from tests.unit.test_lab_host import quiet_net
 
 EXAMPLES = 500  # about 30 ms each here
 NOBODY = 65534

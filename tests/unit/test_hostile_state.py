@@ -26,8 +26,8 @@ from niclab.plumbing.lab.passthrough import hold_cards
 from niclab.plumbing.lab.statedir import StateDir
 from niclab.plumbing.lab.vfio import Journal, bind_to_vfio, passed_through, restore_all
 from niclab.ui.cli.main import main
+from tests.helpers import quiet_net
 from tests.unit.fakesysfs import FakeSysfs, KernelSim
-from tests.unit.test_lab_host import quiet_net
 
 CARD = "0000:03:00.0"
 SATA = "0000:00:17.0"

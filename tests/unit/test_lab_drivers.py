@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -20,46 +19,13 @@ from niclab.plumbing.image.store import LAB_RECIPE, find_image, load_image
 from niclab.plumbing.lab import hostnet as hostnet_mod
 from niclab.plumbing.lab.drivers import DriverTable, driver_and_firmware
 from niclab.ui.cli import main as cli
+from tests.helpers import fake_lab_image, quiet_net
 from tests.realcards import REAL_CARDS
 from tests.unit.fakesysfs import FakeSysfs
-from tests.unit.test_lab_host import quiet_net
-
-FIRMWARE = {
-    "r8169": {"rtl_nic/rtl8168h-2.fw": True, "rtl_nic/rtl8168g-3.fw": True},
-    "tg3": {"tigon/tg3.bin": True, "tigon/tg3_tso.bin": True, "tigon/tg3_tso5.bin": True},
-    "ice": {"intel/ice/ddp/ice.pkg": True},
-    "bnx2x": {"bnx2x/bnx2x-e2-7.13.21.0.fw": False},
-}
-
 
 SCENARIO = (
     "name: s\nnodes: [a, b]\nlinks:\n  - {{between: [a, b], nic: {{a: {a}, b: {b}}}}}\nbenchmarks:\n  - ping: {{}}\n"
 )
-
-
-def alias(pci_id: str, module: str) -> str:
-    vendor, device = pci_id.upper().split(":")
-    return f"alias pci:v0000{vendor}d0000{device}sv*sd*bc*sc*i* {module}\n"
-
-
-def fake_lab_image(directory: Path, cards: dict[str, str]) -> Path:
-    """A built lab image as far as driver resolution reads it: its manifest and modules.alias."""
-    directory.mkdir(parents=True)
-    for name in ("vmlinuz", "initrd.img"):
-        (directory / name).write_bytes(b"")
-    (directory / "modules.alias").write_text("".join(alias(i, m) for i, m in cards.items()))
-    (directory / "modules.builtin.modinfo").write_bytes(b"")
-    manifest = {
-        "recipe": "lab",
-        "input_hash": "0123456789abcdef",
-        "cmdline": "console=ttyS0",
-        "suite": "bookworm",
-        "kernel_version": "6.1.0-fake",
-        "module_firmware": FIRMWARE,
-        "min_memory_mib": 448,
-    }
-    (directory / "manifest.json").write_text(json.dumps(manifest))
-    return directory
 
 
 @pytest.fixture

@@ -30,9 +30,9 @@ from niclab.plumbing.lab.passthrough import card_refs, hold_cards
 from niclab.plumbing.lab.statedir import StateDir
 from niclab.plumbing.lab.vfio import Journal, bind_to_vfio, passed_through, restore, restore_all
 from niclab.ui.cli import main as cli
+from tests.helpers import CARD, check, ip_runner, link, quiet_net
 from tests.unit.fakesysfs import FakeSysfs
 
-CARD = "0000:03:00.0"
 OTHER = "0000:03:00.1"
 BRIDGE = "0000:00:1c.0"
 NVME = "0000:01:00.0"
@@ -41,33 +41,6 @@ SATA = "0000:00:17.0"
 ONBOARD = "0000:00:1f.6"
 E1000 = CardRef("wan0", CARD, "e1000", "8086:100e")
 NO_SLEEP: dict[str, Any] = {"sleep": lambda seconds: None}
-
-
-def ip_runner(links: list[dict] | None = None, routes: list[dict] | None = None, routes6: list[dict] | None = None):
-    """A fake `ip -j` that answers addr, route and -6 route from the given lists."""
-
-    def run(argv: list[str]) -> str:
-        if argv[:3] == ["ip", "-j", "addr"]:
-            return json.dumps(links or [])
-        return json.dumps(routes6 or [] if "-6" in argv else routes or [])
-
-    return run
-
-
-def link(name: str, *addresses: str, **extra) -> dict:
-    info = [{"family": "inet6" if ":" in a else "inet", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1])}
-            for a in addresses]  # fmt: skip
-    return {"ifname": name, "addr_info": info, **extra}
-
-
-def quiet_net() -> HostNet:
-    return HostNet(
-        ip_runner([link("lo", "127.0.0.1/8"), link("eth0", "10.9.0.2/16")], [{"dst": "default", "dev": "eth0"}])
-    )
-
-
-def check(report, name):
-    return next(c for c in report.checks if c.name == name)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from niclab.model.lab.inventory import InventoryError, load_inventory, parse_inv
 from niclab.model.lab.match import Unrealizable, place
 from niclab.model.scenario import load_scenario, parse
 from niclab.plumbing.backends import BackendOptions, get_backend
+from tests.helpers import fake_lab_image
 
 LAB = """\
 name: small-lab
@@ -93,8 +94,6 @@ def test_the_cables_must_match_not_only_the_card_counts(tmp_path, repo):
 def test_a_lab_class_is_known_to_scenarios_only_inside_the_lab_and_runs_emulated_by_its_stand_in(
     lab, tmp_path, monkeypatch
 ):
-    from tests.unit.test_lab_drivers import fake_lab_image
-
     image = fake_lab_image(tmp_path / "lab-image", {"8086:100e": "e1000"})  # the lab image: no ixgbe
     monkeypatch.setenv("NICLAB_LAB_IMAGE", str(image))
     text = "name: s\nnodes: [a, b]\nlinks:\n  - {between: [a, b], nic: x520, mtu: 9000}\nbenchmarks:\n  - ping: {}\n"

@@ -28,9 +28,9 @@ from niclab.plumbing.lab.passthrough import hold_cards
 from niclab.plumbing.lab.statedir import StateDir
 from niclab.plumbing.lab.vfio import Journal
 from niclab.ui.cli import main as cli
+from tests.helpers import CARD, check, quiet_net
 from tests.unit import fakessh
 from tests.unit.fakesysfs import FakeSysfs
-from tests.unit.test_lab_host import CARD, check, quiet_net
 
 NIC = "0000:03:00.0"
 NIC2 = "0000:04:00.0"

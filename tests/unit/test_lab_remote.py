@@ -20,9 +20,9 @@ from niclab.plumbing.lab.remote_lease import list_leases
 from niclab.plumbing.lab.remote_lease import remote_lease as lease_there
 from niclab.plumbing.lab.snapshot import HostSnapshot, SnapshotError, read_snapshot
 from niclab.ui.cli import main as cli
+from tests.helpers import fake_lab_image
 from tests.unit import fakessh
 from tests.unit.fakesysfs import FakeSysfs
-from tests.unit.test_lab_drivers import fake_lab_image
 
 NIC = "0000:03:00.0"
 RIG2 = "qemu+ssh://root@rig2/system"

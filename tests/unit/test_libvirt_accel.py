@@ -17,7 +17,7 @@ from niclab.plumbing.backends import libvirt_accel
 from niclab.plumbing.backends.boot import BootError, boot_falling_back_hosts
 from niclab.plumbing.backends.libvirt_accel import host_accel, probe_on, probe_plan
 from niclab.plumbing.backends.libvirt_xml import domain_xml
-from tests.unit.test_accel import FakeImage
+from tests.helpers import FakeImage
 
 REMOTE = "qemu+ssh://root@l1b/system"
 
