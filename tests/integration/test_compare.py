@@ -23,7 +23,7 @@ import pytest
 
 from niclab.ui.compare import CONTENTION_BOUND_PCT
 
-from .conftest import niclab
+from .processes import niclab
 
 HERE = Path(__file__).parent
 METRIC = "netperf.TCP_STREAM.throughput_mbps"

@@ -25,7 +25,7 @@ import pytest
 
 from niclab.plumbing.accel import choose_accel
 from niclab.run.results import read_records
-from tests.conftest import REPO
+from tests.fakes import REPO
 from tests.integration.libvirt_netns import end_daemon, host_links, isolated_libvirt, names, virsh
 from tests.integration.libvirt_netns import why_not as why_no_libvirt
 

@@ -7,7 +7,7 @@ import pytest
 
 from niclab.run.results import read_records
 
-from .conftest import niclab
+from .processes import niclab
 
 SCENARIO = """\
 name: knobs

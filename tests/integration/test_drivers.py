@@ -17,7 +17,7 @@ import pytest
 
 from niclab.run.results import read_records
 
-from .conftest import niclab, wait_no_qemu
+from .processes import niclab, wait_no_qemu
 
 ROOT = Path(__file__).resolve().parents[2]
 VENDOR = "drv=kernel-source:e1000e+name:e1000e_vendor"

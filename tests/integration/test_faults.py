@@ -19,7 +19,7 @@ import pytest
 
 from niclab.run.results import read_records
 
-from .conftest import default_signals, niclab, qemus_under, wait_for_line, wait_no_qemu
+from .processes import default_signals, niclab, qemus_under, wait_for_line, wait_no_qemu
 
 TWO_CELLS = """\
 name: faults

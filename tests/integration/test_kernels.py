@@ -13,8 +13,8 @@ import pytest
 
 from niclab.run.results import read_records
 
-from .conftest import niclab, wait_no_qemu
 from .kernel_tree import repack_debian_kernel
+from .processes import niclab, wait_no_qemu
 
 SCENARIO = """\
 name: kernel-check

@@ -19,7 +19,7 @@ from niclab.model.kernel_choice import KernelChoice
 from niclab.plumbing.kselftest.bundle import bundle_for
 from niclab.run.results import read_records
 
-from .conftest import niclab, wait_no_qemu
+from .processes import niclab, wait_no_qemu
 
 TWO_CARDS = """\
 name: selftests-two-cards

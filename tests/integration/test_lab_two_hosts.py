@@ -35,9 +35,9 @@ from pathlib import Path
 import pytest
 
 from niclab.plumbing.image.store import build_image
-from tests.integration.conftest import HERE
 from tests.integration.nested_host import CARD, GUEST_DIED, HOSTS, NestedLab
 
+HERE = Path(__file__).parent
 SCENARIOS = HERE.parent.parent / "scenarios"
 
 

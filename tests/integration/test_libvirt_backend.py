@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from niclab.plumbing.accel import choose_accel
-from tests.integration.conftest import niclab, wait_for_line
 from tests.integration.libvirt_netns import isolated_libvirt, names, virsh, why_not
+from tests.integration.processes import niclab, wait_for_line
 
 pytestmark = pytest.mark.integration
 

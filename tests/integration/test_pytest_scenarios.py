@@ -16,7 +16,7 @@ import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from .conftest import qemus_under, wait_no_qemu
+from .processes import qemus_under, wait_no_qemu
 
 
 def pytest_in(directory: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:

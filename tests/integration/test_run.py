@@ -11,7 +11,7 @@ import pytest
 from niclab.plumbing.accel import choose_accel
 from niclab.run.results import read_records
 
-from .conftest import niclab, wait_for_line, wait_no_qemu
+from .processes import niclab, wait_for_line, wait_no_qemu
 
 
 def only_run_dir(out: Path) -> Path:

@@ -15,7 +15,7 @@ import yaml
 
 from niclab.run.results import read_records
 
-from .conftest import niclab, wait_no_qemu
+from .processes import niclab, wait_no_qemu
 
 
 def run_scenario(repo, tmp_path, name: str, cells: list[str], *extra: str) -> tuple[dict, list[dict]]:

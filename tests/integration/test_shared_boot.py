@@ -15,7 +15,7 @@ from niclab.plumbing.backends.qemu import QemuBackend
 from niclab.run.rigs import BootKeeper
 from niclab.run.session import Session
 
-from .conftest import wait_no_qemu
+from .processes import wait_no_qemu
 
 TOPOLOGY = "nodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n    count: 2\n"
 TUNED = TOPOLOGY + "    bond: balance-rr\n    mtu: 9000\n    netem: {delay: 5ms}\n    offloads: {gro: off, tso: on}\n"

@@ -22,7 +22,7 @@ import pydantic
 import niclab
 from niclab.run.results import read_records
 
-from .conftest import wait_no_qemu
+from .processes import wait_no_qemu
 
 USER = "niclab-ci"
 
