@@ -1,10 +1,16 @@
-"""Helpers the tests share: the runner over the replay fake, and Hypothesis strategies for benchmark options.
+"""Helpers the tests share: the runner over the replay fake, fake guests, hosts and images, and Hypothesis
+strategies for benchmark options.
 
 `harness` sets up what `niclab run` sets up (a scenario file, a run directory,
 its run.json, a Runner) around a backend, usually tests/fakes.FakeBackend, and
-reads back what the runner wrote. `options_entries` builds valid option
-mappings for any benchmark from its options model alone, so a new option is
-covered by the property tests without a new test.
+reads back what the runner wrote; the replay's netperf runs and a kselftest run
+over it come with it. `FakeNode` stands for a guest at one end of a benchmark
+and answers its commands from canned replies; `quiet_net`, `fake_lab_image` and
+`FakeImage` stand for a lab host's network, its lab image and the micro image.
+`options_entries` builds valid option mappings for any benchmark from its
+options model alone, so a new option is covered by the property tests without a
+new test; `synthetic_lab` and `synthetic_cell` build labs and cells for
+placement.
 """
 
 from __future__ import annotations
@@ -162,7 +168,60 @@ def fake_plugin(kernel_check: bool = False, prepare: Callable[[Fake], None] | No
     )
 
 
-# -- a benchmark's two ends, faked --------------------------------------------------------------------------------
+# -- the kselftest benchmark over the replay fake --------------------------------------------------------------
+
+SELFTESTS = """\
+name: selftests-fake
+nodes: [a, b]
+kernel: trixie
+links:
+  - between: [a, b]
+    nic: e1000
+benchmarks:
+  - kselftest: {targets: [drivers/net]}
+"""
+"""drivers/net's selftests from a to b, on the replay's two e1000 guests."""
+
+PING_KTAP = "TAP version 13\n1..2\nok 1 ping.test_v4\nok 2 ping.test_v6 # SKIP Test requires IPv6 connectivity\n"
+STATS_KTAP = "TAP version 13\n1..1\nok 1 stats.pkt_byte_sum # SKIP qstats not supported by the device\n"
+SELFTEST_PROGRAM = r"timeout -s KILL \d+ \./"
+"""How the guest starts a selftest program; the program's file name follows."""
+
+
+def selftests_fake(replay: Replay) -> FakeBackend:
+    """The replay fake that also answers the selftests' set-up (ssh keys, unpacking) and three programs: ping.py
+    passes (its IPv6 subtest skipped), stats.py skips (exit 4), queues.py fails."""
+    backend = FakeBackend(replay)
+    backend.when(r"ssh-keygen|tar -xzf|sshd-up|mkdir -p /root/\.ssh|ssh -q -o ConnectTimeout", result="")
+    backend.when(r"\.ssh/id_ed25519\.pub", op="get", result=b"ssh-ed25519 AAAA niclab")
+    backend.when(r"^dmesg", result="[ 1.0] niclab: kselftest start\n")
+    backend.when(SELFTEST_PROGRAM + r"ping\.py", result={"returncode": 0, "stdout": PING_KTAP, "seconds": 2.0})
+    backend.when(SELFTEST_PROGRAM + r"stats\.py", result={"returncode": 4, "stdout": STATS_KTAP, "seconds": 1.0})
+    backend.when(
+        SELFTEST_PROGRAM + r"queues\.py", result={"returncode": 1, "stdout": "not ok 1 queues.nl_get_queues\n"}
+    )
+    return backend
+
+
+def run_selftests(tmp_path: Path, backend: FakeBackend) -> Path:
+    """SELFTESTS run through `backend` (harness): its run directory."""
+    h = harness(tmp_path, backend, SELFTESTS)
+    h.run()
+    return h.run_dir.path
+
+
+def kselftest_run(tmp_path: Path, replay: Replay, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run of SELFTESTS through selftests_fake with a fixed bundle of ping.py alone (for tests of every record
+    kind)."""
+    archive = tmp_path / "bundle.tar.gz"
+    with tarfile.open(archive, "w:gz"):
+        pass
+    found = SelftestBundle(archive, "a test's", "6.12.107", (("drivers/net", "ping.py"),))
+    monkeypatch.setattr(session_module, "kselftest_bundle", lambda *args: found)
+    return run_selftests(tmp_path, selftests_fake(replay))
+
+
+# -- a benchmark's two ends, faked -----------------------------------------------------------------------------
 
 SERVER, CLIENT = "198.18.0.2", "198.18.0.1"
 """The addresses of link 0's two ends, as the session gives them to a benchmark."""
@@ -265,7 +324,7 @@ def nfs_client(replies: dict[str, Any] | None = None) -> FakeNode:
     return FakeNode("a", replies, {"/proc/mounts": NFS_MOUNTS})
 
 
-# -- a lab host and its images, faked ----------------------------------------------------------------------------
+# -- a lab host and its images, faked --------------------------------------------------------------------------
 
 CARD = "0000:03:00.0"
 """The PCI address of the lab host's e1000 card in the fake sysfs (tests/unit/fakesysfs.py)."""
@@ -345,59 +404,6 @@ class FakeImage:
     boot_kernel: Path = Path("/images/vmlinux")  # what QEMU boots: the unpacked PVH kernel
     initrd: Path = Path("/images/initrd.img")
     cmdline: str = "console=ttyS0 quiet"
-
-
-# -- the kselftest benchmark over the replay fake ---------------------------------------------------------------
-
-SELFTESTS = """\
-name: selftests-fake
-nodes: [a, b]
-kernel: trixie
-links:
-  - between: [a, b]
-    nic: e1000
-benchmarks:
-  - kselftest: {targets: [drivers/net]}
-"""
-"""drivers/net's selftests from a to b, on the replay's two e1000 guests."""
-
-PING_KTAP = "TAP version 13\n1..2\nok 1 ping.test_v4\nok 2 ping.test_v6 # SKIP Test requires IPv6 connectivity\n"
-STATS_KTAP = "TAP version 13\n1..1\nok 1 stats.pkt_byte_sum # SKIP qstats not supported by the device\n"
-SELFTEST_PROGRAM = r"timeout -s KILL \d+ \./"
-"""How the guest starts a selftest program; the program's file name follows."""
-
-
-def selftests_fake(replay: Replay) -> FakeBackend:
-    """The replay fake that also answers the selftests' set-up (ssh keys, unpacking) and three programs: ping.py
-    passes (its IPv6 subtest skipped), stats.py skips (exit 4), queues.py fails."""
-    backend = FakeBackend(replay)
-    backend.when(r"ssh-keygen|tar -xzf|sshd-up|mkdir -p /root/\.ssh|ssh -q -o ConnectTimeout", result="")
-    backend.when(r"\.ssh/id_ed25519\.pub", op="get", result=b"ssh-ed25519 AAAA niclab")
-    backend.when(r"^dmesg", result="[ 1.0] niclab: kselftest start\n")
-    backend.when(SELFTEST_PROGRAM + r"ping\.py", result={"returncode": 0, "stdout": PING_KTAP, "seconds": 2.0})
-    backend.when(SELFTEST_PROGRAM + r"stats\.py", result={"returncode": 4, "stdout": STATS_KTAP, "seconds": 1.0})
-    backend.when(
-        SELFTEST_PROGRAM + r"queues\.py", result={"returncode": 1, "stdout": "not ok 1 queues.nl_get_queues\n"}
-    )
-    return backend
-
-
-def run_selftests(tmp_path: Path, backend: FakeBackend) -> Path:
-    """SELFTESTS run through `backend` (harness): its run directory."""
-    h = harness(tmp_path, backend, SELFTESTS)
-    h.run()
-    return h.run_dir.path
-
-
-def kselftest_run(tmp_path: Path, replay: Replay, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A run of SELFTESTS through selftests_fake with a fixed bundle of ping.py alone (for tests of every record
-    kind)."""
-    archive = tmp_path / "bundle.tar.gz"
-    with tarfile.open(archive, "w:gz"):
-        pass
-    found = SelftestBundle(archive, "a test's", "6.12.107", (("drivers/net", "ping.py"),))
-    monkeypatch.setattr(session_module, "kselftest_bundle", lambda *args: found)
-    return run_selftests(tmp_path, selftests_fake(replay))
 
 
 # -- benchmark options, from their models ----------------------------------------------------------------------
@@ -551,7 +557,7 @@ def options_entries(
     return st.tuples(st.sampled_from(places), own).map(placed).filter(accepted)
 
 
-# -- synthetic labs and cells, for placement --------------------------------------------------------------------
+# -- synthetic labs and cells, for placement -------------------------------------------------------------------
 
 
 def synthetic_lab(cables: list[tuple[tuple[str, str], tuple[str, str]]], hosts: int) -> Inventory:
