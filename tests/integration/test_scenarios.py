@@ -48,7 +48,7 @@ def test_three_node_switch(image, repo, tmp_path):
     assert len(cell["network"]["idle_rtt_ms"]) == 6  # every node reached every other before measuring
     assert values(found, "ping.loss_pct") == [0]
     assert all(v > 10 for v in values(found, "netperf.TCP_STREAM.throughput_mbps"))
-    assert {(m["client"], m["server"]) for m in found if m["benchmark"] == "netperf"} == {("a", "b"), ("c", "b")}
+    assert {(m["client"], m["server"]) for m in found if m["tool"] == "netperf"} == {("a", "b"), ("c", "b")}
 
 
 def shortened(repo, tmp_path, name: str, seconds: float, iterations: list[int], drop: tuple[str, ...] = ()) -> Path:
@@ -95,7 +95,7 @@ def test_the_bonding_studys_netperf_with_confidence_on_three_bonded_rtl8139(imag
         assert cell["nodes"][node]["interfaces"]["link1p0"]["driver"] == "8139cp"
 
     runs = {r["run"]: r for r in records if r["type"] == "run"}
-    assert [(r["benchmark"], r["link"]) for r in runs.values()] == [
+    assert [(r["label"], r["link"]) for r in runs.values()] == [
         ("netperf TCP_STREAM", 0),
         ("netperf TCP_STREAM (link 1)", 1),
         ("netperf UDP_STREAM", 0),

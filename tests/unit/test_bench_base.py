@@ -234,7 +234,7 @@ def test_each_plugin_frees_its_port_first_and_records_what_it_ended(tmp_path, da
     plugin, options, port, proto, replies, files, raw_name = plugin_cases(data_dir)[name]
     rig = Rig(tmp_path, client=replies, files=files, server={FREE: answer(" 4242:leftover\n")})
     found = plugin.run(rig.ctx, options)
-    assert found and all(m.benchmark == name for m in found)
+    assert found and all(m.tool == name for m in found)
     steps = rig.steps()
     assert steps[:3] == ["free", "spawn", "listening"]
     assert f":{port}$/" in rig.log[0][2] and f"netstat -ln{proto[0]}p" in rig.log[0][2]

@@ -58,7 +58,7 @@ def fake(monkeypatch):
 
 def _run() -> RunData:
     def summary(name: str, mean: float) -> SummaryRecord:
-        return records.summary(name, benchmark="fake", metric=name.split(".")[-1], unit="Mbit/s", mean=mean)
+        return records.summary(name, label="fake", metric=name.split(".")[-1], unit="Mbit/s", mean=mean)
 
     cell = CellData("nic=e1000", {"nic": "e1000"}, summaries=[summary("fake.sent_mbps", 900.0),
                                                               summary("fake.received_mbps", 90.0)])  # fmt: skip

@@ -68,7 +68,7 @@ def a_run_record(options: BenchOptions) -> RunRecord:
         cell="default",
         params={},
         run="0.1",
-        benchmark="a label",
+        label="a label",
         tool="a tool",
         repeat=1,
         repeats=1,

@@ -44,7 +44,7 @@ def test_block_tests_and_file_tests_of_a_1g_run(data_dir):
     # block reads and stats finished too quickly to time: left out, and named
     assert "block_read_mb_s" not in found and "seq_stat_per_s" not in found
     assert found["seeks_per_s"].extra["too_fast"] == ["get_block", "seq_stat", "seq_del", "ran_stat", "ran_del"]
-    assert {m.benchmark for m in found.values()} == {"bonnie"} and {m.test for m in found.values()} == {None}
+    assert {m.tool for m in found.values()} == {"bonnie"} and {m.test for m in found.values()} == {None}
 
 
 def test_per_character_figures_are_not_headlines(data_dir):
@@ -133,7 +133,7 @@ def test_a_failed_run_names_its_raw_output_and_still_cleans_up():
 def test_the_report_shows_its_rows_and_figures(data_dir):
     def summary(m) -> SummaryRecord:
         return records.summary(
-            f"bonnie.{m.metric}", benchmark="bonnie", metric=m.metric, unit=m.unit, mean=m.value, headline=m.headline
+            f"bonnie.{m.metric}", label="bonnie", metric=m.metric, unit=m.unit, mean=m.value, headline=m.headline
         )
 
     found = bonnie.parse(sample(data_dir, "direct_1g_files.csv"))

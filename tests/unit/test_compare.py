@@ -11,7 +11,7 @@ from tests import records
 
 
 def run_with(samples: dict[str, list[float]], cell="nic=e1000") -> RunData:
-    summaries = [records.summary(name, benchmark=name.split(".")[0], samples=v) for name, v in samples.items()]
+    summaries = [records.summary(name, label=name.split(".")[0], samples=v) for name, v in samples.items()]
     return RunData(Path("run"), RunInfoRecord(), [CellData(cell, {}, summaries=summaries)])
 
 
@@ -224,7 +224,7 @@ def ab_run(
     def cell(cid: str, other: str, samples: list[float]) -> CellData:
         summary = records.summary(
             name,
-            benchmark="netperf TCP_STREAM",
+            label="netperf TCP_STREAM",
             unit="Mbit/s",
             samples=samples,
             runs=[f"0.{n}" for n in range(1, len(samples) + 1)],

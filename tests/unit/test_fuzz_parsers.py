@@ -109,7 +109,7 @@ def sound(found: list) -> None:
     for m in found:
         assert isinstance(m, Measurement), m
         assert type(m.value) is float and math.isfinite(m.value), (m.name, m.value)
-        assert all(isinstance(part, str) for part in (m.benchmark, m.metric, m.unit))
+        assert all(isinstance(part, str) for part in (m.tool, m.metric, m.unit))
 
 
 def total(parse, *args) -> None:

@@ -136,6 +136,8 @@ KEYS = [
     "runs",
     "repeat",
     "benchmark",
+    "label",
+    "tool",
     "benchmark_index",
     "name",
     "metric",

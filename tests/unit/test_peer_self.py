@@ -173,7 +173,7 @@ def test_a_loopback_run_goes_to_one_node_and_is_recorded_apart_beside_the_links(
     assert len([c for c in calls if c[2].startswith("netperf -H 198.18.0.2")]) == 1  # the link's run
 
     [first, second] = run.of("run")
-    assert (first["client"], first["server"], first["peer"], first["benchmark"]) == (
+    assert (first["client"], first["server"], first["peer"], first["label"]) == (
         "a",
         "a",
         "self",

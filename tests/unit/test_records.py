@@ -169,8 +169,8 @@ def test_numbers_that_are_not_finite_and_odd_text_are_refused_where_they_are(tmp
 
 
 def test_a_newer_format_is_refused_with_a_hint_and_version_1_is_the_default(tmp_path):
-    assert problem(tmp_path, {**line_of("cell"), "version": 2}) == (
-        "written in results format version 2; this niclab reads version 1: update niclab"
+    assert problem(tmp_path, {**line_of("cell"), "version": 3}) == (
+        "written in results format version 3; this niclab reads versions 1 and 2: update niclab"
     )
     assert read_run_info(RUNS / "bonding" / "run.json").version == 1
     (tmp_path / "run.json").write_text(json.dumps({"version": 7, "cells": []}))

@@ -27,7 +27,7 @@ def shard_dir(path, cells, order: list[str] | None = ORDER):
                 "cell": cell,
                 "params": {"nic": cell[4:]},
                 "benchmark_index": 0,
-                "benchmark": "netperf TCP_STREAM",
+                "label": "netperf TCP_STREAM",
                 "name": "netperf.TCP_STREAM.throughput_mbps",
                 "test": "TCP_STREAM",
                 "metric": "throughput_mbps",

@@ -163,7 +163,7 @@ def test_a_good_run_records_provenance_runs_measurements_summaries_and_ends_ok(t
     assert measured["netperf.TCP_RR.transaction_rate"] == rr["THROUGHPUT"]
     assert measured["netperf.TCP_RR.latency_mean_us"] == rr["MEAN_LATENCY"]
 
-    run = h.of("run", benchmark="netperf TCP_STREAM")[0]
+    run = h.of("run", label="netperf TCP_STREAM")[0]
     assert (run["run"], run["client"], run["server"], run["link"], run["repeat"], run["repeats"]) == (
         "0.1",
         "a",
@@ -184,7 +184,7 @@ def test_a_good_run_records_provenance_runs_measurements_summaries_and_ends_ok(t
         == (counters(reads[1])["tx_packets"] - counters(reads[0])["tx_packets"])
         > 0
     )
-    assert all(m["run"] == "0.1" for m in h.of("measurement", benchmark="netperf", test="TCP_STREAM"))
+    assert all(m["run"] == "0.1" for m in h.of("measurement", tool="netperf", test="TCP_STREAM"))
 
     summary = h.of("summary", name="netperf.TCP_STREAM.throughput_mbps")[0]
     assert summary["n"] == 1 and summary["samples"] == [stream["THROUGHPUT"]] and summary["runs"] == ["0.1"]
@@ -217,8 +217,8 @@ def test_repeats_give_a_run_record_each_and_one_summary_of_every_sample(
     backend.when(NETPERF_STREAM, node="a", results=[with_throughput(recorded, v) for v in (400.0, 410.0, 420.0)])
     assert h.run().ok
 
-    for index, benchmark in enumerate(("netperf TCP_STREAM", "netperf TCP_RR")):
-        runs = h.of("run", benchmark=benchmark)
+    for index, label in enumerate(("netperf TCP_STREAM", "netperf TCP_RR")):
+        runs = h.of("run", label=label)
         assert [(r["run"], r["repeat"], r["repeats"]) for r in runs] == [(f"{index}.{n}", n, 3) for n in (1, 2, 3)]
     throughput = h.of("measurement", name="netperf.TCP_STREAM.throughput_mbps")
     assert [(m["run"], m["value"]) for m in throughput] == [("0.1", 400.0), ("0.2", 410.0), ("0.3", 420.0)]
@@ -286,12 +286,12 @@ def test_a_failed_benchmark_is_recorded_and_the_next_benchmark_runs(tmp_path, ba
     errors = h.of("error")
     assert len(errors) == 1
     error = errors[0]
-    assert (error["stage"], error["benchmark"], error["run"]) == ("benchmark", "netperf TCP_STREAM", "0.1")
+    assert (error["stage"], error["label"], error["run"]) == ("benchmark", "netperf TCP_STREAM", "0.1")
     assert f"exited {refused.returncode}" in error["message"] and "establish control" in error["message"]
     assert "traceback" not in error
     raw = re.search(r"raw output: (\S+)\)", error["message"])[1]
     assert "establish control" in Path(raw).read_text()
-    assert h.of("measurement", test="TCP_STREAM") == [] and h.of("run", benchmark="netperf TCP_STREAM") == []
+    assert h.of("measurement", test="TCP_STREAM") == [] and h.of("run", label="netperf TCP_STREAM") == []
     assert h.of("summary", name="netperf.TCP_RR.transaction_rate")  # the next benchmark ran
     assert h.of("cell_end")
     assert outcome.status == "failed" and len(outcome.cells[0].errors) == 1
@@ -335,7 +335,7 @@ def test_a_node_that_dies_mid_benchmark_ends_its_cell_saying_which_and_why(tmp_p
 
     first, second = (c.id for c in h.cells)
     errors = h.of("error", cell=first)
-    assert [(e["stage"], e.get("benchmark")) for e in errors] == [("benchmark", "netperf TCP_STREAM"), ("cell", None)]
+    assert [(e["stage"], e.get("label")) for e in errors] == [("benchmark", "netperf TCP_STREAM"), ("cell", None)]
     assert "a: lost the guest agent connection" in errors[0]["message"]
     assert errors[1]["message"] == "node a is gone: process qemu-a (pid 1) was killed by signal 9"
     assert h.of("run", cell=first) == [] and h.of("cell_end", cell=first) == []
@@ -451,7 +451,7 @@ def test_keyboard_interrupt_marks_the_run_interrupted_and_propagates(tmp_path, b
     assert "interrupted" in info["message"]
     assert len(backend.realizations) == 1 and backend.realizations[0].closed  # the guests were stopped
     assert h.of("summary", name="netperf.TCP_STREAM.throughput_mbps")  # what was measured is kept
-    assert h.of("run", benchmark="netperf TCP_RR") == []
+    assert h.of("run", label="netperf TCP_RR") == []
 
 
 def test_a_run_directory_that_cannot_be_written_aborts_the_run_with_one_line(tmp_path, backend):
@@ -547,7 +547,7 @@ def test_repeats_of_cells_on_one_boot_go_round_robin(tmp_path, backend):
     h = harness(tmp_path, backend, TWO_CELLS, repeat=2)
     assert h.run().ok
 
-    order = [(r["cell"], r["benchmark"], r["repeat"]) for r in h.of("run")]
+    order = [(r["cell"], r["label"], r["repeat"]) for r in h.of("run")]
     assert order == [  # each round starts one cell later: no cell is always first
         ("secs=5", "netperf TCP_STREAM", 1),
         ("secs=5", "netperf TCP_RR", 1),
@@ -768,4 +768,4 @@ def test_a_figure_that_is_not_a_number_fails_its_run_and_the_cells_next_benchmar
     [error] = h.of("error")
     assert error["stage"] == "benchmark" and "traceback" not in error
     assert error["message"].startswith("netperf printed THROUGHPUT='nan', not a finite number")
-    assert h.of("run", benchmark="netperf TCP_RR") and h.info()["internal_errors"] == []
+    assert h.of("run", label="netperf TCP_RR") and h.info()["internal_errors"] == []

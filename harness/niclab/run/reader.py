@@ -252,17 +252,34 @@ def _validated(record: Any, path: Path, number: int, suspects: Suspects) -> Reco
     if any(suspects) and (odd := _odd_value(record, suspects)) is not None:
         raise RunDirError(f"{at}: {kind} {where(odd[0]) or '(the whole record)'} {odd[1]}")
     try:
-        model = RECORD.validate_python(record)
+        model = RECORD.validate_python(upgraded(record))
     except ValidationError as exc:
         raise RunDirError(f"{at}: {_first_problem(exc, kind)}") from None
     _check_version(model.version, at)
     return model
 
 
+# Version 1 named two things `benchmark`: the label in run, summary and error records, the tool in measurement and
+# test records. Version 2 calls them `label` and `tool`.
+V1_NAMES = {"run": "label", "summary": "label", "error": "label", "measurement": "tool", "test": "tool"}
+
+
+def upgraded(record: dict[str, Any]) -> dict[str, Any]:
+    """A record in this version's names, its `version` as written (1 when absent): a version-1 record gets
+    V1_NAMES."""
+    if "version" not in record:
+        record = {**record, "version": 1}
+    kind = record.get("type")
+    new = V1_NAMES.get(kind) if isinstance(kind, str) else None
+    if record["version"] != 1 or new is None or "benchmark" not in record or new in record:
+        return record
+    return {(new if key == "benchmark" else key): value for key, value in record.items()}
+
+
 def _check_version(version: int, at: str) -> None:
     if version > FORMAT_VERSION:
         raise RunDirError(
-            f"{at}: written in results format version {version}; this niclab reads version {FORMAT_VERSION}: "
+            f"{at}: written in results format version {version}; this niclab reads versions 1 and {FORMAT_VERSION}: "
             "update niclab"
         )
 
@@ -290,7 +307,7 @@ def read_run_info(path: Path) -> RunInfoRecord | None:
     if any(suspects) and (odd := _odd_value(info, suspects)) is not None:
         raise RunDirError(f"{path}: {where(odd[0])} {odd[1]}")
     try:
-        model = RunInfoRecord.model_validate(info)
+        model = RunInfoRecord.model_validate({"version": 1, **info})  # written before it had one: version 1
     except ValidationError as exc:
         raise RunDirError(f"{path}: {_first_problem(exc, '')}") from None
     _check_version(model.version, str(path))

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, model_validator
 
-FORMAT_VERSION = 1  # what this niclab writes and reads; a record without `version` is version 1
+FORMAT_VERSION = 2  # what this niclab writes; it reads 1 too (niclab.run.reader maps it); no `version`: 1
 
 
 # -- the models ----------------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ class RunRecord(_Record):
     type: Literal["run"]
     run: str
     """The run's id: BENCHMARK_INDEX.REPEAT, e.g. `0.1`."""
-    benchmark: str
+    label: str
     """The benchmark's label, e.g. `netperf TCP_STREAM`."""
     tool: str
     """The tool, e.g. `netperf`."""
@@ -316,7 +316,7 @@ class MeasurementRecord(_Record):
     """The id of its `run` record."""
     repeat: int
     """Which repeat, from 1."""
-    benchmark: str
+    tool: str
     """The tool, e.g. `netperf`."""
     test: str | None
     """The tool's test, e.g. `TCP_STREAM`; null for a tool without tests."""
@@ -352,7 +352,7 @@ class TestRecord(_Record):
     """The id of its `run` record (the kselftest run it belongs to)."""
     repeat: int
     """Which repeat, from 1."""
-    benchmark: str
+    tool: str
     """The tool: `kselftest`."""
     target: str
     """The selftests' target (collection), e.g. `drivers/net`."""
@@ -394,7 +394,7 @@ class SummaryRecord(_Record):
     type: Literal["summary"]
     benchmark_index: int
     """The benchmark's place in the scenario, from 0."""
-    benchmark: str
+    label: str
     """The benchmark's label, e.g. `netperf TCP_STREAM`."""
     name: str
     """The metric's dotted name, e.g. `netperf.TCP_STREAM.throughput_mbps`."""
@@ -491,7 +491,7 @@ class ErrorRecord(_Record):
     """cell or benchmark."""
     run: str | None = None
     """For a benchmark: the id its run would have had."""
-    benchmark: str | None = None
+    label: str | None = None
     """For a benchmark: its label."""
     message: str
     """What went wrong, on one line (and where the traceback is)."""

@@ -389,7 +389,7 @@ class Runner:
             self._write_info()
         given: dict[str, Any] = {**where, "message": message, **bug}
         record = ErrorRecord(type="error", **base, time=utc_now(), stage=stage, **given)
-        label = shown or where.get("benchmark")
+        label = shown or where.get("label")
         outcome.errors.append(f"{label}: {message}" if label else message)
         self.progress(f"{label or 'cell ' + base['cell']} failed: {message}")
         self.run_dir.append(record)
@@ -409,7 +409,7 @@ class Runner:
         except NiclabError as exc:
             work.under_way = None
             self._run_ended(work, index)
-            self._cell_failed(exc, base, work.outcome, "benchmark", shown=f"{label}{of}", run=run_id, benchmark=label)
+            self._cell_failed(exc, base, work.outcome, "benchmark", shown=f"{label}{of}", run=run_id, label=label)
             session.check_nodes()  # a node that died under the benchmark ends the cell, saying which and why
             return
         self._record_run(session, spec, label, run_id, n, repeats, started_at, run, base)
@@ -424,7 +424,7 @@ class Runner:
                 "benchmark",
                 shown=f"{label}{of}",
                 run=run_id,
-                benchmark=label,
+                label=label,
             )
             session.check_nodes()
             return
@@ -454,7 +454,7 @@ class Runner:
                 type="run",
                 **base,
                 run=run_id,
-                benchmark=label,
+                label=label,
                 tool=spec.tool,
                 repeat=n,
                 repeats=repeats,
@@ -485,7 +485,7 @@ class Runner:
                     **base,
                     run=run_id,
                     repeat=n,
-                    benchmark=m.benchmark,
+                    tool=m.tool,
                     test=m.test,
                     metric=m.metric,
                     name=m.name,
@@ -518,7 +518,7 @@ class Runner:
                     **base,
                     run=run_id,
                     repeat=n,
-                    benchmark=outcome.benchmark,
+                    tool=outcome.tool,
                     target=outcome.target,
                     test=outcome.test,
                     result=outcome.result,
@@ -566,7 +566,7 @@ class Runner:
                 type="summary",
                 **base,
                 benchmark_index=index,
-                benchmark=label,
+                label=label,
                 name=name,
                 test=found[0].test,
                 metric=found[0].metric,

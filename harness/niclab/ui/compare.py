@@ -42,7 +42,7 @@ BEYOND = f"beyond host contention (at most {CONTENTION_BOUND_PCT:g} % slower)"
 @dataclass(frozen=True)
 class Change:
     cell: str
-    benchmark: str
+    label: str
     name: str
     unit: str
     link: int
@@ -297,7 +297,7 @@ def compare_pair(
         changes.append(
             Change(
                 base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}",
-                b.benchmark,
+                b.label,
                 b.name,
                 b.unit,
                 b.link,

@@ -1,8 +1,8 @@
 """Export a run's results as one flat table, CSV or Parquet, for pandas and friends.
 
 `measurements`: one row per number, with its run's where and NICs and the cell's parameters (param_<axis>);
-`summaries`: one row per metric and benchmark of each cell. CSV text is escaped for spreadsheets (csvsafe);
-Parquet keeps values as they are (docs/reports.md, `niclab export`).
+`summaries`: one row per metric and benchmark (its `label`) of each cell. CSV text is escaped for
+spreadsheets (csvsafe); Parquet keeps values as they are (docs/reports.md, `niclab export`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ MEASUREMENT_COLUMNS = (
     "cell",
     "run",
     "repeat",
-    "benchmark",
+    "tool",
     "test",
     "metric",
     "name",
@@ -44,7 +44,7 @@ MEASUREMENT_COLUMNS = (
 SUMMARY_COLUMNS = (
     "scenario",
     "cell",
-    "benchmark",
+    "label",
     "name",
     "metric",
     "unit",

@@ -42,7 +42,7 @@ def beside_their_link(summaries: Sequence[SummaryRecord]) -> list[SummaryRecord]
 def metric_label(summary: SummaryRecord) -> str:
     """The metric, with its test in front when the benchmark's label does not already say it (fio patterns)."""
     test = summary.test
-    return f"{test}.{summary.metric}" if test and test not in summary.benchmark else summary.metric
+    return f"{test}.{summary.metric}" if test and test not in summary.label else summary.metric
 
 
 def _driver(nic: NicFacts) -> str:

@@ -20,7 +20,7 @@ def cell_table(scenario: str, outcome: CellOutcome) -> str:
     if repeats and repeats != [1]:
         level = rows[0].ci_level
         header += f" · {'/'.join(map(str, repeats))} runs, mean ± {level:g} % interval"
-    cells = [(s.benchmark, metric_label(s), value_with_unit(s), _flags(s)) for s in rows]
+    cells = [(s.label, metric_label(s), value_with_unit(s), _flags(s)) for s in rows]
     width_a = max([len("benchmark"), *(len(c[0]) for c in cells)]) + 2
     width_b = max([len("metric"), *(len(c[1]) for c in cells)]) + 2
     width_c = max([len("value"), *(len(c[2]) for c in cells)]) + 2
@@ -32,8 +32,8 @@ def cell_table(scenario: str, outcome: CellOutcome) -> str:
         lines.append(f"{label:<{width_a}}{metric:<{width_b}}{value:<{width_c}}{flag}".rstrip())
     for s in outcome.summaries:
         if s.unstable and s.headline:
-            lines.append(f"unstable {s.benchmark} {s.metric}: {'; '.join(s.reasons)}")
-    contended = {s.benchmark: s.contention for s in rows if s.contended}
+            lines.append(f"unstable {s.label} {s.metric}: {'; '.join(s.reasons)}")
+    contended = {s.label: s.contention for s in rows if s.contended}
     for benchmark, reasons in contended.items():
         lines.append(f"host contention during {benchmark}: {'; '.join(reasons)}")
     for error in outcome.errors:

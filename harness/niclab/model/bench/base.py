@@ -88,7 +88,7 @@ class MetricInfo:
 
 @dataclass(frozen=True)
 class Measurement:
-    benchmark: str
+    tool: str
     test: str | None
     metric: str
     value: float
@@ -112,12 +112,12 @@ class Measurement:
 
     @property
     def label(self) -> str:
-        return f"{self.benchmark} {self.test}" if self.test else self.benchmark
+        return f"{self.tool} {self.test}" if self.test else self.tool
 
     @property
     def name(self) -> str:
         """The dotted name expectations use: netperf.TCP_STREAM.throughput_mbps."""
-        return ".".join(p for p in (self.benchmark, self.test, self.metric) if p)
+        return ".".join(p for p in (self.tool, self.test, self.metric) if p)
 
 
 TestState = Literal["pass", "fail", "skip", "xfail", "crash"]
@@ -130,7 +130,7 @@ class TestOutcome:
     The runner writes each as a `test` record (niclab.run.records.TestRecord).
     """
 
-    benchmark: str  # the tool: kselftest
+    tool: str  # kselftest
     target: str  # the selftests' target: drivers/net
     test: str  # the program: ping.py
     subtest: str | None  # its subtest (`parent/child` deeper down); None for the program as a whole

@@ -170,7 +170,7 @@ def measurements(test: str, result: CommandResult) -> list[Measurement]:
     if len(counted) != 2:
         raise BenchmarkError(f"expected TCP/UDP counters before and after {test}, found {len(counted)} sets")
     extra = traffic(test, counted[0], counted[1])
-    return [Measurement(found.benchmark, found.test, found.metric, found.value, found.unit, {**found.extra, **extra})]
+    return [Measurement(found.tool, found.test, found.metric, found.value, found.unit, {**found.extra, **extra})]
 
 
 class Lmbench:

@@ -51,14 +51,12 @@ def find(run: RunData) -> list[Finding]:
                         f"{100 * (1 - value / floor):.0f} % below its neighbours",
                     )
                 )
-        contended = {s.benchmark: s.contention for s in cell.summaries if s.contended}
+        contended = {s.label: s.contention for s in cell.summaries if s.contended}
         for benchmark, reasons in contended.items():
             found.append(Finding("host-contention", where, f"{benchmark}: host contention: {'; '.join(reasons)}"))
         for s in cell.summaries:
             if s.unstable and s.headline:
-                found.append(
-                    Finding("unstable", where, f"{s.benchmark} {s.metric} is unstable: {'; '.join(s.reasons)}")
-                )
+                found.append(Finding("unstable", where, f"{s.label} {s.metric} is unstable: {'; '.join(s.reasons)}"))
         for short in (d for d in declared if isinstance(d, Shortfall)):
             whole, part = cell.summary(short.whole), cell.summary(short.part)
             if whole and part and whole.mean > 0 and part.mean < short.share * whole.mean:
@@ -87,7 +85,7 @@ def _bond_irqs(cell: CellData, where: str) -> list[Finding]:
                         "irq-one-cpu",
                         where,
                         f"{node}: {100 * max(per_cpu) / total:.0f} % of the interrupts of its "
-                        f"{nic.ports} bonded ports landed on CPU {cpu} ({run.benchmark})",
+                        f"{nic.ports} bonded ports landed on CPU {cpu} ({run.label})",
                     )
                 )
                 break

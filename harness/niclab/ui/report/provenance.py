@@ -71,7 +71,7 @@ def interrupt_spread(cell: CellData) -> list[dict]:
             for port, counts in sorted(ports.items()):
                 rows.append(
                     {
-                        "run": f"{run.benchmark} #{run.repeat}",
+                        "run": f"{run.label} #{run.repeat}",
                         "node": node,
                         "port": port,
                         "per_cpu": counts.interrupts_per_cpu,

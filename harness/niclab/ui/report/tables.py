@@ -78,7 +78,7 @@ def summary_table(run: RunData) -> Table:
     rows = []
     for s in beside_their_link(list(first.values())):
         name, link, peer = s.name, s.link, s.peer
-        label = labels.get(name) or f"{s.benchmark.split(' (')[0]} {metric_label(s)}"
+        label = labels.get(name) or f"{s.label.split(' (')[0]} {metric_label(s)}"
         where = [f"link {link}"] if len(links) > 1 else []
         where += ["loopback"] if peer == "self" else []
         cells = []
