@@ -42,9 +42,10 @@ from niclab.plumbing.backends import BackendOption, BackendOptions, BackendPlugi
 from niclab.plumbing.lab.hostnet import HostNet
 from niclab.run import session as session_module
 from niclab.run.progress import Watch
-from niclab.run.results import RunDir, new_run_info, read_records
+from niclab.run.results import RunDir, new_run_info
 from niclab.run.runner import Runner, RunOutcome
 from tests.fakes import FakeBackend, Replay
+from tests.records import read_records
 
 # -- the runner over a fake backend ----------------------------------------------------------------------------
 

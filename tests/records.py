@@ -6,6 +6,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from niclab.run.reader import Warn, read_results, warn_on_stderr
 from niclab.run.records import CellRecord, Record, RunInfoRecord, RunRecord, SummaryRecord, TestRecord
 from niclab.run.results import RunDir
 
@@ -105,3 +108,13 @@ def write_run(path: Path, given: list[Record], cells: list[str], scenario: str =
     for record in given:
         run_dir.append(record)
     return path
+
+
+def as_dict(model: BaseModel) -> dict:
+    """A validated record as a plain mapping: what the file held, names as written."""
+    return model.model_dump(by_alias=True, exclude_unset=True)
+
+
+def read_records(path: Path, warn: Warn = warn_on_stderr) -> list[dict]:
+    """Every record of a results.jsonl, validated by the reader, as plain mappings (for assertions)."""
+    return [as_dict(record) for _, record in read_results(path, warn)]

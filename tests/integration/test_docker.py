@@ -24,10 +24,10 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from niclab.plumbing.accel import choose_accel
-from niclab.run.results import read_records
 from tests.fakes import REPO
 from tests.integration.libvirt_netns import end_daemon, host_links, isolated_libvirt, names, virsh
 from tests.integration.libvirt_netns import why_not as why_no_libvirt
+from tests.records import read_records
 
 USER = 4242  # the owner of the stand-in clone, as a user's own clone would be
 BUILD_TIMEOUT_S = 2400  # a build with an empty cache on a slow machine (here: about 160 s)

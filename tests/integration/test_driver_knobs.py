@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from niclab.run.results import read_records
+from tests.records import read_records
 
 from .processes import niclab
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.run.results import read_records
+from tests.records import read_records
 
 from .processes import niclab, wait_no_qemu
 

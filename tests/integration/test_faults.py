@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.run.results import read_records
+from tests.records import read_records
 
 from .processes import default_signals, niclab, qemus_under, wait_for_line, wait_no_qemu
 

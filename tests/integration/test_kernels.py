@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.run.results import read_records
+from tests.records import read_records
 
 from .kernel_tree import repack_debian_kernel
 from .processes import niclab, wait_no_qemu

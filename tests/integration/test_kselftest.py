@@ -17,7 +17,7 @@ from pathlib import Path
 
 from niclab.model.kernel_choice import KernelChoice
 from niclab.plumbing.kselftest.bundle import bundle_for
-from niclab.run.results import read_records
+from tests.records import read_records
 
 from .processes import niclab, wait_no_qemu
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from niclab.plumbing.accel import choose_accel
-from niclab.run.results import read_records
+from tests.records import read_records
 
 from .processes import niclab, wait_for_line, wait_no_qemu
 

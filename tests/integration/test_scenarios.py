@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from niclab.run.results import read_records
+from tests.records import read_records
 
 from .processes import niclab, wait_no_qemu
 

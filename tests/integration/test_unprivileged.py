@@ -20,7 +20,7 @@ from pathlib import Path
 import pydantic
 
 import niclab
-from niclab.run.results import read_records
+from tests.records import read_records
 
 from .processes import wait_no_qemu
 

@@ -6,7 +6,7 @@ import pytest
 from niclab.base.errors import NiclabError, UsageError
 from niclab.run.records import RunInfoRecord
 from niclab.ui.compare import CONTENTION_BOUND_PCT, as_html, as_json, as_text, compare, compare_cells
-from niclab.ui.report.data import CellData, RunData
+from niclab.ui.report.data import CellData, RunData, for_comparing_runs, load_run
 from tests import records
 
 
@@ -128,8 +128,7 @@ def test_a_drop_beyond_what_contention_costs_is_worse_and_says_so():
 
 
 def test_two_run_directories_compared_from_disk_keep_the_load_the_bound_needs(tmp_path):
-    """compare_dirs holds little of a run (report.data.for_comparing_runs), but each run's host load it keeps."""
-    from niclab.ui.compare import compare_dirs
+    """A run loaded for comparing holds little of it (report.data.for_comparing_runs), but its host load it keeps."""
 
     base, new = run_with({STREAM: [380.0, 376.0, 379.8]}), contended_on(run_with({STREAM: [93.0, 92.5, 93.7]}))
     paths = []
@@ -137,7 +136,7 @@ def test_two_run_directories_compared_from_disk_keep_the_load_the_bound_needs(tm
         cell = run.cells[0]
         given = [records.cell(cell="default", params={}), *cell.runs.values(), *cell.summaries]
         paths.append(records.write_run(tmp_path / name, given, ["default"], scenario="two-node"))
-    (change,) = compare_dirs(*paths)
+    (change,) = compare(*(load_run(path, for_comparing_runs) for path in paths))
     assert (change.verdict, change.beyond, change.unbounded) == ("worse", BEYOND, [])
 
 

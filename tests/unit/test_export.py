@@ -31,7 +31,7 @@ def test_csv_and_parquet_carry_every_measurement_with_its_cell(data_dir, tmp_pat
 
 def test_a_cut_off_last_line_is_dropped_with_a_warning(data_dir, tmp_path, capsys):
     from niclab.base.errors import NiclabError
-    from niclab.run.results import read_records
+    from tests.records import read_records
 
     cell, run = (data_dir / "runs" / "bonding" / "results.jsonl").read_text().splitlines()[:2]
     results = tmp_path / "results.jsonl"

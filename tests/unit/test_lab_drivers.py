@@ -17,7 +17,7 @@ from niclab.plumbing.backends import BackendOptions, get_backend
 from niclab.plumbing.image.recipe import load_recipe
 from niclab.plumbing.image.store import LAB_RECIPE, find_image, load_image
 from niclab.plumbing.lab import hostnet as hostnet_mod
-from niclab.plumbing.lab.drivers import DriverTable, driver_and_firmware
+from niclab.plumbing.lab.drivers import DriverTable
 from niclab.ui.cli import main as cli
 from tests.helpers import fake_lab_image, quiet_net
 from tests.realcards import REAL_CARDS
@@ -132,13 +132,13 @@ def test_a_card_with_class_and_pci_id_must_agree_and_one_of_them_is_needed():
 
 
 def test_driver_and_firmware_come_from_the_images_alias_table_and_manifest(lab_image):
-    r8169 = driver_and_firmware(lab_image, "10ec:8168", 0x020000)
+    r8169 = DriverTable(lab_image).resolve("10ec:8168", 0x020000)
     assert (r8169.module, r8169.firmware["rtl_nic/rtl8168h-2.fw"]) == ("r8169", True)
     assert r8169.describe_firmware() == "rtl_nic/rtl8168h-2.fw … rtl_nic/rtl8168g-3.fw (all 2 in the image)"
-    ice = driver_and_firmware(lab_image, "pci:v00008086d00001592sv00008086sd00000002bc02sc00i00")
+    ice = DriverTable(lab_image).resolve("pci:v00008086d00001592sv00008086sd00000002bc02sc00i00")
     assert (ice.module, ice.describe_firmware()) == ("ice", "intel/ice/ddp/ice.pkg (in the image)")
-    assert driver_and_firmware(lab_image, "8086:10fb").describe_firmware() == "none"
-    assert driver_and_firmware(lab_image, "1af4:1041").module is None
+    assert DriverTable(lab_image).resolve("8086:10fb").describe_firmware() == "none"
+    assert DriverTable(lab_image).resolve("1af4:1041").module is None
 
 
 def test_an_image_without_an_alias_table_says_to_rebuild(lab_image):

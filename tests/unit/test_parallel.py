@@ -16,11 +16,11 @@ from niclab.model.lab.spread import Claim, Held, Load, spread
 from niclab.model.scenario import parse
 from niclab.run.parallel import ParallelRun
 from niclab.run.progress import RunProgress, Watch
-from niclab.run.results import read_records
 from niclab.run.units import Unit, starts, units_of
 from niclab.ui.cli.main import main
 from tests.fakes import FakeBackend, Replay
 from tests.helpers import NETPERF_STREAM, harness
+from tests.records import read_records
 
 # Six cells, three topologies (the memory differs): three units of two cells that share a boot, repeats
 # interleaved within each.

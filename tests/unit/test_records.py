@@ -21,6 +21,7 @@ from niclab.run.runner import RunOutcome
 from niclab.ui.report.data import load_run
 from tests.fakes import FakeBackend
 from tests.helpers import NETPERF_RR, harness, kselftest_run
+from tests.records import as_dict
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 
@@ -54,9 +55,9 @@ def validated_kinds(run_dir: Path) -> list[str]:
     found = list(read_results(run_dir / "results.jsonl"))
     assert len(found) == len(lines)
     for (_, model), line in zip(found, lines, strict=True):
-        assert records.as_dict(model) == json.loads(line)  # nothing lost, nothing added
+        assert as_dict(model) == json.loads(line)  # nothing lost, nothing added
     info = read_run_info(run_dir / "run.json")
-    assert info is not None and records.as_dict(info) == json.loads((run_dir / "run.json").read_text())
+    assert info is not None and as_dict(info) == json.loads((run_dir / "run.json").read_text())
     return [model.type for _, model in found]
 
 

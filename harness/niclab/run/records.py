@@ -578,11 +578,6 @@ class RunInfoRecord(_Model):
         return self.cell_order or self.cells
 
 
-def as_dict(model: BaseModel) -> dict:
-    """A validated record as a plain mapping: what the file held, names as written."""
-    return model.model_dump(by_alias=True, exclude_unset=True)
-
-
 # -- writing -------------------------------------------------------------------------------------------
 
 

@@ -19,8 +19,7 @@ from typing import Any
 
 from niclab import __version__
 from niclab.base import atomic
-from niclab.run.reader import Warn, read_results, warn_on_stderr
-from niclab.run.records import FORMAT_VERSION, Record, RunInfoRecord, as_dict, as_json
+from niclab.run.records import FORMAT_VERSION, Record, RunInfoRecord, as_json
 
 
 def utc_now() -> str:
@@ -163,13 +162,3 @@ def save_raw_file(directory: Path, name: str, text: str) -> Path:
             continue
         return path
     raise RuntimeError(f"too many raw files named {name} in {directory}")
-
-
-def read_records(path: Path, warn: Warn = warn_on_stderr) -> list[dict]:
-    """Every record of a results.jsonl, validated (niclab.run.records), as plain mappings.
-
-    A killed run can leave its last line cut off: that line is dropped, and
-    `warn` says so. A damaged line anywhere else, a file that is not a regular
-    file or is too large: a RunDirError naming the file and line.
-    """
-    return [as_dict(record) for _, record in read_results(path, warn)]

@@ -22,7 +22,7 @@ from niclab.base.errors import NiclabError
 from niclab.model.bench import MetricInfo, all_metrics
 from niclab.run.records import SummaryRecord
 from niclab.ui.report.assets import TEMPLATES
-from niclab.ui.report.data import CellData, RunData, for_comparing_runs, load_run
+from niclab.ui.report.data import CellData, RunData
 from niclab.ui.testchanges import TestComparison, compare_tests
 from niclab.ui.welch import welch_p_value
 
@@ -394,13 +394,6 @@ def as_json(
         "changes": [asdict(c) for c in changes],
     }
     return json.dumps(found if tests is None else found | {"selftests": tests.as_dict()}, indent=2)
-
-
-def compare_dirs(
-    base: Path, new: Path, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
-) -> list[Change]:
-    runs = load_run(base, for_comparing_runs), load_run(new, for_comparing_runs)
-    return compare(*runs, threshold_pct, alpha, every_metric)
 
 
 def as_html(

@@ -87,11 +87,6 @@ class DriverTable:
         )
 
 
-def driver_and_firmware(image: Image, device: str, pci_class: int | None = None) -> GuestDriver:
-    """The module a lab guest of `image` loads for a device (a PCI ID or a modalias), and its firmware."""
-    return DriverTable(image).resolve(device, pci_class)
-
-
 def card_pci_id(lab: Inventory, card: Card) -> str | None:
     """The card's PCI ID as the inventory gives it: its own pci_id, else its class's."""
     if card.pci_id is not None:
