@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,16 @@ DRY_INITRD = "/var/lib/libvirt/niclab/IMAGE-initrd"
 
 # What `_boot` started: each node's (URI, domain plan), its domain, its Node, and when its agent answered (s).
 Booted = tuple[dict[str, tuple[str, DomainPlan]], dict[str, Any], dict[str, AgentNode], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class BootPlan:
+    """One attempt at starting a run's domains, settled before `_boot` starts them."""
+
+    domains: dict[str, tuple[str, DomainPlan]]  # node -> its host's URI, its domain (type, kernel, ports settled)
+    conns: dict[str, Any]  # host URI -> the run's libvirt connection there
+    image: str  # what the progress line names (image_facts' `image`)
+    workdir: Path  # each domain's XML and console log
 
 
 def free_udp_ports(count: int) -> list[int]:
@@ -346,12 +357,17 @@ class LibvirtBackend:
                 }
             domains = stack.enter_context(ExitStack())
             node_uri = {spec.name: self._node_uri(spec.name, placement) for spec in topology.nodes}
+            cmdline = next(iter(images.values())).cmdline  # every kernel boots with the recipe's command line
+            floor = max(int(i.manifest.get("min_memory_mib", 0)) for i in images.values())
+            metadata = _harness_metadata(workdir)
 
             def start(accels: dict[str, str]) -> Booted:
                 kinds = {uri: "kvm" if a == "kvm" else "qemu" for uri, a in accels.items()}  # TCG's type is qemu
-                return self._boot(
-                    domains, conns, boot, topology, placement, token, kinds, images, workdir, progress, ends
+                plans = self._plans(
+                    topology, placement, token, "qemu", ("", ""), cmdline, metadata, ends=ends, memory_floor=floor
                 )
+                settled = _settled(plans, boot, images, kinds)
+                return self._boot(BootPlan(settled, conns, image_facts(images)["image"], workdir), domains, progress)
 
             booted, accels, fallback = boot_falling_back_hosts(
                 {uri: choice.accel for uri, choice in choices.items()},
@@ -398,51 +414,24 @@ class LibvirtBackend:
                 console=lambda name: console_end(workdir / f"{name}.serial.log"),  # read through libvirt
             )
 
-    def _boot(
-        self,
-        stack: ExitStack,
-        conns: dict[str, Any],
-        boot: dict[tuple[str, str], tuple[str, str]],  # (uri, image id) -> the kernel and initrd volumes there
-        topology: Topology,
-        placement: Placement | Spread | None,
-        token: str,
-        kinds: dict[str, str],  # uri -> the domain type there: kvm, or qemu (TCG)
-        images: dict[str, Image],
-        workdir: Path,
-        progress: Progress,
-        ends: dict[tuple[str, int, int], UdpEnd] | None = None,
-    ) -> Booted:
-        """Start every node's domain as its host's type in `kinds` and wait for the agents; what it starts goes on
-        `stack`."""
+    def _boot(self, plan: BootPlan, stack: ExitStack, progress: Progress) -> Booted:
+        """Start every domain of `plan` and wait for the agents; what it starts goes on `stack`."""
         libvirt = libvirt_module()
-        metadata = {
-            "harness-pid": str(os.getpid()),
-            "harness-start": str(process_start_time(os.getpid())),
-            "harness-at": pid_namespace(),
-            "run": str(workdir),
-        }
-        cmdline = next(iter(images.values())).cmdline  # every kernel boots with the recipe's command line
-        floor = max(int(i.manifest.get("min_memory_mib", 0)) for i in images.values())
-        plans = self._plans(
-            topology, placement, token, "qemu", ("", ""), cmdline, metadata, ends=ends, memory_floor=floor
-        )
+        workdir = plan.workdir
         domains: dict[str, Any] = {}
         started = time.monotonic()
-        types = {node: kinds[uri] for node, (uri, _) in plans.items()}
+        types = {node: domain.domain_type for node, (_, domain) in plan.domains.items()}
         said = (
             next(iter(types.values()))
             if len(set(types.values())) == 1
             else ", ".join(f"{node} {kind}" for node, kind in types.items())
         )
-        progress(f"starting {len(plans)} libvirt domains ({said}; image {image_facts(images)['image']})")
-        for node, (uri, plan) in plans.items():
-            kernel, initrd = boot[(uri, images[node].id)]
-            plan = DomainPlan(**{**plan.__dict__, "kernel": kernel, "initrd": initrd, "domain_type": types[node]})
-            plans[node] = (uri, plan)
-            xml = domain_xml(plan)
+        progress(f"starting {len(plan.domains)} libvirt domains ({said}; image {plan.image})")
+        for node, (uri, domain_plan) in plan.domains.items():
+            xml = domain_xml(domain_plan)
             (workdir / f"{node}.xml").write_text(xml)
             try:
-                domain = conns[uri].createXML(xml, libvirt.VIR_DOMAIN_START_PAUSED)
+                domain = plan.conns[uri].createXML(xml, libvirt.VIR_DOMAIN_START_PAUSED)
             except libvirt.libvirtError as exc:
                 raise NiclabError(
                     f"{node}: libvirt on {self._host_title(uri)} would not start the domain "
@@ -450,7 +439,7 @@ class LibvirtBackend:
                 ) from None
             stack.callback(destroy, domain)
             try:
-                console = Console(uri, plan.name, workdir / f"{node}.serial.log")
+                console = Console(uri, domain_plan.name, workdir / f"{node}.serial.log")
                 console.start()
                 stack.callback(console.close)
                 domain.resume()
@@ -460,11 +449,11 @@ class LibvirtBackend:
                     f"({exc.get_error_message()})"
                 ) from None
             domains[node] = domain
-        agents = self._connect(domains, started, workdir, {node: uri for node, (uri, _) in plans.items()})
+        agents = self._connect(domains, started, workdir, {node: uri for node, (uri, _) in plan.domains.items()})
         ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
         progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
         nodes = {name: AgentNode(name, agent) for name, (agent, _) in agents.items()}
-        return plans, domains, nodes, ready
+        return plan.domains, domains, nodes, ready
 
     @contextmanager
     def _udp_ends(
@@ -546,6 +535,30 @@ def accel_facts(node_uri: dict[str, str], accels: dict[str, str], choices: dict[
     if facts["accel"] == "mixed":
         facts["accel_nodes"] = per_node
     return facts
+
+
+def _harness_metadata(workdir: Path) -> dict[str, str]:
+    """What a run's domains carry for `niclab down`: the harness's PID, its start time and PID namespace, the run."""
+    return {
+        "harness-pid": str(os.getpid()),
+        "harness-start": str(process_start_time(os.getpid())),
+        "harness-at": pid_namespace(),
+        "run": str(workdir),
+    }
+
+
+def _settled(
+    plans: dict[str, tuple[str, DomainPlan]],
+    volumes: dict[tuple[str, str], tuple[str, str]],  # (uri, image id) -> the kernel and initrd volumes there
+    images: dict[str, Image],
+    kinds: dict[str, str],  # uri -> the domain type there: kvm, or qemu (TCG)
+) -> dict[str, tuple[str, DomainPlan]]:
+    """Each node's domain with its host's domain type and its image's volumes on that host."""
+    settled = {}
+    for node, (uri, plan) in plans.items():
+        kernel, initrd = volumes[(uri, images[node].id)]
+        settled[node] = (uri, replace(plan, kernel=kernel, initrd=initrd, domain_type=kinds[uri]))
+    return settled
 
 
 def _answers(conn: Any) -> bool:
