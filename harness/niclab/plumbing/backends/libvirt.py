@@ -32,19 +32,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
-from niclab.base.procs import pid_namespace, process_start_time
 from niclab.model import nics
 from niclab.model.lab.inventory import LOCAL_URI, Inventory
 from niclab.model.lab.match import Placement, Unrealizable, place
@@ -71,11 +69,19 @@ from niclab.plumbing.backends.boot import (
 from niclab.plumbing.backends.libvirt_accel import host_accel
 from niclab.plumbing.backends.libvirt_agent import LibvirtAgent
 from niclab.plumbing.backends.libvirt_cards import card_macs, cards_facts
+from niclab.plumbing.backends.libvirt_domains import (
+    domain_plans,
+    harness_metadata,
+    hostdevs,
+    interfaces,
+    loopback_ends,
+    settled,
+)
 from niclab.plumbing.backends.libvirt_tunnels import TunnelPorts, UdpEnd, udp_ends
 from niclab.plumbing.backends.libvirt_volumes import image_volumes
 from niclab.plumbing.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, port_macs
-from niclab.plumbing.backends.qemu_nics import emulated_model, qemu_nic, stand_ins
+from niclab.plumbing.backends.qemu_nics import stand_ins
 from niclab.plumbing.drivers.layer import driver_images, rig_modules
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
@@ -112,18 +118,31 @@ class BootPlan:
     workdir: Path  # each domain's XML and console log
 
 
-def free_udp_ports(count: int) -> list[int]:
-    """Ports on 127.0.0.1 free now: the kernel picks them, for QEMU to bind a moment later."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+@dataclass(frozen=True)
+class RigPlan:
+    """What a run's rig is made of, whatever its placement, before anything is started."""
+
+    topology: Topology
+    placement: Placement | Spread | None  # None without a lab
+    node_uri: dict[str, str]  # node -> its host's libvirt URI
+    images: dict[str, Image]  # node -> the image it boots
+    token: str  # the run's, in its domains' names: niclab-<token>-<node>
+    workdir: Path
+
+
+@dataclass(frozen=True)
+class Started:
+    """What `_start` started: each node's (URI, domain plan), domain, Node and when its agent answered (s), under
+    each host's accelerator; the fallback's warning, the accelerators chosen, and the hosts' connections."""
+
+    plans: dict[str, tuple[str, DomainPlan]]
+    running: dict[str, Any]
+    nodes: dict[str, AgentNode]
+    ready: dict[str, float]
+    accels: dict[str, str]  # host URI -> the accelerator its domains run under: kvm or tcg
+    fallback: str | None
+    choices: dict[str, AccelChoice]
+    conns: dict[str, Any]
 
 
 class LibvirtBackend:
@@ -229,90 +248,55 @@ class LibvirtBackend:
 
     def describe(self, topology: Topology, workdir: Path | None = None) -> list[str]:
         placement = self.placement(topology)
-        lab_image = (self._image or find_image(LAB_RECIPE)) if isinstance(placement, Placement) else None
-        floor = int(lab_image.manifest.get("min_memory_mib", 0)) if lab_image is not None else 0
-        dry = (DRY_KERNEL, DRY_INITRD)
-        with self._udp_ends(topology, placement) as ends:
-            plans = self._plans(
-                topology, placement, "dryrun", "kvm", dry, "console=ttyS0", ends=ends, memory_floor=floor
-            )
-        if workdir is not None:
-            workdir.mkdir(parents=True, exist_ok=True)
-            for node, (_, plan) in plans.items():
-                (workdir / f"{node}.xml").write_text(domain_xml(plan))
-        lines: list[str] = []
-        if isinstance(placement, Spread):
-            assert self.lab is not None
-            lines = placement.lines(topology, self.lab)
-        elif placement is not None:
-            assert self.lab is not None
-            lines = placement.lines(topology) + guest_driver_lines(
-                self.lab, placement, lab_image, {p.key: str(p.driver) for p in topology.ports if p.driver is not None}
-            )
-        for node, (uri, _plan) in plans.items():
-            where = f"{node}: domain on {uri}"
-            if workdir is not None:
-                where += f" ({workdir / (node + '.xml')})"
-            lines.append(where)
-        return lines
+        if isinstance(placement, Placement):
+            return self._describe_on_cards(topology, placement, workdir)
+        return self._describe_emulated(topology, placement, workdir)
 
-    def _plans(
+    def _describe_on_cards(self, topology: Topology, placement: Placement, workdir: Path | None) -> list[str]:
+        """The dry run on the lab's cards: each cable's cards, each card's guest driver, each node's domain."""
+        assert self.lab is not None
+        lab_image = self._image or find_image(LAB_RECIPE)
+        floor = int(lab_image.manifest.get("min_memory_mib", 0)) if lab_image is not None else 0
+        plans = self._dry_plans(topology, placement, hostdevs(topology, placement), floor)
+        _write_dry(plans, workdir)
+        lines = placement.lines(topology) + guest_driver_lines(
+            self.lab, placement, lab_image, {p.key: str(p.driver) for p in topology.ports if p.driver is not None}
+        )
+        return lines + _domain_lines(plans, workdir)
+
+    def _describe_emulated(self, topology: Topology, placement: Spread | None, workdir: Path | None) -> list[str]:
+        """The dry run on emulated NICs: on a lab, each node's host and each tunnel; each node's domain."""
+        with self._udp_ends(topology, placement) as ends:
+            plans = self._dry_plans(topology, placement, interfaces(topology, ends()), 0)
+        _write_dry(plans, workdir)
+        lines = self._spread_lines(topology, placement)
+        return lines + _domain_lines(plans, workdir)
+
+    def _dry_plans(
         self,
         topology: Topology,
         placement: Placement | Spread | None,
-        token: str,
-        domain_type: str,
-        boot: tuple[str, str],
-        cmdline: str,
-        metadata: dict[str, str] | None = None,
-        ends: dict[tuple[str, int, int], UdpEnd] | None = None,
-        memory_floor: int = 0,  # MiB: what the image's initramfs needs unpacked (its manifest's min_memory_mib)
+        ports: Mapping[tuple[str, int, int], UdpInterface | Hostdev],
+        memory_floor: int,
     ) -> dict[str, tuple[str, DomainPlan]]:
-        macs = port_macs(topology)
-        ports_udp = ends or {}
+        """The dry run's domains: kvm, the volumes' paths with IMAGE for the image's name."""
+        return domain_plans(
+            topology,
+            self._node_uris(topology, placement),
+            ports,
+            "dryrun",
+            "kvm",
+            (DRY_KERNEL, DRY_INITRD),
+            "console=ttyS0",
+            memory_floor=memory_floor,
+        )
+
+    def _spread_lines(self, topology: Topology, placement: Spread | None) -> list[str]:
+        """Where --emulated puts each node and each tunnel between hosts; nothing without a lab."""
         if placement is None:
-            for wire, (a, b) in zip(topology.wires, _pairs(len(topology.wires)), strict=True):
-                left, right = wire.ports
-                ports_udp[left.key] = UdpEnd("127.0.0.1", a, "127.0.0.1", b)
-                ports_udp[right.key] = UdpEnd("127.0.0.1", b, "127.0.0.1", a)
-        plans = {}
-        for spec in topology.nodes:
-            ports: list[UdpInterface | Hostdev] = []
-            for port in spec.ports:
-                if isinstance(placement, Placement):
-                    ports.append(Hostdev(placement.cards[port.key].pci))
-                    continue
-                qemu = qemu_nic(emulated_model(port.model).name)
-                end = ports_udp[port.key]
-                ports.append(
-                    UdpInterface(
-                        macs[port.key],
-                        qemu.libvirt_type,
-                        end.local_port,
-                        end.remote_port,
-                        "event_idx=off" in qemu.properties,
-                        end.local_address,
-                        end.remote_address,
-                    )
-                )
-            uri = self.uri
-            if placement is not None and self.lab is not None:
-                uri = self.lab.hosts[placement.hosts[spec.name]].libvirt
-            plans[spec.name] = (
-                uri,
-                DomainPlan(
-                    name=f"niclab-{token}-{spec.name}",
-                    domain_type=domain_type,
-                    memory_mib=max(spec.memory_mib, memory_floor),
-                    vcpus=spec.cpus,
-                    kernel=boot[0],
-                    initrd=boot[1],
-                    cmdline=" ".join([cmdline, *spec.cmdline, f"niclab.node={spec.name}"]),
-                    ports=tuple(ports),
-                    metadata=metadata or {},
-                ),
-            )
-        return plans
+            return []
+        assert self.lab is not None
+        return placement.lines(topology, self.lab)
 
     # -- the run ----------------------------------------------------------
 
@@ -323,96 +307,165 @@ class LibvirtBackend:
             placement = self.placement(topology)
         except Unrealizable as exc:
             raise NiclabError(str(exc)) from None
-        guest_drivers: dict[tuple[str, int, int], GuestDriver] = {}
+        if isinstance(placement, Placement):
+            run = self._realize_on_cards(topology, placement, workdir, progress)
+        else:
+            run = self._realize_emulated(topology, placement, workdir, progress)
+        with run as rig:
+            yield rig
+
+    @contextmanager
+    def _realize_on_cards(
+        self, topology: Topology, placement: Placement, workdir: Path, progress: Progress
+    ) -> Iterator[Rig]:
+        """A run on the lab's cards: the guests carry every Ethernet driver and its firmware (the lab image), each
+        card is held for the run and passed through to its node, and keeps its own MAC."""
+        assert self.lab is not None
+        images, image = self._images(topology, progress, LAB_RECIPE)
+        tables = {node: DriverTable(i) for node, i in images.items()}
+        guest_drivers, problems = placed_drivers(self.lab, placement, tables)  # the new modules' aliases too
+        if problems:
+            raise NiclabError("; ".join(problems))
+        rig_plan = self._rig_plan(topology, placement, images, workdir)
+        with ExitStack() as stack:
+            run = f"{workdir.parent.parent.name}/{workdir.name}"
+            held = hold_cards(self.lab, placement, run, progress, wait=self.wait, force=self.force)
+            stack.enter_context(_one_at_a_time(self._setup, held))
+            passed = hostdevs(topology, placement)
+            up = self._start(rig_plan, lambda: passed, image, stack, progress)
+            macs, seen = card_macs(topology, up.nodes)
+            yield self._rig(rig_plan, up, macs, _drivers(topology, nics.get, guest_drivers), placement, seen)
+
+    @contextmanager
+    def _realize_emulated(
+        self, topology: Topology, placement: Spread | None, workdir: Path, progress: Progress
+    ) -> Iterator[Rig]:
+        """A run on emulated NICs (each port its class's stand-in, as under QEMU): here, cables on 127.0.0.1; on a
+        lab's hosts (--emulated), a cable between two hosts is a UDP tunnel between their addresses."""
+        images, image = self._images(topology, progress)  # the catalog's drivers: the micro image
+        rig_plan = self._rig_plan(topology, placement, images, workdir)
+        with ExitStack() as stack:
+            ends = stack.enter_context(self._udp_ends(topology, placement))
+            up = self._start(rig_plan, lambda: interfaces(topology, ends()), image, stack, progress)
+            yield self._rig(rig_plan, up, port_macs(topology), _drivers(topology, nics.stand_in, {}))
+
+    def _images(
+        self, topology: Topology, progress: Progress, recipe: str | None = None
+    ) -> tuple[dict[str, Image], Image]:
+        """Each node's image, on the base of `recipe` (None: the micro image's, as node_images picks it), and the
+        image the accelerator is probed with."""
         with self._setup:
-            # a lab run's guests carry every Ethernet driver and its firmware; an emulated run's, the catalog's
-            on_cards = isinstance(placement, Placement)
-            base = self._image or (ensure_image(LAB_RECIPE, progress) if on_cards else None)
+            base = self._image or (ensure_image(recipe, progress) if recipe else None)
             images = driver_images(topology.nodes, node_images(topology.nodes, base, progress), progress)
             image = self._image or ensure_image(progress=progress)  # what the accelerator was probed with
-        if isinstance(placement, Placement):
-            assert self.lab is not None
-            tables = {node: DriverTable(i) for node, i in images.items()}
-            guest_drivers, problems = placed_drivers(self.lab, placement, tables)  # the new modules' aliases too
-            if problems:
-                raise NiclabError("; ".join(problems))
+        return images, image
+
+    def _rig_plan(
+        self, topology: Topology, placement: Placement | Spread | None, images: dict[str, Image], workdir: Path
+    ) -> RigPlan:
+        """What the run's rig is made of, its work directory made and its token drawn."""
         workdir.mkdir(parents=True, exist_ok=True)
         token = hashlib.sha256(f"{workdir.resolve()}:{os.getpid()}:{time.time()}".encode()).hexdigest()[:8]
-        with ExitStack() as stack:
-            if isinstance(placement, Placement):
-                assert self.lab is not None
-                run = f"{workdir.parent.parent.name}/{workdir.name}"
-                held = hold_cards(self.lab, placement, run, progress, wait=self.wait, force=self.force)
-                stack.enter_context(_one_at_a_time(self._setup, held))
-            ends = stack.enter_context(self._udp_ends(topology, placement))
-            uris = {self.uri} if placement is None else {uri for uri in self._host_uris(placement)}
-            conns = {uri: open_uri(uri) for uri in sorted(uris)}
-            for conn in conns.values():
-                stack.callback(conn.close)
-            with self._setup:
-                choices = self._accels(conns, image, progress)
-                distinct = {i.id: i for i in images.values()}
-                boot = {
-                    (uri, i): _volumes(conn, distinct[i], progress) for uri, conn in conns.items() for i in distinct
-                }
-            domains = stack.enter_context(ExitStack())
-            node_uri = {spec.name: self._node_uri(spec.name, placement) for spec in topology.nodes}
-            cmdline = next(iter(images.values())).cmdline  # every kernel boots with the recipe's command line
-            floor = max(int(i.manifest.get("min_memory_mib", 0)) for i in images.values())
-            metadata = _harness_metadata(workdir)
+        return RigPlan(topology, placement, self._node_uris(topology, placement), images, token, workdir)
 
-            def start(accels: dict[str, str]) -> Booted:
-                kinds = {uri: "kvm" if a == "kvm" else "qemu" for uri, a in accels.items()}  # TCG's type is qemu
-                plans = self._plans(
-                    topology, placement, token, "qemu", ("", ""), cmdline, metadata, ends=ends, memory_floor=floor
-                )
-                settled = _settled(plans, boot, images, kinds)
-                return self._boot(BootPlan(settled, conns, image_facts(images)["image"], workdir), domains, progress)
+    def _start(
+        self,
+        rig_plan: RigPlan,
+        ports: Callable[[], Mapping[tuple[str, int, int], UdpInterface | Hostdev]],  # asked again for each attempt
+        image: Image,  # what the accelerators were probed with
+        stack: ExitStack,
+        progress: Progress,
+    ) -> Started:
+        """Open each host's connection, choose its accelerator and put the images' volumes there, and start the
+        domains; start them again under TCG on the hosts whose KVM failed. What it opens goes on `stack`."""
+        uris = set(rig_plan.node_uri.values())
+        conns = {uri: open_uri(uri) for uri in sorted(uris)}
+        for conn in conns.values():
+            stack.callback(conn.close)
+        with self._setup:
+            choices = self._accels(conns, image, progress)
+            distinct = {i.id: i for i in rig_plan.images.values()}
+            volumes = {(uri, i): _volumes(conn, distinct[i], progress) for uri, conn in conns.items() for i in distinct}
+        domains = stack.enter_context(ExitStack())
+        cmdline = next(iter(rig_plan.images.values())).cmdline  # every kernel boots with the recipe's command line
+        floor = max(int(i.manifest.get("min_memory_mib", 0)) for i in rig_plan.images.values())
+        metadata = harness_metadata(rig_plan.workdir)
 
-            booted, accels, fallback = boot_falling_back_hosts(
-                {uri: choice.accel for uri, choice in choices.items()},
-                start,
-                domains.close,
-                node_uri.__getitem__,
-                image,
-                progress,
-                "destroyed the domains and started them",
-                forced=bool(self._accel),
-                answers=lambda uri: _answers(conns[uri]),
+        def start(accels: dict[str, str]) -> Booted:
+            kinds = {uri: "kvm" if a == "kvm" else "qemu" for uri, a in accels.items()}  # TCG's type is qemu
+            plans = domain_plans(
+                rig_plan.topology,
+                rig_plan.node_uri,
+                ports(),
+                rig_plan.token,
+                "qemu",
+                ("", ""),
+                cmdline,
+                metadata,
+                floor,
             )
-            plans, running, nodes, ready = booted
-            macs, seen = port_macs(topology), dict[str, dict]()
-            cards = placement if isinstance(placement, Placement) else None
-            if cards is not None:
-                macs, seen = card_macs(topology, nodes)
-            drivers = {}
-            for port in topology.ports:
-                cls = nics.get(port.model) if cards is not None else nics.stand_in(port.model)
-                if cls is not None:
-                    found = guest_drivers.get(port.key)
-                    drivers[port.key] = cls.driver or (found.module if found and found.module else "")
-            yield Rig(
-                topology=topology,
-                nodes=dict(nodes),
-                macs=macs,
-                drivers=drivers,
-                modules=rig_modules(topology, images),
-                facts={
-                    "backend": self.name,
-                    **accel_facts(node_uri, accels, choices),
-                    "accel_fallback": fallback,
-                    "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in plans.items()},
-                    **({"hosts": dict(placement.hosts)} if placement is not None else {}),
-                    "libvirt_version": version(next(iter(conns.values()))),
-                    **image_facts(images),
-                    "agent_ready_s": ready,
-                    **({"cards": cards_facts(topology, cards, seen)} if cards is not None else {}),
-                },
-                gone=lambda: {
-                    name: why for name, d in running.items() if (why := gone_why(d, self._host_title(node_uri[name])))
-                },
-                console=lambda name: console_end(workdir / f"{name}.serial.log"),  # read through libvirt
+            plan = BootPlan(
+                settled(plans, volumes, rig_plan.images, kinds),
+                conns,
+                image_facts(rig_plan.images)["image"],
+                rig_plan.workdir,
             )
+            return self._boot(plan, domains, progress)
+
+        booted, accels, fallback = boot_falling_back_hosts(
+            {uri: choice.accel for uri, choice in choices.items()},
+            start,
+            domains.close,
+            rig_plan.node_uri.__getitem__,
+            image,
+            progress,
+            "destroyed the domains and started them",
+            forced=bool(self._accel),
+            answers=lambda uri: _answers(conns[uri]),
+        )
+        plans, running, agents, ready = booted
+        return Started(plans, running, agents, ready, accels, fallback, choices, conns)
+
+    def _rig(
+        self,
+        rig_plan: RigPlan,
+        up: Started,
+        macs: dict[tuple[str, int, int], str],
+        drivers: dict[tuple[str, int, int], str],
+        cards: Placement | None = None,
+        seen: dict | None = None,  # what the guests see of the cards (card_macs)
+    ) -> Rig:
+        """The run's rig: its guests, each port's MAC and driver, and the facts of where and how it runs."""
+        topology, placement, node_uri, workdir = (
+            rig_plan.topology,
+            rig_plan.placement,
+            rig_plan.node_uri,
+            rig_plan.workdir,
+        )
+        running = up.running
+        seen = seen or {}
+        return Rig(
+            topology=topology,
+            nodes=dict(up.nodes),
+            macs=macs,
+            drivers=drivers,
+            modules=rig_modules(topology, rig_plan.images),
+            facts={
+                "backend": self.name,
+                **accel_facts(node_uri, up.accels, up.choices),
+                "accel_fallback": up.fallback,
+                "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in up.plans.items()},
+                **({"hosts": dict(placement.hosts)} if placement is not None else {}),
+                "libvirt_version": version(next(iter(up.conns.values()))),
+                **image_facts(rig_plan.images),
+                "agent_ready_s": up.ready,
+                **({"cards": cards_facts(topology, cards, seen)} if cards is not None else {}),
+            },
+            gone=lambda: {
+                name: why for name, d in running.items() if (why := gone_why(d, self._host_title(node_uri[name])))
+            },
+            console=lambda name: console_end(workdir / f"{name}.serial.log"),  # read through libvirt
+        )
 
     def _boot(self, plan: BootPlan, stack: ExitStack, progress: Progress) -> Booted:
         """Start every domain of `plan` and wait for the agents; what it starts goes on `stack`."""
@@ -457,25 +510,23 @@ class LibvirtBackend:
 
     @contextmanager
     def _udp_ends(
-        self, topology: Topology, placement: Placement | Spread | None
-    ) -> Iterator[dict[tuple[str, int, int], UdpEnd] | None]:
-        """The UDP ends of emulated nodes' cables on the lab's hosts, their ports the run's while the block lasts;
-        None where there are none (real cards), or where _plans picks free ports itself (no lab)."""
-        if not isinstance(placement, Spread):
-            yield None
+        self, topology: Topology, placement: Spread | None
+    ) -> Iterator[Callable[[], dict[tuple[str, int, int], UdpEnd]]]:
+        """Where each emulated port's cable ends, asked for each boot: on a lab's hosts, the run's tunnel ports,
+        held while the block lasts; here, ports of 127.0.0.1 the kernel finds free when asked."""
+        if placement is None:
+            yield partial(loopback_ends, topology)
             return
         assert self.lab is not None
         with self._tunnels.held(2 * len(topology.wires)) as ports:
-            yield udp_ends(topology, placement, self.lab, ports)
+            ends = udp_ends(topology, placement, self.lab, ports)
+            yield lambda: ends
 
-    def _host_uris(self, placement: Placement | Spread) -> list[str]:
-        assert self.lab is not None
-        return [self.lab.hosts[host].libvirt for host in placement.hosts.values()]
-
-    def _node_uri(self, node: str, placement: Placement | Spread | None) -> str:
+    def _node_uris(self, topology: Topology, placement: Placement | Spread | None) -> dict[str, str]:
+        """Each node's host's libvirt URI: its lab host's, else the backend's."""
         if placement is None or self.lab is None:
-            return self.uri
-        return self.lab.hosts[placement.hosts[node]].libvirt
+            return {spec.name: self.uri for spec in topology.nodes}
+        return {spec.name: self.lab.hosts[placement.hosts[spec.name]].libvirt for spec in topology.nodes}
 
     def _host_title(self, uri: str) -> str:
         """How an error names a host: `host l1b (qemu+ssh://root@l1b/system)` in a lab, else its URI."""
@@ -537,28 +588,38 @@ def accel_facts(node_uri: dict[str, str], accels: dict[str, str], choices: dict[
     return facts
 
 
-def _harness_metadata(workdir: Path) -> dict[str, str]:
-    """What a run's domains carry for `niclab down`: the harness's PID, its start time and PID namespace, the run."""
-    return {
-        "harness-pid": str(os.getpid()),
-        "harness-start": str(process_start_time(os.getpid())),
-        "harness-at": pid_namespace(),
-        "run": str(workdir),
-    }
+def _drivers(
+    topology: Topology,
+    classes: Callable[[str], nics.CardClass | None],  # a port's model -> the class whose driver it binds
+    guest_drivers: dict[tuple[str, int, int], GuestDriver],  # the lab image's, where the class names none
+) -> dict[tuple[str, int, int], str]:
+    """Each port's driver in its guest."""
+    drivers = {}
+    for port in topology.ports:
+        cls = classes(port.model)
+        if cls is not None:
+            found = guest_drivers.get(port.key)
+            drivers[port.key] = cls.driver or (found.module if found and found.module else "")
+    return drivers
 
 
-def _settled(
-    plans: dict[str, tuple[str, DomainPlan]],
-    volumes: dict[tuple[str, str], tuple[str, str]],  # (uri, image id) -> the kernel and initrd volumes there
-    images: dict[str, Image],
-    kinds: dict[str, str],  # uri -> the domain type there: kvm, or qemu (TCG)
-) -> dict[str, tuple[str, DomainPlan]]:
-    """Each node's domain with its host's domain type and its image's volumes on that host."""
-    settled = {}
-    for node, (uri, plan) in plans.items():
-        kernel, initrd = volumes[(uri, images[node].id)]
-        settled[node] = (uri, replace(plan, kernel=kernel, initrd=initrd, domain_type=kinds[uri]))
-    return settled
+def _write_dry(plans: dict[str, tuple[str, DomainPlan]], workdir: Path | None) -> None:
+    """The dry run's domain XML, one file per node, if it has a directory."""
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        for node, (_, plan) in plans.items():
+            (workdir / f"{node}.xml").write_text(domain_xml(plan))
+
+
+def _domain_lines(plans: dict[str, tuple[str, DomainPlan]], workdir: Path | None) -> list[str]:
+    """The dry run's lines saying where each node's domain goes, and its XML."""
+    lines = []
+    for node, (uri, _plan) in plans.items():
+        where = f"{node}: domain on {uri}"
+        if workdir is not None:
+            where += f" ({workdir / (node + '.xml')})"
+        lines.append(where)
+    return lines
 
 
 def _answers(conn: Any) -> bool:
@@ -609,11 +670,6 @@ def _qemu_log(domain: Any) -> str:
     if not path.is_file() or not os.access(path, os.R_OK):
         return ""
     return f"\n--- the end of {path}:\n{tail(path, 10)}"
-
-
-def _pairs(count: int) -> list[tuple[int, int]]:
-    ports = free_udp_ports(2 * count)
-    return [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
 
 
 def _volumes(conn: Any, image: Image, progress: Progress) -> tuple[str, str]:
