@@ -94,12 +94,12 @@ def test_the_qemu_backend_boots_hung_kvm_guests_again_under_tcg(monkeypatch, tmp
     monkeypatch.setattr(qemu, "choose_accel", lambda image_, progress: AccelChoice("kvm", "probed", "now"))
     monkeypatch.setattr(boot, "mark_kvm_unusable", lambda image_, why: marked.append(why))
 
-    def fake_boot(self, stack, topology, workdir, images, binary, choice, progress) -> Rig:
-        asked.append(f"{choice.accel}: {choice.reason}")
-        if choice.accel == "kvm":
-            (workdir / "a.serial.log").write_text("hung")
+    def fake_boot(self, plan: qemu.BootPlan, stack, progress) -> Rig:
+        asked.append(f"{plan.choice.accel}: {plan.choice.reason}")
+        if plan.choice.accel == "kvm":
+            (plan.workdir / "a.serial.log").write_text("hung")
             raise BootError("guest(s) did not come up", "a: the guest agent did not answer in time")
-        return Rig(topology=topology, nodes={}, macs=port_macs(topology))
+        return Rig(topology=plan.topology, nodes={}, macs=port_macs(plan.topology))
 
     monkeypatch.setattr(QemuBackend, "_boot", fake_boot)
     said: list[str] = []

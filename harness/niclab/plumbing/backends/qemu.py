@@ -111,6 +111,17 @@ def start_switch(supervisor: Supervisor, workdir: Path, sockets: Path, name: str
     return str(path)
 
 
+@dataclass(frozen=True)
+class BootPlan:
+    """One attempt at booting a run's guests: each node's image, under one accelerator."""
+
+    topology: Topology
+    images: dict[str, Image]  # node -> the image it boots
+    binary: str  # the QEMU that runs them
+    choice: AccelChoice  # the accelerator, and why
+    workdir: Path  # where QEMU runs: its sockets and logs
+
+
 QBOOT = "qboot.rom"  # QEMU's minimal x86 firmware (Debian: qemu-system-data), found in QEMU's data directories
 
 
@@ -245,7 +256,7 @@ class QemuBackend:
                 chosen = (
                     choice if accel == choice.accel else AccelChoice(accel, "KVM fell back, see the warning", now())
                 )
-                return self._boot(stack, topology, workdir, images, binary, chosen, progress)
+                return self._boot(BootPlan(topology, images, binary, chosen, workdir), stack, progress)
 
             def undo() -> None:
                 stack.close()
@@ -257,21 +268,14 @@ class QemuBackend:
             rig.facts["accel_fallback"] = fallback
             yield rig
 
-    def _boot(
-        self,
-        stack: ExitStack,
-        topology: Topology,
-        workdir: Path,
-        images: dict[str, Image],
-        binary: str,
-        choice: AccelChoice,
-        progress: Progress,
-    ) -> Rig:
-        """Start every node under `choice.accel` and wait for their agents; what it starts goes on `stack`.
+    def _boot(self, plan: BootPlan, stack: ExitStack, progress: Progress) -> Rig:
+        """Start every node of `plan` under its accelerator and wait for their agents; what it starts goes on
+        `stack`.
 
         Under KVM the wait is short (`kvm_deadline`): a guest that has not answered by then
         is taken to be hung by KVM, not slow.
         """
+        topology, images, binary, choice, workdir = plan.topology, plan.images, plan.binary, plan.choice, plan.workdir
         accel = choice.accel
         cleanup = stack.enter_context(ExitStack())
         supervisor = stack.enter_context(Supervisor(workdir))
@@ -284,10 +288,10 @@ class QemuBackend:
             }
             started = time.monotonic()
             children: dict[str, Child] = {}
-            for name, plan in plans.items():
+            for name, vm in plans.items():
                 passed = [fd for port in topology.node(name).ports if (fd := attachments[port.key].fd) is not None]
                 try:
-                    argv = qemu_argv(binary, plan)
+                    argv = qemu_argv(binary, vm)
                 except ValueError as exc:
                     raise NiclabError(str(exc)) from None
                 children[name] = supervisor.start(
