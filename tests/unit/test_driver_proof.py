@@ -8,12 +8,12 @@ import subprocess
 from pathlib import Path
 
 from niclab.model.driver_choice import DriverChoice
+from niclab.model.facts import NicFacts
 from niclab.model.topology import Port
 from niclab.plumbing.drivers.asked import AskedModule
 from niclab.plumbing.facts import parse_node_facts
 from niclab.plumbing.guestsh import note_build_id
 from niclab.plumbing.netconf import modules
-from niclab.run.records import NicFacts
 from niclab.ui.formats import _driver
 
 MAC = "52:54:00:00:00:01"

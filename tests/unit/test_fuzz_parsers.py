@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from niclab.model.bench import bonnie, iperf3, ktap, lmbench, netpipe, nfs, ping
 from niclab.model.bench.base import BenchmarkError, Measurement
 from niclab.model.bench.netperf_parse import REQUEST_RESPONSE, STREAMS, measurements, parse_keyvals
+from niclab.model.facts import NodeFacts
 from niclab.plumbing.facts import counter_deltas, parse_counters, parse_node_facts
-from niclab.run.records import NodeFacts
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SETTINGS = dict(

@@ -11,6 +11,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, model_validator
 
+from niclab.model.facts import (
+    BootFacts,
+    HostFacts,
+    HostLoad,
+    NetworkFacts,
+    NicSummary,
+    NodeFacts,
+    PortCounters,
+    RigFacts,
+)
+
 FORMAT_VERSION = 2  # what this niclab writes; it reads 1 too (niclab.run.reader maps it); no `version`: 1
 
 
@@ -42,124 +53,6 @@ class _Record(_Model):
 
 
 # -- cell and cell_end: provenance
-
-
-class HostFacts(_Model):
-    hostname: str | None = None
-    kernel: str | None = None
-    cpu_model: str | None = None
-    python: str | None = None
-
-
-class RigFacts(_Model):
-    """The rig the cell ran on; the backend adds more (boot times, why this accelerator)."""
-
-    backend: str | None = None
-    accel: str | None = None
-    """kvm or tcg; `mixed` when the nodes ran on lab hosts whose accelerators differ (`accel_nodes`)."""
-    accel_nodes: dict[str, str] = Field(default_factory=dict)
-    """Per node, when `accel` is `mixed`: kvm or tcg, its host's verdict."""
-    accel_reason: str | None = None
-    """Why this accelerator (each host's, `URI: why; …`, when the nodes ran on several hosts that differ)."""
-    accel_fallback: str | None = None
-    """Why the guests fell back to TCG, when they did."""
-    qemu: str | None = None
-    """QEMU's version line."""
-    image: str | None = None
-    kernel: str | None = None
-    """The guests' kernel version."""
-    kernel_origin: str | None = None
-    kernel_boot: str | None = None
-    """How the guests' kernel was booted: pvh or bzimage."""
-    firmware: str | None = None
-    """The QEMU backend's guest firmware: qboot.rom under TCG where QEMU has it, else seabios (or NICLAB_QBOOT=0)."""
-    agent_ready_s: dict[str, float] = Field(default_factory=dict)
-    """Per node: seconds from start until its agent answered."""
-    hosts: dict[str, str] = Field(default_factory=dict)
-    """Per node: the lab host it ran on (a run with --lab; its libvirt URI is under `libvirt`). Comparisons
-    say when their two sides ran on different hosts."""
-
-
-class BootFacts(_Model):
-    """Which boot of the run a cell ran on."""
-
-    number: int
-    reused: bool = False
-    """An earlier cell of equal topology booted it (under the pytest plugin, maybe an earlier item's)."""
-    first_cell: str | None = None
-    """The cell it was booted for (under the pytest plugin, maybe one of an earlier item's run)."""
-
-
-class PlannedInterface(_Model):
-    """An interface as the scenario asked for it (network.interfaces, keyed NODE/LINK)."""
-
-    model: str | None = None
-
-
-class DriverProof(_Model):
-    """A port whose card a scenario's `driver:` gave another driver: what the guest says drives it."""
-
-    module: str = ""
-    """The module that owns the driver bound to the card (`device/driver/module`)."""
-    bound: str = ""
-    """The bound driver's name (what `ethtool -i` says: a renamed module may keep its driver's name)."""
-    version: str = ""
-    srcversion: str = ""
-    taint: str = ""
-    """The module's taint flags (O: built out of tree, E: unsigned)."""
-    build_id: str = ""
-    """The GNU build id of the module the guest loaded: the one niclab built, or the cell fails."""
-    asked: str = ""
-    """How the scenario asked for it: `module:DIR`, `kernel-source:PATH as NAME`, `dkms:PACKAGE`, a module name."""
-    source_hash: str = ""
-    """sha256 of the source it was built from."""
-    origin: str = ""
-    """Where it came from (the source directory, the Debian package and version)."""
-
-
-class ObservedEntry(_Model):
-    """What a guest reported of one interface (`iface NAME`) or port (`port NAME`); bond_port.* keys for a bond."""
-
-    qdisc: str | None = None
-    offloads: dict[str, JsonValue] = Field(default_factory=dict)
-    driver_proof: DriverProof | None = None
-    """For a port given another driver (`driver:`): which module drives it, proven by its build id."""
-
-
-class NetworkFacts(_Model):
-    configure_s: float | None = None
-    """Seconds to configure the network."""
-    idle_rtt_ms: dict[str, float | None] = Field(default_factory=dict)
-    """Per pair of ends (`a->b link0`: from a over its link0), the round trip on the idle network: a cable one
-    way, a segment of more ports around a ring (each port to the next) and a few other pairs."""
-    ping_seed: int | None = None
-    """The seed that chose a segment's other pairs (by default from the plan: a scenario checks the same ones)."""
-    interfaces: dict[str, PlannedInterface] = Field(default_factory=dict)
-    observed: dict[str, dict[str, ObservedEntry]] = Field(default_factory=dict)
-    """Per node, per `iface NAME` and `port NAME`: what the guest reported back."""
-
-
-class NicFacts(_Model):
-    """One interface of a node as its guest saw it (ethtool -i, sysfs)."""
-
-    driver: str | None = None
-    version: str | None = None
-    module: str | None = None
-    """The module that owns the bound driver."""
-    srcversion: str | None = None
-    build_id: str | None = None
-    """The module's GNU build id."""
-    taint: str | None = None
-    """The module's taint flags (O: out of tree)."""
-    firmware_version: str | None = Field(None, alias="firmware-version")
-    pci_id: str | None = None
-    pci_subsystem: str | None = None
-    mtu: int | None = None
-
-
-class NodeFacts(_Model):
-    kernel: str | None = None
-    interfaces: dict[str, NicFacts] = Field(default_factory=dict)
 
 
 class CellRecord(_Record):
@@ -198,49 +91,6 @@ class CellEndRecord(_Record):
 
 
 # -- run and measurement
-
-
-class NicSummary(_Model):
-    """A run's NIC at one end."""
-
-    model: str | None = None
-    driver: str | None = None
-    driver_version: str | None = None
-    module: str | None = None
-    """The module that drove the card (a scenario's `driver:` may give it another than the kernel's own)."""
-    driver_source: str | None = None
-    """For a card given another driver: how it was asked and the sha256 of its source."""
-    pci_id: str | None = None
-    ifname: str | None = None
-    ports: int | None = None
-    """How many ports: more than one for a bond."""
-    bond: str | None = None
-    """The bond mode, for a bond."""
-    mtu: int | None = None
-
-
-class PortCounters(_Model):
-    """What one port counted during a run."""
-
-    rx_packets: int = 0
-    tx_packets: int = 0
-    rx_dropped: int = 0
-    tx_dropped: int = 0
-    interrupts_per_cpu: list[int] = Field(default_factory=list)
-    shared_irqs: list[str] = Field(default_factory=list)
-    """Interrupt lines that also serve other devices (their counts include those)."""
-
-
-class HostLoad(_Model):
-    """The host while the benchmark ran (niclab.plumbing.contention)."""
-
-    contended: bool = False
-    reasons: list[str] = Field(default_factory=list)
-    others_cpu_pct: float | None = None
-    """Other processes' CPU use (the harness included), in % of one core."""
-    steal_pct: float | None = None
-    """The hypervisor's steal, in % of all the host's CPUs."""
-    cpus: int | None = None
 
 
 class RunRecord(_Record):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from niclab.model.driver_choice import module_key
-from niclab.run.records import CellRecord, NicFacts, SummaryRecord
+from niclab.model.facts import NicFacts
+from niclab.run.records import CellRecord, SummaryRecord
 
 UNIT_SUFFIXES = {"Mbit/s": "_mbps", "MB/s": "_mb_s", "us": "_us", "ms": "_ms", "%": "_pct"}
 COUNTS = ("tests",)  # units of things counted: a whole number is shown as one (10 tests, not 10.0 tests)
