@@ -84,6 +84,7 @@ from typing import Any
 from niclab.base.errors import NiclabError
 from niclab.base.node import CommandResult, GuestCommandError, NodeGone, as_argv
 from niclab.model.bench.base import BenchmarkError
+from niclab.model.facts import RigFacts
 from niclab.model.topology import Topology
 from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.backends.qemu_cmd import mac_address
@@ -414,7 +415,7 @@ class FakeBackend:
                     for spec in topology.nodes
                     for port in spec.ports
                 },
-                facts=facts,
+                facts=RigFacts.model_validate(facts),
                 # a stopped rig's guests are all gone, as a real QEMU's are once the backend ended it
                 gone=lambda: (
                     {n: "stopped by the backend" for n in names} if realization.closed else dict(realization.dead)
@@ -695,7 +696,7 @@ class RecordingBackend:
         with self.inner.realize(topology, workdir, progress) as rig:
             self.recorder.rig = {
                 "nodes": list(rig.nodes),
-                "facts": rig.facts,
+                "facts": rig.facts.model_dump(mode="json", by_alias=True, exclude_unset=True),
                 "macs": {"/".join(map(str, key)): mac for key, mac in rig.macs.items()},
             }
             yield Rig(
@@ -758,7 +759,7 @@ def capture(
             "at": utc_now(),
             "niclab_version": __version__,
             "accel_env": os.environ.get("NICLAB_ACCEL"),
-            "host": host_facts(),
+            "host": host_facts().model_dump(mode="json"),
             "seconds": round(time.monotonic() - started, 1),
         },
     )

@@ -18,13 +18,13 @@ mtu=1500
 
 def test_parse_node_facts():
     facts = parse_node_facts(SAMPLE)
-    assert facts["kernel"] == "6.1.0-50-amd64"
-    link0 = facts["interfaces"]["link0"]
-    assert link0["driver"] == "e1000"
-    assert link0["bus-info"] == "0000:00:10.0"
-    assert link0["pci_id"] == "8086:100e"
-    assert link0["pci_subsystem"] == "1af4:1100"
-    assert link0["mtu"] == 1500
+    assert facts.kernel == "6.1.0-50-amd64"
+    link0 = facts.interfaces["link0"]
+    assert link0.driver == "e1000"
+    assert link0.bus_info == "0000:00:10.0"
+    assert link0.pci_id == "8086:100e"
+    assert link0.pci_subsystem == "1af4:1100"
+    assert link0.mtu == 1500
 
 
 def test_sections_keeps_the_head_and_gathers_a_repeated_section():

@@ -76,9 +76,9 @@ def test_the_replay_was_captured_from_a_real_two_node_e1000_session(replay):
 def test_the_fake_rig_looks_like_the_qemu_backends(tmp_path, backend, replay):
     cell = load_scenario(Path(__file__).parents[2] / "scenarios" / "two-node.yaml").cells[0]
     with backend.realize(cell.scenario.topology(), tmp_path / "cell", lambda m: None) as rig:
-        assert set(replay.rig["facts"]) <= set(rig.facts)
-        assert rig.facts["backend"] == "fake" and rig.facts["accel"] == "tcg"
-        assert rig.facts["qemu"] == replay.rig["facts"]["qemu"]
+        assert set(replay.rig["facts"]) <= rig.facts.model_fields_set
+        assert rig.facts.backend == "fake" and rig.facts.accel == "tcg"
+        assert rig.facts.qemu == replay.rig["facts"]["qemu"]
         assert {"/".join(map(str, k)): v for k, v in rig.macs.items()} == replay.rig["macs"]
         assert rig.gone() == {}
         assert rig.node("a").run("ping -n -q -c 10 -i 0.2 -s 56 -W 2 -I 198.18.0.1 198.18.0.2").ok
@@ -116,10 +116,10 @@ def test_a_declared_death_makes_commands_fail_and_gone_say_why(tmp_path, backend
 def test_session_configures_checks_and_measures_through_the_replay(tmp_path, backend, replay):
     cell = load_scenario(Path(__file__).parents[2] / "scenarios" / "two-node.yaml").cells[0]
     with Session(cell, backend, tmp_path / "cell") as session:
-        assert session.facts["rig"]["backend"] == "fake"
-        assert session.facts["nodes"]["a"]["interfaces"]["link0"]["driver"] == "e1000"
-        assert session.facts["network"]["interfaces"]["b/link0"]["address"] == "198.18.0.2/24"
-        assert session.facts["network"]["ping_seed"] == pairs.plan_seed(session.net)  # the record names the seed
+        assert session.facts is not None and session.facts.rig.backend == "fake"
+        assert session.facts.nodes["a"].interfaces["link0"].driver == "e1000"
+        assert session.facts.network.interfaces["b/link0"].address == "198.18.0.2/24"
+        assert session.facts.network.ping_seed == pairs.plan_seed(session.net)  # the record names the seed
         found = {m.metric: m.value for m in session.bench("netperf", test="TCP_RR", seconds=5)}
         iperf = {m.metric: m.value for m in session.bench("iperf3", seconds=3)}
         ping = {m.metric: m.value for m in session.bench("ping", count=10, interval=0.2)}

@@ -69,9 +69,9 @@ class RigFacts(Facts):
     """The libvirt backend's: per node, the `uri` of the host it ran on and its `domain`."""
     libvirt_version: str | None = None
     """The libvirt backend's: the version of libvirt on the (first) host."""
-    cards: dict[str, dict[str, JsonValue]] | None = None
+    cards: dict[str, dict[str, str]] | None = None
     """A run with --lab: per `NODE/IFNAME`, the lab's card passed through: its `card` id, `pci` address, `host`,
-    `class` and `name`, and what the guest saw of it."""
+    `class` and `name`, and where the guest saw it (`guest_pci`, `guest_pci_id`, `guest_driver`)."""
 
 
 class BootFacts(Facts):
@@ -104,7 +104,7 @@ class PlannedInterface(Facts):
     ports: list[str] = Field(default_factory=list)
     """The guest's names of its ports: one, or a bond's."""
     bond: dict[str, JsonValue] | None = None
-    """A bond's: its `mode` and the options the scenario gave."""
+    """A bond's: its `mode`, `miimon` and `xmit_hash_policy` if the scenario gave one."""
     netem: str | None = None
     """The netem delay and loss on it, as `tc` was given them."""
     offloads: dict[str, bool] | None = None

@@ -11,6 +11,7 @@ import re
 import shlex
 
 from niclab.base.node import Node
+from niclab.model.facts import HostFacts, NodeFacts
 from niclab.plumbing.guestsh import KV, MODULE_FACTS, PCI_DIR, note_build_id, sections
 
 
@@ -35,7 +36,7 @@ def node_script(ifnames: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_node_facts(text: str) -> dict:
+def parse_node_facts(text: str) -> NodeFacts:
     def keyvals(lines: list[str]) -> dict[str, str]:
         return {key.strip(): value.strip() for key, sep, value in (line.partition("=") for line in lines) if sep}
 
@@ -50,7 +51,7 @@ def parse_node_facts(text: str) -> dict:
             iface["build_id"] = note_build_id(iface.pop("build_note")) or None
         if "mtu" in iface:
             iface["mtu"] = _count(iface["mtu"])  # None: a guest's MTU that is not one
-    return facts
+    return NodeFacts.model_validate(facts)
 
 
 _HEX_ID = re.compile(r"0x([0-9a-fA-F]{4})")
@@ -69,11 +70,11 @@ def _count(text: str) -> int | None:
     return value if _COUNT.fullmatch(text) and (value := int(text)) < 2**64 else None
 
 
-def node_facts(node: Node, ifnames: list[str]) -> dict:
+def node_facts(node: Node, ifnames: list[str]) -> NodeFacts:
     return parse_node_facts(node.run(node_script(ifnames), timeout=30).stdout)
 
 
-def host_facts() -> dict:
+def host_facts() -> HostFacts:
     cpu = "unknown"
     try:
         for line in open("/proc/cpuinfo"):
@@ -82,12 +83,9 @@ def host_facts() -> dict:
                 break
     except OSError:
         pass
-    return {
-        "hostname": platform.node(),
-        "kernel": platform.release(),
-        "cpu_model": cpu,
-        "python": platform.python_version(),
-    }
+    return HostFacts(
+        hostname=platform.node(), kernel=platform.release(), cpu_model=cpu, python=platform.python_version()
+    )
 
 
 # -- per-run counters: NIC statistics and interrupts -----------------------

@@ -345,9 +345,8 @@ class Runner:
     def _record_cell(self, work: CellWork) -> None:
         session = work.session
         ready = session.booted.ready_at - self.started if session.booted is not None else None
-        facts: dict[str, Any] = dict(session.facts)
-        if work.interleaved_with:
-            facts["interleaved_with"] = work.interleaved_with
+        facts = session.facts
+        assert facts is not None, "the session is prepared"
         record = CellRecord(
             type="cell",
             **work.base,
@@ -356,8 +355,14 @@ class Runner:
                 **session.timings,
                 **({"agents_ready_since_start_s": round(ready, 2)} if ready is not None else {}),
             },
-            **facts,
+            host=facts.host,
+            rig=facts.rig,
+            boot=facts.boot,
+            network=facts.network,
+            nodes=facts.nodes,
         )
+        if work.interleaved_with:  # a cell whose repeats alternated with no other's says nothing of it
+            record.interleaved_with = list(work.interleaved_with)
         work.outcome.facts = record
         work.recorded = True
         if fallback := record.rig.accel_fallback:
@@ -471,7 +476,7 @@ class Runner:
                     node: session.nic_summary(node, ends.link, ends.loopback)
                     for node in (ends.client.name, ends.server.name)
                 },
-                accel=session.facts["rig"].get("accel"),
+                accel=session.facts.rig.accel if session.facts is not None else None,
                 counters=run.counters,
                 **load,
             )
@@ -502,7 +507,7 @@ class Runner:
 
     def _record_tests(self, session: Session, run: BenchRun, run_id: str, n: int, base: Base) -> None:
         """A `test` record per selftest program and subtest the run reported."""
-        nodes = session.facts.get("nodes", {})
+        nodes = session.facts.nodes if session.facts is not None else {}
         for outcome in run.tests:
             given: dict[str, Any] = {
                 "subtest": outcome.subtest,
@@ -526,7 +531,7 @@ class Runner:
                     remote=outcome.remote,
                     link=run.ends.link,
                     nic=session.nic_summary(outcome.node, run.ends.link),
-                    kernel=nodes.get(outcome.node, {}).get("kernel"),
+                    kernel=seen.kernel if (seen := nodes.get(outcome.node)) is not None else None,
                     **given,
                 )
             )

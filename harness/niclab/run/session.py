@@ -20,13 +20,13 @@ from niclab.base.node import Node, NodeGone, Progress
 from niclab.base.problems import Problems
 from niclab.model import bench as benchmarks
 from niclab.model.bench.base import LOOPBACK, BenchContext, Endpoints, Measurement, PartialRun, TestOutcome
+from niclab.model.facts import BootFacts, HostFacts, NetworkFacts, NicFacts, NicSummary, NodeFacts, RigFacts
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.model.scenario.model import benchmark_problems, benchmark_spec
 from niclab.model.selftests import SelftestBundle
 from niclab.plumbing import contention, facts, netconf
 from niclab.plumbing.backends.base import Backend, Rig
 from niclab.plumbing.contention import HostLoad
-from niclab.run.records import NicSummary
 from niclab.run.results import save_raw_file
 from niclab.run.rigs import Booted, BootKeeper
 from niclab.run.selftests import kselftest_bundle
@@ -49,6 +49,17 @@ class BenchRun:
     host_load: HostLoad | None = None  # whether the guests got their CPU meanwhile (None: not on this host)
     tests: list[TestOutcome] = field(default_factory=list)  # the kernel's selftests it ran, and how each ended
     stopped: str | None = None  # why it stopped part-way (its results are what it found until then)
+
+
+@dataclass
+class CellFacts:
+    """What a cell's `cell` record says of where it ran: the host, the rig, the boot, the network, the nodes."""
+
+    host: HostFacts
+    rig: RigFacts
+    boot: BootFacts
+    network: NetworkFacts
+    nodes: dict[str, NodeFacts]
 
 
 def describe_gone(gone: dict[str, str]) -> str:
@@ -75,7 +86,7 @@ class Session:
         self.rig: Rig | None = None
         self.booted: Booted | None = None
         self._boot_place = 0  # how many cells used the boot before this one
-        self.facts: dict = {}
+        self.facts: CellFacts | None = None
         self.timings: dict = {}
         self.gone: dict[str, str] = {}  # nodes found dead when the session ended on an error: node -> why
         self._stack = ExitStack()
@@ -134,13 +145,13 @@ class Session:
             "boot_s": 0.0 if self._boot_place else booted.boot_s,
             "network_s": round(time.monotonic() - started - boot_s, 2),
         }
-        self.facts = {
-            "host": facts.host_facts(),
-            "rig": booted.rig.facts,
-            "boot": {"number": booted.number, "reused": self._boot_place > 0, "first_cell": booted.cells[0]},
-            "network": network,
-            "nodes": nodes,
-        }
+        self.facts = CellFacts(
+            host=facts.host_facts(),
+            rig=booted.rig.facts,
+            boot=BootFacts(number=booted.number, reused=self._boot_place > 0, first_cell=booted.cells[0]),
+            network=network,
+            nodes=nodes,
+        )
 
     def abandon(self, rigs: BootKeeper) -> None:
         """After a failure: note which guests had died (the cause), then stop the rig; the next cell boots anew."""
@@ -196,16 +207,19 @@ class Session:
         if loopback:
             return NicSummary(ifname=LOOPBACK_IFNAME)
         iface = self.net.find(node, link)
-        found = self.facts.get("nodes", {}).get(node, {}).get("interfaces", {}).get(iface.ports[0].ifname, {})
-        observed = self.facts.get("network", {}).get("observed", {}).get(node, {})
-        proof = observed.get(f"port {iface.ports[0].ifname}", {}).get("driver_proof") or {}
+        port = iface.ports[0].ifname
+        seen = self.facts.nodes.get(node) if self.facts is not None else None
+        found = seen.interfaces.get(port) if seen is not None else None
+        found = found or NicFacts()
+        observed = self.facts.network.observed.get(node, {}) if self.facts is not None else {}
+        proof = entry.driver_proof if (entry := observed.get(f"port {port}")) is not None else None
         return NicSummary(
             model=iface.ports[0].model,
-            driver=found.get("driver"),
-            driver_version=found.get("version"),
-            module=found.get("module") or None,
-            driver_source=f"{proof['asked']} (sha256 {proof['source_hash']})" if proof.get("source_hash") else None,
-            pci_id=found.get("pci_id"),
+            driver=found.driver,
+            driver_version=found.version,
+            module=found.module or None,
+            driver_source=f"{proof.asked} (sha256 {proof.source_hash})" if proof and proof.source_hash else None,
+            pci_id=found.pci_id,
             ifname=iface.name,
             ports=len(iface.ports),
             bond=iface.bond.mode if iface.bond else None,
@@ -250,7 +264,7 @@ class Session:
             gone=self._gone,  # the rig's as it is when asked: a restart replaces it
             console=self._console,
             journal=self.workdir / "kselftest.attempted",
-            accel=str(self.rig.facts.get("accel", "")) if self.rig is not None else "",
+            accel=(self.rig.facts.accel or "") if self.rig is not None else "",
         )
         stopped: str | None = None
         with contention.watch(self.rig.host_pids() if self.rig is not None else {}) as host:
@@ -284,10 +298,10 @@ class Session:
         self.prepare(rigs)
         return self.endpoints(spec)
 
-    def facts_now(self) -> dict:
+    def facts_now(self) -> dict[str, NodeFacts]:
         """The nodes' facts as they are now (for the end of a cell: counters, drivers)."""
 
-        def read(name: str, node: Node) -> dict:
+        def read(name: str, node: Node) -> NodeFacts:
             ifaces = self.net.on(name)
             bonded = [p.ifname for i in ifaces for p in i.ports if i.bond]
             return facts.node_facts(node, [i.name for i in ifaces] + bonded)
@@ -303,4 +317,4 @@ class Session:
         return save_raw_file(self.workdir / "raw", name, text)
 
 
-__all__ = ["Session", "benchmarks"]
+__all__ = ["CellFacts", "Session", "benchmarks"]

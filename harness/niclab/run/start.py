@@ -147,7 +147,7 @@ def start(planned: Plan, progress: Progress) -> Started:
         cells=[cell.id for cell in cells],
         cell_order=[cell.id for cell in request.scenario.cells],
         backend=backend.name,
-        host=host_facts(),
+        host=host_facts().model_dump(),
     )
     info.warnings += [f"cell {verdict.cell.id} not run: {verdict.reason}" for verdict in skipped]
     if request.lab_file is not None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from niclab.base.node import Node, Progress
+from niclab.model.facts import RigFacts
 from niclab.model.lab.inventory import Inventory
 from niclab.model.lab.spread import Claim, Held
 from niclab.model.topology import Port, Topology
@@ -40,7 +41,7 @@ class Rig:
     topology: Topology
     nodes: dict[str, Node]
     macs: dict[tuple[str, int, int], str]  # Port.key -> MAC address the guest sees
-    facts: dict = field(default_factory=dict)
+    facts: RigFacts = field(default_factory=RigFacts)
     drivers: dict[tuple[str, int, int], str] = field(default_factory=dict)  # Port.key -> the driver it binds
     # Port.key -> the module a scenario's `driver:` asks its card to be bound to, and what proves it (netconf.modules)
     modules: dict[tuple[str, int, int], AskedModule] = field(default_factory=dict)

@@ -44,6 +44,7 @@ from typing import Any
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
 from niclab.model import nics
+from niclab.model.facts import RigFacts
 from niclab.model.lab.inventory import LOCAL_URI, Inventory
 from niclab.model.lab.match import Placement, Unrealizable, place
 from niclab.model.lab.spread import Claim, Held, Spread, cards_claim, spread
@@ -450,17 +451,19 @@ class LibvirtBackend:
             macs=macs,
             drivers=drivers,
             modules=rig_modules(topology, rig_plan.images),
-            facts={
-                "backend": self.name,
-                **accel_facts(node_uri, up.accels, up.choices),
-                "accel_fallback": up.fallback,
-                "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in up.plans.items()},
-                **({"hosts": dict(placement.hosts)} if placement is not None else {}),
-                "libvirt_version": version(next(iter(up.conns.values()))),
-                **image_facts(rig_plan.images),
-                "agent_ready_s": up.ready,
-                **({"cards": cards_facts(topology, cards, seen)} if cards is not None else {}),
-            },
+            facts=RigFacts.model_validate(
+                {
+                    "backend": self.name,
+                    **accel_facts(node_uri, up.accels, up.choices),
+                    "accel_fallback": up.fallback,
+                    "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in up.plans.items()},
+                    **({"hosts": dict(placement.hosts)} if placement is not None else {}),
+                    "libvirt_version": version(next(iter(up.conns.values()))),
+                    **image_facts(rig_plan.images),
+                    "agent_ready_s": up.ready,
+                    **({"cards": cards_facts(topology, cards, seen)} if cards is not None else {}),
+                }
+            ),
             gone=lambda: {
                 name: why for name, d in running.items() if (why := gone_why(d, self._host_title(node_uri[name])))
             },

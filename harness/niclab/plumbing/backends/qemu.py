@@ -25,6 +25,7 @@ from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Progress
 from niclab.base.procs import Child, Supervisor, down
 from niclab.model import nics
+from niclab.model.facts import RigFacts
 from niclab.model.topology import NodeSpec, Topology
 from niclab.plumbing.accel import AccelChoice, choose_accel, now, qemu_binary
 from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, DownRequest, Leftovers, Rig, Say
@@ -265,7 +266,7 @@ class QemuBackend:
             rig, fallback = boot_falling_back(
                 choice.accel, boot, undo, image, progress, "stopped the guests and booted them"
             )
-            rig.facts["accel_fallback"] = fallback
+            rig.facts.accel_fallback = fallback
             yield rig
 
     def _boot(self, plan: BootPlan, stack: ExitStack, progress: Progress) -> Rig:
@@ -316,18 +317,20 @@ class QemuBackend:
             macs={nic.port.key: nic.mac for plan in plans.values() for nic in plan.nics},
             drivers={nic.port.key: nic.model.driver for plan in plans.values() for nic in plan.nics},
             modules=rig_modules(topology, images),
-            facts={
-                "backend": self.name,
-                "accel": accel,
-                "accel_reason": choice.reason,
-                "qemu": qemu_version(binary),
-                "firmware": Path(firmware).name if firmware else "seabios",
-                **shown,
-                "kernel_boot": (  # image.pvh
-                    "pvh" if all(i.boot_kernel != i.kernel for i in images.values()) else "bzimage"
-                ),
-                "agent_ready_s": ready,
-            },
+            facts=RigFacts.model_validate(
+                {
+                    "backend": self.name,
+                    "accel": accel,
+                    "accel_reason": choice.reason,
+                    "qemu": qemu_version(binary),
+                    "firmware": Path(firmware).name if firmware else "seabios",
+                    **shown,
+                    "kernel_boot": (  # image.pvh
+                        "pvh" if all(i.boot_kernel != i.kernel for i in images.values()) else "bzimage"
+                    ),
+                    "agent_ready_s": ready,
+                }
+            ),
             gone=lambda: {name: why for name, child in children.items() if (why := child.exit_reason())},
             host_pids=lambda: {name: child.pid for name, child in children.items()},
             console=lambda name: console_end(workdir / f"{name}.serial.log"),

@@ -18,6 +18,7 @@ from typing import TypeVar
 from niclab.base.errors import NiclabError
 from niclab.base.node import Node, Progress
 from niclab.model import offloads
+from niclab.model.facts import NetworkFacts
 from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.guestsh import sections
 from niclab.plumbing.netconf import clock, modules, pairs, params, verify
@@ -213,10 +214,11 @@ def reset(rig: Rig, previous: NetPlan, baseline: Mapping[str, dict[str, dict[str
 
 def configure(
     rig: Rig, net: NetPlan, progress: Progress, baseline: Mapping[str, dict[str, dict[str, bool]]] | None = None
-) -> dict:
+) -> NetworkFacts:
     """Configure every node (in parallel), check the result, ping across every wire, and check each guest's
-    clock ran at the host's rate meanwhile (netconf.clock). Returns facts: with the idle round trips, the seed
-    that chose the segments' extra pairs (netconf.pairs).
+    clock ran at the host's rate meanwhile (netconf.clock). Returns the network's facts: the interfaces as asked
+    and as the guests reported them, the idle round trips, the seed that chose the segments' extra pairs
+    (netconf.pairs), and the nodes whose clock was settled.
 
     `baseline` (node -> port -> feature -> on): the offloads the driver started with, on a rig earlier
     cells used; a port that differs in a feature this plan does not name fails the check."""
@@ -276,24 +278,26 @@ def configure(
         f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
         f"idle RTT {rtt_summary(rtts)})"
     )
-    return {
-        "configure_s": round(configured, 2),
-        "idle_rtt_ms": rtts,
-        "ping_seed": seed,
-        **({"clock_settled": settled} if settled else {}),
-        "interfaces": {
-            f"{i.node}/{i.name}": {
-                "address": f"{i.address}/{PREFIX}",
-                "mtu": i.mtu,
-                "link": i.link,
-                "lane": i.lane,
-                "ports": [p.ifname for p in i.ports],
-                "model": i.ports[0].model,
-                **({"bond": i.bond.model_dump(exclude_none=True)} if i.bond else {}),
-                **({"netem": i.netem.describe()} if i.netem else {}),
-                **({"offloads": i.offloads} if i.offloads else {}),
-            }
-            for i in net.ifaces
-        },
-        "observed": states,
-    }
+    return NetworkFacts.model_validate(
+        {
+            "configure_s": round(configured, 2),
+            "idle_rtt_ms": rtts,
+            "ping_seed": seed,
+            **({"clock_settled": settled} if settled else {}),
+            "interfaces": {
+                f"{i.node}/{i.name}": {
+                    "address": f"{i.address}/{PREFIX}",
+                    "mtu": i.mtu,
+                    "link": i.link,
+                    "lane": i.lane,
+                    "ports": [p.ifname for p in i.ports],
+                    "model": i.ports[0].model,
+                    **({"bond": i.bond.model_dump(exclude_none=True)} if i.bond else {}),
+                    **({"netem": i.netem.describe()} if i.netem else {}),
+                    **({"offloads": i.offloads} if i.offloads else {}),
+                }
+                for i in net.ifaces
+            },
+            "observed": states,
+        }
+    )
