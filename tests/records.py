@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from niclab.model.facts import AS_READ
 from niclab.run.reader import Warn, read_results, warn_on_stderr
 from niclab.run.records import CellRecord, Record, RunInfoRecord, RunRecord, SummaryRecord, TestRecord
 from niclab.run.results import RunDir
@@ -111,8 +112,8 @@ def write_run(path: Path, given: list[Record], cells: list[str], scenario: str =
 
 
 def as_dict(model: BaseModel) -> dict:
-    """A validated record as a plain mapping: what the file held, names as written."""
-    return model.model_dump(by_alias=True, exclude_unset=True)
+    """A validated record as a plain mapping: what the file held, names as written (its facts' nulls too)."""
+    return model.model_dump(by_alias=True, exclude_unset=True, context=AS_READ)
 
 
 def read_records(path: Path, warn: Warn = warn_on_stderr) -> list[dict]:

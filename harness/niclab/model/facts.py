@@ -3,20 +3,41 @@
 The layers that find them build these (niclab.plumbing.facts the host's and the nodes', the backends the
 rig's, niclab.plumbing.netconf the network's, the session a run's NICs'); the records of results.jsonl
 (niclab.run.records) carry them. Every field a producer writes is declared here; what a guest or an older
-niclab wrote beyond them is kept as it is (`extra="allow"`).
+niclab wrote beyond them is kept as it is (`extra="allow"`). A fact not found is None, and left out when
+written (Facts' serializer): a reader finds it absent, never null.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+
+AS_READ = {"facts": "as read"}
+"""The serialization context that dumps facts as a file held them, nulls kept (niclab.run.records.as_dict)."""
 
 
 class Facts(BaseModel):
-    """Facts found: strict types, extra keys kept."""
+    """Facts found: strict types, extra keys kept, a field that is None (not found) left out when written."""
 
     model_config = ConfigDict(
         extra="allow", strict=True, allow_inf_nan=False, use_attribute_docstrings=True, populate_by_name=True
     )
+
+    @model_serializer(mode="wrap")
+    def _without_none(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        found = handler(self)
+        if info.context == AS_READ:
+            return found
+        return {key: value for key, value in found.items() if value is not None}
 
 
 # -- the host and the rig
@@ -62,7 +83,7 @@ class RigFacts(Facts):
     """The QEMU backend's guest firmware: qboot.rom under TCG where QEMU has it, else seabios (or NICLAB_QBOOT=0)."""
     agent_ready_s: dict[str, float] = Field(default_factory=dict)
     """Per node: seconds from start until its agent answered."""
-    hosts: dict[str, str] = Field(default_factory=dict)
+    hosts: dict[str, str] | None = None
     """Per node: the lab host it ran on (a run with --lab; its libvirt URI is under `libvirt`). Comparisons
     say when their two sides ran on different hosts."""
     libvirt: dict[str, dict[str, str]] | None = None
@@ -83,6 +104,17 @@ class BootFacts(Facts):
     """An earlier cell of equal topology booted it (under the pytest plugin, maybe an earlier item's)."""
     first_cell: str | None = None
     """The cell it was booted for (under the pytest plugin, maybe one of an earlier item's run)."""
+
+
+class Timings(Facts):
+    """How long a cell's start took, in seconds."""
+
+    boot_s: float | None = None
+    """Booting the rig; 0 on a reused boot."""
+    network_s: float | None = None
+    """Configuring and checking the network, and reading the nodes' facts."""
+    agents_ready_since_start_s: float | None = None
+    """From the run's start until the rig's agents answered."""
 
 
 # -- the network

@@ -20,6 +20,7 @@ from niclab.model.facts import (
     NodeFacts,
     PortCounters,
     RigFacts,
+    Timings,
 )
 
 FORMAT_VERSION = 2  # what this niclab writes; it reads 1 too (niclab.run.reader maps it); no `version`: 1
@@ -61,7 +62,7 @@ class CellRecord(_Record):
     type: Literal["cell"]
     time: str
     """When it was written (UTC, ISO 8601)."""
-    timings: dict[str, float] = Field(default_factory=dict)
+    timings: Timings = Field(default_factory=Timings)
     """Seconds: `boot_s` (0 on a reused boot), `network_s`, `agents_ready_since_start_s`."""
     host: HostFacts = Field(default_factory=HostFacts)
     """The host: hostname, kernel, CPU model, Python."""

@@ -20,6 +20,7 @@ from niclab.base.errors import NiclabError, describe_exception
 from niclab.base.node import NodeGone, Progress
 from niclab.model import expect
 from niclab.model.bench.base import BenchmarkError
+from niclab.model.facts import Timings
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.plumbing.backends.base import Backend
 from niclab.plumbing.contention import contention_of
@@ -351,10 +352,9 @@ class Runner:
             type="cell",
             **work.base,
             time=utc_now(),
-            timings={
-                **session.timings,
-                **({"agents_ready_since_start_s": round(ready, 2)} if ready is not None else {}),
-            },
+            timings=Timings(
+                **session.timings, agents_ready_since_start_s=round(ready, 2) if ready is not None else None
+            ),
             host=facts.host,
             rig=facts.rig,
             boot=facts.boot,

@@ -152,13 +152,10 @@ def start(planned: Plan, progress: Progress) -> Started:
     info.warnings += [f"cell {verdict.cell.id} not run: {verdict.reason}" for verdict in skipped]
     if request.lab_file is not None:
         lab = getattr(backend, "lab", None)  # the backend that runs on a lab holds its inventory
-        info.lab = LabInfo.model_validate(
-            {
-                "file": str(request.lab_file.resolve()),
-                "text": request.lab_file.read_text(errors="replace"),
-                **({"name": lab.name, "prices": lab.prices()} if lab is not None else {}),
-            }
-        )
+        found = LabInfo(file=str(request.lab_file.resolve()), text=request.lab_file.read_text(errors="replace"))
+        if lab is not None:  # what it was given is written, no null for what it was not
+            found.name, found.prices = lab.name, lab.prices()
+        info.lab = found
     progress(f"run directory {run_dir.path}")
     return Started(planned, cells, run_dir, info, progress)
 

@@ -109,7 +109,7 @@ def alternated(a: CellData, b: CellData) -> bool:
 def hosts_of(cell: CellData) -> str:
     """The lab host(s) the cell ran on, e.g. rig1, or a: rig1, b: rig2 when its nodes ran on several; empty
     without a lab."""
-    hosts = cell.facts.rig.hosts if cell.facts is not None else {}
+    hosts = (cell.facts.rig.hosts if cell.facts is not None else None) or {}
     if len(set(hosts.values())) <= 1:
         return next(iter(hosts.values()), "")
     return ", ".join(f"{node}: {host}" for node, host in sorted(hosts.items()))

@@ -457,11 +457,11 @@ class LibvirtBackend:
                     **accel_facts(node_uri, up.accels, up.choices),
                     "accel_fallback": up.fallback,
                     "libvirt": {node: {"uri": uri, "domain": plan.name} for node, (uri, plan) in up.plans.items()},
-                    **({"hosts": dict(placement.hosts)} if placement is not None else {}),
+                    "hosts": dict(placement.hosts) if placement is not None else None,
                     "libvirt_version": version(next(iter(up.conns.values()))),
                     **image_facts(rig_plan.images),
                     "agent_ready_s": up.ready,
-                    **({"cards": cards_facts(topology, cards, seen)} if cards is not None else {}),
+                    "cards": cards_facts(topology, cards, seen) if cards is not None else None,
                 }
             ),
             gone=lambda: {

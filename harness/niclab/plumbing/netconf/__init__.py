@@ -18,7 +18,7 @@ from typing import TypeVar
 from niclab.base.errors import NiclabError
 from niclab.base.node import Node, Progress
 from niclab.model import offloads
-from niclab.model.facts import NetworkFacts
+from niclab.model.facts import NetworkFacts, PlannedInterface
 from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.guestsh import sections
 from niclab.plumbing.netconf import clock, modules, pairs, params, verify
@@ -278,26 +278,25 @@ def configure(
         f"network up and checked in {time.monotonic() - started:.1f} s ({len(net.ifaces)} interfaces; "
         f"idle RTT {rtt_summary(rtts)})"
     )
-    return NetworkFacts.model_validate(
-        {
-            "configure_s": round(configured, 2),
-            "idle_rtt_ms": rtts,
-            "ping_seed": seed,
-            **({"clock_settled": settled} if settled else {}),
-            "interfaces": {
-                f"{i.node}/{i.name}": {
-                    "address": f"{i.address}/{PREFIX}",
-                    "mtu": i.mtu,
-                    "link": i.link,
-                    "lane": i.lane,
-                    "ports": [p.ifname for p in i.ports],
-                    "model": i.ports[0].model,
-                    **({"bond": i.bond.model_dump(exclude_none=True)} if i.bond else {}),
-                    **({"netem": i.netem.describe()} if i.netem else {}),
-                    **({"offloads": i.offloads} if i.offloads else {}),
-                }
-                for i in net.ifaces
-            },
-            "observed": states,
-        }
+    idle_rtt_ms: dict[str, float | None] = dict(rtts)  # an older record may hold a pair without a figure
+    return NetworkFacts(
+        configure_s=round(configured, 2),
+        idle_rtt_ms=idle_rtt_ms,
+        ping_seed=seed,
+        interfaces={
+            f"{i.node}/{i.name}": PlannedInterface(
+                model=i.ports[0].model,
+                address=f"{i.address}/{PREFIX}",
+                mtu=i.mtu,
+                link=i.link,
+                lane=i.lane,
+                ports=[p.ifname for p in i.ports],
+                bond=i.bond.model_dump(exclude_none=True) if i.bond else None,
+                netem=i.netem.describe() if i.netem else None,
+                offloads=i.offloads or None,
+            )
+            for i in net.ifaces
+        },
+        observed=states,
+        clock_settled=settled or None,
     )
