@@ -73,8 +73,9 @@ class CellRecord(_Record):
     boot: BootFacts | None = None
     """Which boot of the run the cell ran on: `number`, `reused`, `first_cell`."""
     network: NetworkFacts = Field(default_factory=NetworkFacts)
-    """Each interface as asked (address, MTU, bond, netem, offloads), `observed`: what the guests reported, and
-    `idle_rtt_ms`: the network check's round trips (a ring around each segment and a few more pairs, `ping_seed`)."""
+    """Each interface as asked (address, MTU, bond, netem, offloads), `observed`: what the guests reported,
+    `idle_rtt_ms`: the network check's round trips (a ring around each segment and a few more pairs, `ping_seed`),
+    and `clock_settled`: the nodes whose clock ran off the host's and was settled, and why."""
     nodes: dict[str, NodeFacts] = Field(default_factory=dict)
     """Per node: its kernel, and per interface driver, version, firmware, bus, PCI ID and subsystem, MAC, MTU."""
     interleaved_with: list[str] = Field(default_factory=list)

@@ -1,4 +1,5 @@
-"""The field tables of docs/results.md, generated from the record models (niclab.run.records).
+"""The field tables of docs/results.md, generated from the record models (niclab.run.records) and the facts
+models they carry (niclab.model.facts).
 
 `python -m niclab.run.recordsdoc` prints them; `--write docs/results.md` puts them in that file between
 its markers; tests/unit/test_records_doc.py checks that the file holds what this prints, so a field added
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from niclab.model import facts
 from niclab.run.records import (
     CellEndRecord,
     CellRecord,
@@ -39,6 +41,21 @@ KINDS: tuple[type[_Record], ...] = (
     ExpectationRecord,
     ErrorRecord,
     TestRecord,
+)
+FACTS: tuple[type[facts.Facts], ...] = (
+    facts.HostFacts,
+    facts.RigFacts,
+    facts.BootFacts,
+    facts.Timings,
+    facts.NetworkFacts,
+    facts.PlannedInterface,
+    facts.ObservedEntry,
+    facts.DriverProof,
+    facts.NodeFacts,
+    facts.NicFacts,
+    facts.NicSummary,
+    facts.PortCounters,
+    facts.HostLoad,
 )
 
 
@@ -84,6 +101,10 @@ def tables() -> str:
         lines += ["", f"`{kind}` (`{model.__name__}`): {doc}", "", *_table(model, common)]
     doc = " ".join((RunInfoRecord.__doc__ or "").split("\n\n")[0].split())
     lines += ["", f"`run.json` (`RunInfoRecord`): {doc}", "", *_table(RunInfoRecord, set())]
+    lines += ["", "The facts the records carry (a fact not found is absent, never null):"]
+    for facts_model in FACTS:
+        doc = " ".join((facts_model.__doc__ or "").split())
+        lines += ["", f"`{facts_model.__name__}`: {doc}", "", *_table(facts_model, set())]
     return "\n".join(lines) + "\n"
 
 
