@@ -161,7 +161,7 @@ def probe_both(rig: Rig) -> dict[str, dict[int, Measured]]:
     return {node: parse_probe(results[node].stdout) for node in NODES}
 
 
-def mismatches(model: nics.CardClass, node: str, found: Measured) -> list[tuple[str, str, str, str]]:
+def mismatches(model: nics.NicModel, node: str, found: Measured) -> list[tuple[str, str, str, str]]:
     """(model, check, expected, found) for every way `found` disagrees with the catalog."""
     where = f"{model.name} ({node})"
     if found.dev is None:

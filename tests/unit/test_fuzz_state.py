@@ -10,7 +10,7 @@ hold_cards (an empty block) and restore_all, as a run and `niclab lab restore` w
 NiclabErrors they may raise.
 
 The property: every sysfs write (KernelSim records each) lands under the fake root's sys/ and is to a
-network controller, or to a device of the class its inventory class allows; nothing outside the state
+network controller, or to a device of the class its inventory model allows; nothing outside the state
 directory and sys/ changes (content, mode and mtime of everything else under the example's directory); and
 no exception but NiclabError escapes. Derandomized, so CI sees the same examples every time.
 """

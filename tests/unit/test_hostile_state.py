@@ -570,7 +570,7 @@ def test_passed_through_refuses_the_sata_controller_before_journaling(fake, stat
     assert str(caught.value) == (
         f"card {SATA} is a mass storage controller: SATA (AHCI) (class 0x010601), not a network controller: only "
         "network cards are passed through (a network card that reports another class, such as a SmartNIC "
-        "function, needs allow_class: on its inventory class)"
+        "function, needs allow_class: on its inventory model)"
     )
     assert sim.writes == [] and list((state_path / "vfio").iterdir()) == []
 

@@ -90,15 +90,15 @@ def test_a_recipes_firmware_is_one_of_the_known_choices(repo, tmp_path):
 # -- cards named by PCI ID ----------------------------------------------------
 
 
-def test_a_card_named_by_pci_id_gets_an_implicit_class_scenarios_may_name(data_dir):
+def test_a_card_named_by_pci_id_gets_an_implicit_model_scenarios_may_name(data_dir):
     lab = load_inventory(data_dir / "lab" / "real-cards.yaml")
     x520 = lab.card("x520")
-    assert (x520.class_name, x520.pci_id) == ("pci-8086-10fb", "8086:10fb")
-    assert lab.implicit_classes()["pci-10ec-8168"] == "10ec:8168"
+    assert (x520.model, x520.pci_id) == ("pci-8086-10fb", "8086:10fb")
+    assert lab.implicit_models()["pci-10ec-8168"] == "10ec:8168"
     text = SCENARIO.format(a="pci-8086-10fb", b="pci-8086-1572")
     with pytest.raises(Exception, match="unknown NIC model 'pci-8086-10fb'"):
         parse(text, "s.yaml")
-    with lab.classes_known():
+    with lab.models_known():
         topology = parse(text, "s.yaml").cells[0].scenario.topology()
         with pytest.raises(Exception, match="MTU 9000 is above"):
             parse(text.replace("}}", "}, mtu: 9000}"), "s.yaml")
@@ -217,7 +217,7 @@ def test_without_a_built_lab_image_the_doctor_says_so_and_checks_the_rest(tmp_pa
 
 def test_a_lab_run_checks_the_cards_drivers_against_the_lab_image(lab_image, tmp_path, monkeypatch, data_dir):
     lab = load_inventory(data_dir / "lab" / "real-cards.yaml")
-    with lab.classes_known():
+    with lab.models_known():
         topology = parse(SCENARIO.format(a="pci-8086-1533", b="pci-10ec-8168"), "s.yaml").cells[0].scenario.topology()
         backend = get_backend(options=BackendOptions(lab=lab))
         assert backend.check(topology) is None
@@ -246,7 +246,7 @@ def test_a_card_a_scenarios_driver_gives_a_module_is_not_refused_and_the_dry_run
     )
     fewer = {i: m for i, m in REAL_CARDS.items() if m != "sky2"}  # no module of the image drives a's card
     monkeypatch.setenv("NICLAB_LAB_IMAGE", str(fake_lab_image(tmp_path / "lab-fewer", fewer)))
-    with lab.classes_known():
+    with lab.models_known():
         topology = parse(text, "s.yaml").cells[0].scenario.topology()
         backend = get_backend(options=BackendOptions(lab=lab))
         assert backend.check(topology) is None  # the driver's own aliases are checked once it is built
@@ -266,7 +266,7 @@ def test_a_driver_for_cards_named_by_their_pci_id_alone_goes_with_that_id(data_d
     text = SCENARIO.format(a="pci-10ec-8168", b="pci-10ec-8168").replace(
         "}}\nbenchmarks", "}, driver: {dkms: r8168-dkms}}\nbenchmarks"
     )
-    with lab.classes_known():
+    with lab.models_known():
         topology = parse(text, "s.yaml").cells[0].scenario.topology()
     # the guest binds the cards of that ID to r8168, whatever module the kernel has for them (r8169)
     assert topology.node("a").drivers == (("10ec:8168", DriverChoice("dkms", "r8168-dkms")),)

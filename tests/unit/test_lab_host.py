@@ -233,11 +233,11 @@ def test_render_lists_each_card_with_its_fixes(fake):
     assert "FAIL iommu group" in " ".join(text.split()) and "fix: apt install libvirt-daemon-system" in text
 
 
-def one_card_lab(pci: str, class_name: str = "e1000", classes: str = "") -> str:
+def one_card_lab(pci: str, model: str = "e1000", classes: str = "") -> str:
     """An inventory with one card on this machine (its libvirt URI is local)."""
     return (
         f'name: one-card\nhosts: {{rig1: {{libvirt: "qemu:///system"}}}}\n{classes}'
-        f'cards:\n  - {{id: wan0, host: rig1, pci: "{pci}", class: {class_name}}}\n'
+        f'cards:\n  - {{id: wan0, host: rig1, pci: "{pci}", class: {model}}}\n'
     )
 
 

@@ -1,4 +1,4 @@
-"""The lab inventory: its model, card classes beyond the catalog, and placing a cell on cards and cables."""
+"""The lab inventory: its model, NIC models beyond the catalog, and placing a cell on cards and cables."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def cell(repo, scenario: str, cell_id: str | None = None):
 
 
 def test_an_alias_class_is_its_catalog_class_and_hosts_say_whether_they_are_local(lab):
-    assert lab.card("intel-b").class_name == "e1000"
+    assert lab.card("intel-b").model == "e1000"
     assert lab.hosts["rig1"].local and not lab.hosts["rig2"].local
     assert lab.prices() == {"e1000": 45, "rtl8139": 7.60}
 
@@ -99,7 +99,7 @@ def test_a_lab_class_is_known_to_scenarios_only_inside_the_lab_and_runs_emulated
     text = "name: s\nnodes: [a, b]\nlinks:\n  - {between: [a, b], nic: x520, mtu: 9000}\nbenchmarks:\n  - ping: {}\n"
     with pytest.raises(Exception, match="unknown NIC model 'x520'"):
         parse(text, "s.yaml")
-    with lab.classes_known():
+    with lab.models_known():
         topology = parse(text, "s.yaml").cells[0].scenario.topology()
         assert nics.stand_in("x520").name == "e1000"
         assert get_backend("qemu").check(topology) is None
@@ -124,9 +124,9 @@ def test_a_lab_class_without_a_stand_in_cannot_run_emulated(lab):
     bare = lab.model_copy(deep=True)
     bare.classes["x520"].emulated_by = ""
     text = "name: s\nnodes: [a, b]\nlinks:\n  - {between: [a, b], nic: x520}\nbenchmarks:\n  - ping: {}\n"
-    with bare.classes_known():
+    with bare.models_known():
         topology = parse(text, "s.yaml").cells[0].scenario.topology()
-        assert "card class x520 has no emulated stand-in" in (get_backend("qemu").check(topology) or "")
+        assert "NIC model x520 has no emulated stand-in" in (get_backend("qemu").check(topology) or "")
 
 
 def test_an_inventory_error_names_the_line_and_the_fix():

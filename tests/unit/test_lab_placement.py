@@ -28,7 +28,7 @@ def valid(placement: Placement, cell: Topology, inventory: Inventory) -> bool:
         cable = inventory.cables[placement.cables[(wire.link, wire.lane)]]
         if {placement.cards[p.key].id for p in wire.ports} != set(cable):
             return False
-    cards_ok = all(placement.cards[p.key].class_name == p.model for p in cell.ports)
+    cards_ok = all(placement.cards[p.key].model == p.model for p in cell.ports)
     hosts_ok = all(placement.cards[p.key].host == placement.hosts[p.node] for p in cell.ports)
     return cards_ok and hosts_ok and len(set(placement.cables.values())) == len(cell.wires)
 
@@ -43,9 +43,7 @@ def brute_force(cell: Topology, inventory: Inventory) -> bool:
             for wire, index, turned in zip(cell.wires, chosen, turns, strict=True):
                 ends = cards[index][::-1] if turned else cards[index]
                 for port, card in zip(wire.ports, ends, strict=True):
-                    fits = (
-                        fits and card.class_name == port.model and hosts.setdefault(port.node, card.host) == card.host
-                    )
+                    fits = fits and card.model == port.model and hosts.setdefault(port.node, card.host) == card.host
             if fits:
                 return True
     return False

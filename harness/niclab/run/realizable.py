@@ -30,12 +30,12 @@ class Verdict:
 
 @contextmanager
 def backend_from_args(args: argparse.Namespace) -> Iterator[Backend]:
-    """The backend the command line asks for; inside the block a lab's card classes are known to scenarios."""
+    """The backend the command line asks for; inside the block a lab's NIC models are known to scenarios."""
     lab = None
     if getattr(args, "lab", None):
         lab = load_inventory(Path(args.lab), allow_uri_params=getattr(args, "allow_uri_params", False))
     options = BackendOptions(lab, **{o.dest: getattr(args, o.dest, o.default) for o in declared_options()})
-    with lab.classes_known() if lab is not None else nullcontext():
+    with lab.models_known() if lab is not None else nullcontext():
         yield get_backend(getattr(args, "backend", None), options)
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 SLOW_S = 120.0
 _LAB: pytest.StashKey[Inventory] = pytest.StashKey()  # --niclab-lab
-_LAB_CLASSES = pytest.StashKey[ExitStack]()  # keeps the lab's card classes known until the session ends
+_LAB_MODELS = pytest.StashKey[ExitStack]()  # keeps the lab's NIC models known until the session ends
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -76,8 +76,8 @@ def _backend_options(config: pytest.Config) -> BackendOptions:
     return BackendOptions(config.stash.get(_LAB, None), **given)
 
 
-def _lab_classes(config: pytest.Config) -> None:
-    """With --niclab-lab, scenarios may name the lab's own card classes, from collection on."""
+def _lab_models(config: pytest.Config) -> None:
+    """With --niclab-lab, scenarios may name the lab's own NIC models, from collection on."""
     lab_file = config.getoption("niclab_lab", None)
     if not lab_file:
         return
@@ -85,13 +85,13 @@ def _lab_classes(config: pytest.Config) -> None:
 
     lab = load_inventory(Path(lab_file), allow_uri_params=config.getoption("niclab_allow_uri_params"))
     config.stash[_LAB] = lab
-    config.stash[_LAB_CLASSES] = ExitStack()
-    config.stash[_LAB_CLASSES].enter_context(lab.classes_known())
+    config.stash[_LAB_MODELS] = ExitStack()
+    config.stash[_LAB_MODELS].enter_context(lab.models_known())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if (classes := config.stash.get(_LAB_CLASSES, None)) is not None:
-        classes.close()
+    if (models := config.stash.get(_LAB_MODELS, None)) is not None:
+        models.close()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -102,7 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ("niclab_kvm", "needs a working KVM; skipped where the probe finds none"),
     ):
         config.addinivalue_line("markers", f"{name}: {text}")
-    _lab_classes(config)
+    _lab_models(config)
 
 
 def _sigterm_interrupts() -> None:

@@ -20,7 +20,7 @@ memory, summed over the domains of every cell running there); a host
 without one takes one cell at a time (niclab.model.lab.spread).
 
 A card's `class` is a catalog class or one of `classes`; a scenario's `nic:`
-may then name it (niclab.model.nics.extra_classes). A card may instead give
+may then name it (niclab.model.nics.extra_models). A card may instead give
 its PCI ID alone (`{id: x520-a, host: rig1, pci: "0000:03:00.0", pci_id:
 "8086:10fb"}`): it then has the implicit class pci-8086-10fb (1500 MTU,
 1000 Mb/s, no emulated stand-in), whose driver is the one the lab guest
@@ -76,12 +76,12 @@ from niclab.base.problems import (
 from niclab.base.yamlpos import YamlError, load
 from niclab.model import nics
 from niclab.model.lab.pciclass import NEVER_TEXT, PCI_ADDRESS, AllowedClass
-from niclab.model.nics import CardClass
+from niclab.model.nics import NicModel
 from niclab.model.scenario.template import decode
 
 PCI_ID_PATTERN = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{4}"
 HOST_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # a lease file's name and a log's: no /, no dots, no newline
-CLASS_NAME = re.compile(r"[a-z0-9][a-z0-9_.+-]{0,62}")  # a NIC model's name in scenarios and cell ids
+MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9_.+-]{0,62}")  # a NIC model's name in scenarios and cell ids
 LOCAL_URI = "qemu:///system"
 URI_TRANSPORTS = ("qemu", "qemu+ssh", "qemu+tls", "qemu+unix")
 # Parameters of a libvirt URI that only choose among libvirt's own ways to connect and check the peer.
@@ -202,7 +202,7 @@ class Host(BaseModel):
         return "://" in self.libvirt and self.libvirt.split("://", 1)[1].startswith("/")
 
 
-class ClassSpec(BaseModel):
+class ModelSpec(BaseModel):
     """A card class the catalog lacks: what the card is, and which emulated class stands in for it."""
 
     model_config = ConfigDict(extra="forbid")
@@ -284,7 +284,7 @@ class Card(BaseModel):
     id: str = Field(pattern=NAME_PATTERN)
     host: str
     pci: str
-    class_name: str = Field("", alias="class")
+    model: str = Field("", alias="class")
     pci_id: str | None = Field(None, description="vendor:device, for a card named without a class")
     name: str = ""
     price: float | None = Field(None, ge=0)
@@ -299,7 +299,7 @@ class Card(BaseModel):
     @field_validator("pci_id")
     @classmethod
     def _pci_id(cls, value: str | None) -> str | None:
-        return None if value is None else ClassSpec._pci_id(value)
+        return None if value is None else ModelSpec._pci_id(value)
 
     @field_validator("pci")
     @classmethod
@@ -322,7 +322,7 @@ class Inventory(BaseModel):
 
     name: str = "lab"
     hosts: dict[str, Host] = Field(default_factory=lambda: {"localhost": Host()})
-    classes: dict[str, ClassSpec] = Field(default_factory=dict)
+    classes: dict[str, ModelSpec] = Field(default_factory=dict)
     cards: list[Card] = Field(default_factory=list)
     cables: list[list[str]] = Field(default_factory=list)
 
@@ -330,7 +330,7 @@ class Inventory(BaseModel):
     def _consistent(self) -> Inventory:
         problems = [
             *self._host_name_problems(),
-            *self._class_name_problems(),
+            *self._model_name_problems(),
             *self._card_problems(),
             *self._cable_problems(),
         ]
@@ -349,10 +349,10 @@ class Inventory(BaseModel):
                     at_key=True,
                 )
 
-    def _class_name_problems(self) -> Iterator[Problem]:
+    def _model_name_problems(self) -> Iterator[Problem]:
         """Class names are plain names, and none is a catalog class's."""
         for name in self.classes:
-            if not CLASS_NAME.fullmatch(name):
+            if not MODEL_NAME.fullmatch(name):
                 yield Problem(
                     ("classes", name),
                     f"class name {shown(name)} must match [a-z0-9_.+-]+ (at most 63 characters)",
@@ -392,12 +392,12 @@ class Inventory(BaseModel):
                     "each card is one PCI function: check lspci -D on the host",
                 )
             seen_pci.setdefault((card.host, card.pci), card.id)
-            yield from self._card_class_problems(i, card, known)
+            yield from self._card_model_problems(i, card, known)
 
-    def _card_class_problems(self, i: int, card: Card, known: set[str]) -> Iterator[Problem]:
+    def _card_model_problems(self, i: int, card: Card, known: set[str]) -> Iterator[Problem]:
         """What is wrong with the card's class and PCI ID; and, once checked, the card names its class by the
         class's canonical name (or the implicit class of its PCI ID)."""
-        if not card.class_name:
+        if not card.model:
             if card.pci_id is None:
                 yield Problem(
                     ("cards", i),
@@ -405,9 +405,9 @@ class Inventory(BaseModel):
                     'give its PCI ID as lspci -nn shows it (pci_id: "8086:10fb"), or a card class',
                 )
             else:
-                card.class_name = implicit_class(card.pci_id)
+                card.model = implicit_model(card.pci_id)
             return
-        canonical = nics.ALIASES.get(card.class_name, card.class_name)
+        canonical = nics.ALIASES.get(card.model, card.model)
         if canonical in known and card.pci_id is not None:
             spec = self.classes.get(canonical)
             expected = spec.pci_id if spec is not None else nics.get(canonical).pci_id
@@ -416,17 +416,17 @@ class Inventory(BaseModel):
                     ("cards", i, "pci_id"),
                     f"card {shown(card.id)} is {card.pci_id}, but {canonical} cards are {expected}",
                     "drop pci_id: (the class gives it) or the class: (the card then gets the implicit class "
-                    f"{implicit_class(card.pci_id)})",
+                    f"{implicit_model(card.pci_id)})",
                 )
         if canonical not in known:
-            hint = did_you_mean(card.class_name, sorted(known))
+            hint = did_you_mean(card.model, sorted(known))
             yield Problem(
                 ("cards", i, "class"),
-                f"unknown card class {shown(card.class_name)}",
+                f"unknown card class {shown(card.model)}",
                 f"{hint + ' ' if hint else ''}a class is a catalog one (niclab nics) or one under classes:",
             )
         else:
-            card.class_name = canonical
+            card.model = canonical
 
     def _cable_problems(self) -> Iterator[Problem]:
         """Each cable joins two different known cards, and a card takes one cable."""
@@ -462,21 +462,21 @@ class Inventory(BaseModel):
 
     def allowed_class(self, card_id: str) -> AllowedClass | None:
         """The PCI class beyond network controllers the card may report (its class's allow_class)."""
-        spec = self.classes.get(self.card(card_id).class_name)
+        spec = self.classes.get(self.card(card_id).model)
         return spec.allow_class if spec is not None else None
 
-    def implicit_classes(self) -> dict[str, str]:
+    def implicit_models(self) -> dict[str, str]:
         """The classes of cards named by PCI ID alone: class name -> PCI ID (classes: of that name win)."""
         return {
-            card.class_name: card.pci_id
+            card.model: card.pci_id
             for card in self.cards
-            if card.pci_id is not None and card.class_name == implicit_class(card.pci_id)
-            if card.class_name not in self.classes
+            if card.pci_id is not None and card.model == implicit_model(card.pci_id)
+            if card.model not in self.classes
         }
 
-    def card_classes(self) -> list[CardClass]:
+    def nic_models(self) -> list[NicModel]:
         implicit = [
-            CardClass(
+            NicModel(
                 name,
                 "",  # the lab image's modules.alias says which (niclab.plumbing.lab.drivers)
                 "",
@@ -486,10 +486,10 @@ class Inventory(BaseModel):
                 1000,
                 "a card named by its PCI ID: its driver is the one the lab image's modules.alias gives that ID",
             )
-            for name, pci_id in self.implicit_classes().items()
+            for name, pci_id in self.implicit_models().items()
         ]
         return implicit + [
-            CardClass(
+            NicModel(
                 name,
                 spec.driver,
                 spec.module or spec.driver,
@@ -504,9 +504,9 @@ class Inventory(BaseModel):
         ]
 
     @contextmanager
-    def classes_known(self) -> Iterator[None]:
+    def models_known(self) -> Iterator[None]:
         """Inside the block, scenarios may name this lab's card classes."""
-        with nics.extra_classes(self.card_classes()):
+        with nics.extra_models(self.nic_models()):
             yield
 
     def prices(self) -> dict[str, float]:
@@ -514,11 +514,11 @@ class Inventory(BaseModel):
         out: dict[str, float] = {}
         for card in self.cards:
             if card.price is not None:
-                out.setdefault(card.class_name, card.price)
+                out.setdefault(card.model, card.price)
         return out
 
 
-def implicit_class(pci_id: str) -> str:
+def implicit_model(pci_id: str) -> str:
     """The class of a card named by its PCI ID alone: 8086:10fb -> pci-8086-10fb."""
     return "pci-" + pci_id.lower().replace(":", "-")
 

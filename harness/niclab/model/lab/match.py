@@ -31,7 +31,7 @@ class Placement:
         out = []
         for wire in topology.wires:
             ends = [
-                f"{p.node}/{p.ifname} {self.cards[p.key].id} ({self.cards[p.key].class_name} "
+                f"{p.node}/{p.ifname} {self.cards[p.key].id} ({self.cards[p.key].model} "
                 f"{self.cards[p.key].pci} on {self.cards[p.key].host})"
                 for p in wire.ports
             ]
@@ -66,14 +66,14 @@ def place(topology: Topology, inventory: Inventory, avoid: frozenset[str] = froz
 
 def _enough_cards(topology: Topology, inventory: Inventory) -> None:
     needed = Counter(port.model for port in topology.ports)
-    have = Counter(card.class_name for card in inventory.cards)
+    have = Counter(card.model for card in inventory.cards)
     short = [f"{count} {name} (it has {have[name]})" for name, count in sorted(needed.items()) if have[name] < count]
     if short:
         raise Unrealizable(f"lab {inventory.name} lacks cards: the cell needs {', '.join(short)}")
 
 
 Assignment = tuple[dict[tuple[str, int, int], Card], dict[tuple[int, int], int], dict[str, str]]
-End = tuple[str, str]  # a cable's end as the search counts it: (card class, host)
+End = tuple[str, str]  # a cable's end as the search counts it: (NIC model, host)
 Kind = tuple[End, End]  # a cable as the search counts it: its two ends, in order
 
 
@@ -88,8 +88,8 @@ class _Search:
     """The choice of a host for each node, and the counting that judges it (see `_search`)."""
 
     def __init__(self, topology: Topology, cables: list[tuple[int, Card, Card]]):
-        self.supply = Counter(_kind((a.class_name, a.host), (b.class_name, b.host)) for _, a, b in cables)
-        self.ends = Counter(end for _, a, b in cables for end in ((a.class_name, a.host), (b.class_name, b.host)))
+        self.supply = Counter(_kind((a.model, a.host), (b.model, b.host)) for _, a, b in cables)
+        self.ends = Counter(end for _, a, b in cables for end in ((a.model, a.host), (b.model, b.host)))
         hosts = list(dict.fromkeys(card.host for _, a, b in cables for card in (a, b)))
         self.wires = list(topology.wires)
         self.nodes = list(dict.fromkeys(port.node for wire in self.wires for port in wire.ports))
@@ -156,9 +156,9 @@ class _Search:
 def _search(topology: Topology, cables: list[tuple[int, Card, Card]]) -> Assignment | None:
     """The cards and cables of a placement, or None if there is none.
 
-    Once every node has a host, a wire needs a cable of one kind (the class and host at each end), and any
+    Once every node has a host, a wire needs a cable of one kind (the model and host at each end), and any
     free cable of that kind will do: so the search chooses hosts, node by node, and counts. A host is tried
-    for a node only if it has the node's cards (ends of free cables, per class), and given up as soon as a
+    for a node only if it has the node's cards (ends of free cables, per model), and given up as soon as a
     kind of cable or of cable end is asked for more often than the lab has it. First the hosts are chosen
     without counting (can the lab's cables join them at all?), where a state is the hosts of the nodes still
     to be joined: few, so a cell the lab's cables cannot join is refused at once. Then with counting.
@@ -172,21 +172,21 @@ def _search(topology: Topology, cables: list[tuple[int, Card, Card]]) -> Assignm
     free: dict[Kind, list[tuple[int, Card, Card]]] = {}
     for cable in cables:
         _, a, b = cable
-        free.setdefault(_kind((a.class_name, a.host), (b.class_name, b.host)), []).append(cable)
+        free.setdefault(_kind((a.model, a.host), (b.model, b.host)), []).append(cable)
     cards: dict[tuple[str, int, int], Card] = {}
     used: dict[tuple[int, int], int] = {}
     for wire in search.wires:
         left, right = wire.ports
         index, a, b = free[_kind((left.model, hosts[left.node]), (right.model, hosts[right.node]))].pop(0)
-        first, second = (a, b) if (a.class_name, a.host) == (left.model, hosts[left.node]) else (b, a)
+        first, second = (a, b) if (a.model, a.host) == (left.model, hosts[left.node]) else (b, a)
         cards[left.key], cards[right.key], used[(wire.link, wire.lane)] = first, second, index
     return cards, used, hosts
 
 
 def _short_of_cables(topology: Topology, inventory: Inventory) -> str | None:
-    """Why no placement can exist, if the lab has fewer cables between two classes than the cell has wires."""
+    """Why no placement can exist, if the lab has fewer cables between two models than the cell has wires."""
     wanted = Counter(tuple(sorted(p.model for p in wire.ports)) for wire in topology.wires)
-    have = Counter(tuple(sorted(inventory.card(end).class_name for end in cable)) for cable in inventory.cables)
+    have = Counter(tuple(sorted(inventory.card(end).model for end in cable)) for cable in inventory.cables)
     for pair, count in wanted.items():
         if have[pair] < count:
             a, b = pair
@@ -196,7 +196,7 @@ def _short_of_cables(topology: Topology, inventory: Inventory) -> str | None:
 
 
 def _why_not(topology: Topology, inventory: Inventory) -> str:
-    """Why the lab cannot realize a cell whose cables it has, by class: where the cards are."""
+    """Why the lab cannot realize a cell whose cables it has, by model: where the cards are."""
     return _short_of_cables(topology, inventory) or (
         f"lab {inventory.name} has the cables, but not with each node's cards on one host: "
         "a node runs on one host, so all its cards must be there"

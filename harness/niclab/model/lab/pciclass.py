@@ -1,6 +1,6 @@
 """PCI class codes in words, and which of them lab mode may pass through.
 
-Network controllers (base class 0x02) only, or the class an inventory class's `allow_class:` names, never one
+Network controllers (base class 0x02) only, or the class an inventory model's `allow_class:` names, never one
 the host runs on (`NEVER`): docs/architecture.md, "Trust", and docs/lab.md.
 
     describe(0x010802)  -> "mass storage controller: NVMe"

@@ -1,7 +1,7 @@
 """The libvirt backend: one transient domain per node, on emulated NICs or on a lab's real cards.
 
 - The same Topology the QEMU backend gets. Without a lab, ports are emulated
-  NICs (the card class's stand-in, as under QEMU) and a cable is a pair of
+  NICs (the NIC model's stand-in, as under QEMU) and a cable is a pair of
   `<interface type='udp'>` on 127.0.0.1. With a lab (`--lab lab.yaml`), ports
   are the lab's cards (niclab.model.lab.match places the cell), passed through as
   managed VFIO hostdevs at fixed guest PCI slots; the cables are real. With a
@@ -593,16 +593,16 @@ def accel_facts(node_uri: dict[str, str], accels: dict[str, str], choices: dict[
 
 def _drivers(
     topology: Topology,
-    classes: Callable[[str], nics.CardClass | None],  # a port's model -> the class whose driver it binds
-    guest_drivers: dict[tuple[str, int, int], GuestDriver],  # the lab image's, where the class names none
+    models: Callable[[str], nics.NicModel | None],  # a port's model name -> the model whose driver it binds
+    guest_drivers: dict[tuple[str, int, int], GuestDriver],  # the lab image's, where the model names none
 ) -> dict[tuple[str, int, int], str]:
     """Each port's driver in its guest."""
     drivers = {}
     for port in topology.ports:
-        cls = classes(port.model)
-        if cls is not None:
+        model = models(port.model)
+        if model is not None:
             found = guest_drivers.get(port.key)
-            drivers[port.key] = cls.driver or (found.module if found and found.module else "")
+            drivers[port.key] = model.driver or (found.module if found and found.module else "")
     return drivers
 
 
@@ -734,7 +734,7 @@ PLUGIN = BackendPlugin(
         BackendOption("force", "take lab cards the host uses (an address, a route): it loses them", starts_nodes=True),
         BackendOption(
             "emulated",
-            "with --lab: every port an emulated NIC (its class's stand-in) on the lab's hosts, nodes placed by "
+            "with --lab: every port an emulated NIC (its model's stand-in) on the lab's hosts, nodes placed by "
             "the hosts' capacity; cables between hosts are UDP tunnels between their addresses",
         ),
     ),

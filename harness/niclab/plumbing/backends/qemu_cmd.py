@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from niclab.model.nics import CardClass
+from niclab.model.nics import NicModel
 from niclab.model.topology import NodeSpec, Port, Topology
 from niclab.plumbing.backends.qemu_nics import QemuNic, qemu_nic
 
@@ -32,7 +32,7 @@ def port_macs(topology: Topology) -> dict[tuple[str, int, int], str]:
 @dataclass(frozen=True)
 class NicPlan:
     port: Port
-    model: CardClass  # the catalog class QEMU emulates for this port
+    model: NicModel  # the catalog model QEMU emulates for this port
     mac: str
     netdev: str  # the -netdev value without the id, e.g. "dgram,local.type=fd,local.str=7"
 

@@ -1,8 +1,8 @@
-"""How QEMU realizes each catalog card class: its -device name and any extra properties.
+"""How QEMU realizes each catalog NIC model: its -device name and any extra properties.
 
 The card facts (driver, PCI ID, max MTU) are in niclab.model.nics; this table is
 only QEMU's side, so a lab backend that passes real cards through never
-sees it. tests/unit/test_qemu_cmd.py checks every catalog class has a row.
+sees it. tests/unit/test_qemu_cmd.py checks every catalog model has a row.
 """
 
 from __future__ import annotations
@@ -80,20 +80,20 @@ DEVICES: dict[str, QemuNic] = {
 
 
 def qemu_nic(name: str) -> QemuNic:
-    """QEMU's realization of a catalog class (KeyError for a class QEMU does not emulate)."""
+    """QEMU's realization of a catalog model (KeyError for a model QEMU does not emulate)."""
     return DEVICES[name]
 
 
 def no_stand_in(name: str) -> str:
     return (
-        f"card class {name} has no emulated stand-in: give it `emulated_by:` (a class of `niclab nics`) "
+        f"NIC model {name} has no emulated stand-in: give it `emulated_by:` (a model of `niclab nics`) "
         "in the lab inventory, or run it on the lab"
     )
 
 
 def stand_ins(topology: Topology) -> list[str]:
-    """What keeps a topology off emulated NICs: ports whose card class no catalog class stands in for, and
-    a `driver:` for a lab class another class stands in for (the stand-in's card would not take it)."""
+    """What keeps a topology off emulated NICs: ports whose NIC model no catalog model stands in for, and
+    a `driver:` for a lab's model another model stands in for (the stand-in's card would not take it)."""
     problems = [
         no_stand_in(name) for name in sorted({port.model for port in topology.ports}) if nics.stand_in(name) is None
     ]
@@ -108,8 +108,8 @@ def stand_ins(topology: Topology) -> list[str]:
     return list(dict.fromkeys(problems))
 
 
-def emulated_model(name: str) -> nics.CardClass:
-    """The catalog class an emulated run (QEMU's, or libvirt's without a lab) uses for card class `name`
+def emulated_model(name: str) -> nics.NicModel:
+    """The catalog model an emulated run (QEMU's, or libvirt's without a lab) uses for NIC model `name`
     (UsageError if none stands in)."""
     model = nics.stand_in(name)
     if model is None:

@@ -44,7 +44,7 @@ class CardLike(Protocol):
     @property
     def host(self) -> str: ...
     @property
-    def class_name(self) -> str: ...
+    def model(self) -> str: ...
     @property
     def expected_pci_id(self) -> str | None: ...
     @property
@@ -53,12 +53,12 @@ class CardLike(Protocol):
 
 @dataclass(frozen=True)
 class CardRef:
-    """A card to check: its inventory id, PCI address, card class, that class's PCI ID ("8086:100e"), the
-    PCI class beyond network controllers it may report (its class's allow_class) and its lab host."""
+    """A card to check: its inventory id, PCI address, NIC model, that model's PCI ID ("8086:100e"), the
+    PCI class beyond network controllers it may report (its model's allow_class) and its lab host."""
 
     id: str
     pci: str
-    class_name: str = ""
+    model: str = ""
     expected_pci_id: str | None = None
     allowed_class: AllowedClass | None = None
     host: str = ""
@@ -289,7 +289,7 @@ def _card_checks(sysfs: PciReader, hostnet: NetReader, card: CardLike, drivers: 
     found = sysfs.pci_id(pci)
     expected = card.expected_pci_id
     if expected and found.lower() != expected.lower():
-        what = f"{card.class_name} cards are" if card.class_name else "the inventory expects"
+        what = f"{card.model} cards are" if card.model else "the inventory expects"
         checks.append(Check("pci id", "fail", f"{pci} is {found}, but {what} {expected}", "check the inventory's pci"))
     else:
         checks.append(Check("pci id", "ok", found))
@@ -416,7 +416,7 @@ def render(host: HostReport | Sequence[HostReport], cards: Sequence[CardReport])
     blocks = [(report.title, report.checks) for report in hosts]
     for report in cards:
         card = report.card
-        title = f"card {card.id} ({card.pci}" + (f", {card.class_name})" if card.class_name else ")") + _on(card)
+        title = f"card {card.id} ({card.pci}" + (f", {card.model})" if card.model else ")") + _on(card)
         blocks.append((title, report.checks))
     width = max((len(check.name) for _, checks in blocks for check in checks), default=0) + 2
     lines: list[str] = []

@@ -43,9 +43,9 @@ def card_refs(lab: Inventory, card_ids: list[str]) -> list[CardRef]:
     refs = []
     for card_id in card_ids:
         card = lab.card(card_id)
-        found = nics.lookup(card.class_name)
+        found = nics.lookup(card.model)
         expected = card.pci_id or (found.pci_id if found else None)
-        refs.append(CardRef(card.id, card.pci, card.class_name, expected, lab.allowed_class(card_id), card.host))
+        refs.append(CardRef(card.id, card.pci, card.model, expected, lab.allowed_class(card_id), card.host))
     return refs
 
 
@@ -76,7 +76,7 @@ def hold_cards(
 ) -> Iterator[None]:
     """Lease the placement's cards, each on its host (those on other hosts there, over ssh), check each on its
     host (another host's through one snapshot of its sysfs and its routes, read over ssh) and, as root, hold
-    those on this machine on vfio-pci for the block (each with its inventory class's allow_class). The state
+    those on this machine on vfio-pci for the block (each with its inventory model's allow_class). The state
     directory is opened and checked first. (`connect` is kept for callers that pass one: libvirt's node
     devices are the doctor's fallback, not a run's.)"""
     del connect

@@ -190,15 +190,15 @@ def _settle(sysfs: Sysfs, pci: str, want: str | None, timeout: float, sleep: Sle
 
 def class_refusal(sysfs: Sysfs, pci: str, allowed: AllowedClass | None) -> str | None:
     """Why the device may not go to vfio-pci for its PCI class (None: it may): a network controller, or
-    the class the card's inventory class allows."""
+    the class the card's inventory model allows."""
     why = refusal(sysfs.pci_class(pci), allowed)
     if why is None:
         return None
     fix = (
-        f"its inventory class's allow_class {allowed} does not cover it"
+        f"its inventory model's allow_class {allowed} does not cover it"
         if allowed is not None
         else "only network cards are passed through (a network card that reports another class, such as a "
-        "SmartNIC function, needs allow_class: on its inventory class)"
+        "SmartNIC function, needs allow_class: on its inventory model)"
     )
     return f"card {pci} {why}: {fix}"
 
@@ -349,7 +349,7 @@ def passed_through(
     """Hold the cards on vfio-pci for the block; on the way out, however it ends, put every one back.
 
     `cards` maps each card's PCI address to the class beyond network controllers it may report (its
-    inventory class's allow_class), or None.
+    inventory model's allow_class), or None.
     """
     touched: list[str] = []
     try:

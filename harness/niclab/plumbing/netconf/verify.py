@@ -145,10 +145,10 @@ def mismatches(
     proven: Collection[tuple[str, int, int]] = (),
 ) -> list[str]:
     """What differs from the plan. `drivers`: the driver each port must bind, where the backend says
-        (a lab class emulated by a catalog one binds the stand-in's driver); else its card class's.
+        (a lab's model emulated by a catalog one binds the stand-in's driver); else its NIC model's.
         `started`: port -> offload feature -> on, as the driver started, for ports an earlier cell on the
         same boot may have changed (niclab.run.rigs.Booted.baseline). `proven`: ports whose module was checked
-    already (netconf.modules: a scenario's `driver:`), whose driver name is not the card class's."""
+    already (netconf.modules: a scenario's `driver:`), whose driver name is not the NIC model's."""
     problems = []
     for iface in ifaces:
         seen = state.get(f"iface {iface.name}", {})
