@@ -569,7 +569,7 @@ def synthetic_lab(cables: list[tuple[tuple[str, str], tuple[str, str]]], hosts: 
         for j, (cls, host) in enumerate(ends):
             ids.append(f"c{i}e{j}")
             pci = f"0000:{i // 32 + 1:02x}:{i % 32:02x}.{j}"
-            cards.append(f'  - {{id: c{i}e{j}, host: {host}, pci: "{pci}", class: {cls}}}')
+            cards.append(f'  - {{id: c{i}e{j}, host: {host}, pci: "{pci}", model: {cls}}}')
         lines.append(f"  - [{ids[0]}, {ids[1]}]")
     names = ", ".join(f"h{h}: {{libvirt: 'qemu+ssh://root@h{h}/system'}}" for h in range(hosts))
     text = f"name: t\nhosts: {{{names}}}\ncards:\n" + "\n".join(cards) + "\ncables:\n" + "\n".join(lines) + "\n"

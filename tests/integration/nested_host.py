@@ -89,7 +89,7 @@ def lab_yaml(key_dir: Path | None = None) -> str:
         for i, name in enumerate(HOSTS)
     )
     cards = "\n".join(
-        f'  - {{id: card-{name[-1]}, host: {name}, pci: "{CARD}", class: e1000, name: QEMU e1000 in {name}}}'
+        f'  - {{id: card-{name[-1]}, host: {name}, pci: "{CARD}", model: e1000, name: QEMU e1000 in {name}}}'
         for name in HOSTS
     )
     return f"name: nested-pair\nhosts:\n{hosts}\ncards:\n{cards}\ncables:\n  - [card-a, card-b]\n"

@@ -269,8 +269,8 @@ name: fake-lab
 hosts:
   rig1: {libvirt: qemu:///system}
 cards:
-  - {id: intel-a, host: rig1, pci: "0000:03:00.0", class: e1000}
-  - {id: intel-b, host: rig1, pci: "0000:04:00.0", class: e1000}
+  - {id: intel-a, host: rig1, pci: "0000:03:00.0", model: e1000}
+  - {id: intel-b, host: rig1, pci: "0000:04:00.0", model: e1000}
 cables:
   - [intel-a, intel-b]
 """

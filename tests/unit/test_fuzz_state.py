@@ -1,7 +1,7 @@
 """Property test of lab mode as root over hostile state directories (Hypothesis, on fake sysfs trees).
 
 Each example builds a host (tests/unit/fakesysfs.py) with PCI devices of various classes (network, mass
-storage, display, bridge, accelerator), an inventory listing some of them as cards (some classes with an
+storage, display, bridge, accelerator), an inventory listing some of them as cards (some models with an
 allow_class), and a state directory with planted contents: journal entries (valid ones, entries for the
 wrong class, traversal PCI addresses, bad driver names, garbage), symbolic links to a watched tree outside
 (entries, the temp names niclab once used, lease lock and holder files, the vfio/ and leases/ directories),
@@ -212,12 +212,12 @@ def snapshot(base: Path, skip: list[Path]) -> dict[str, tuple]:
 
 
 def lab_yaml(cards: dict[str, str | None]) -> str:
-    """The inventory: each card on this host, of class e1000, or of a class whose allow_class is its allow."""
-    classes = {f"allow{allow}": {"driver": "qat", "pci_id": "8086:100e", "allow_class": allow}
+    """The inventory: each card on this host, of model e1000, or of a model whose allow_class is its allow."""
+    models = {f"allow{allow}": {"driver": "qat", "pci_id": "8086:100e", "allow_class": allow}
                for allow in cards.values() if allow is not None}  # fmt: skip
-    listed = [{"id": f"card{i}", "host": "rig1", "pci": pci, "class": f"allow{allow}" if allow else "e1000"}
+    listed = [{"id": f"card{i}", "host": "rig1", "pci": pci, "model": f"allow{allow}" if allow else "e1000"}
               for i, (pci, allow) in enumerate(sorted(cards.items()))]  # fmt: skip
-    lab = {"name": "fuzz", "hosts": {"rig1": {"libvirt": "qemu:///system"}}, "classes": classes, "cards": listed}
+    lab = {"name": "fuzz", "hosts": {"rig1": {"libvirt": "qemu:///system"}}, "models": models, "cards": listed}
     return yaml.safe_dump(lab)
 
 

@@ -514,10 +514,10 @@ def test_cache_lock_files_are_0600_and_never_follow_a_symlink(tmp_path, outside)
 LAB = """\
 name: hostile
 hosts: {{rig1: {{libvirt: "qemu:///system"}}}}
-classes:
+models:
   accel: {{driver: qat, pci_id: "8086:100e"{allow}}}
 cards:
-  - {{id: card0, host: rig1, pci: "{pci}", class: {cls}}}
+  - {{id: card0, host: rig1, pci: "{pci}", model: {cls}}}
 """
 
 

@@ -105,20 +105,20 @@ def test_a_card_named_by_pci_id_gets_an_implicit_model_scenarios_may_name(data_d
         assert {c.id for c in place(topology, lab).cards.values()} == {"x520", "x710"}
 
 
-def test_a_card_with_class_and_pci_id_must_agree_and_one_of_them_is_needed():
+def test_a_card_with_model_and_pci_id_must_agree_and_one_of_them_is_needed():
     text = (
         "hosts: {rig1: {}}\ncards:\n"
-        "  - {id: a, host: rig1, pci: '0000:03:00.0', class: e1000, pci_id: '8086:100e'}\n"
-        "  - {id: b, host: rig1, pci: '0000:04:00.0', class: e1000, pci_id: '8086:10fb'}\n"
+        "  - {id: a, host: rig1, pci: '0000:03:00.0', model: e1000, pci_id: '8086:100e'}\n"
+        "  - {id: b, host: rig1, pci: '0000:04:00.0', model: e1000, pci_id: '8086:10fb'}\n"
         "  - {id: c, host: rig1, pci: '0000:05:00.0'}\n"
     )
     with pytest.raises(InventoryError) as caught:
         parse_inventory(text, "lab.yaml")
     assert str(caught.value).splitlines() == [
         "lab.yaml:4:68: cards[1].pci_id: card 'b' is 8086:10fb, but e1000 cards are 8086:100e; drop pci_id: (the "
-        "class gives it) or the class: (the card then gets the implicit class pci-8086-10fb)",
-        "lab.yaml:5:5: cards[2]: card 'c' has neither class: nor pci_id:; give its PCI ID as lspci -nn shows it "
-        '(pci_id: "8086:10fb"), or a card class',
+        "model gives it) or the model: (the card then gets the implicit model pci-8086-10fb)",
+        "lab.yaml:5:5: cards[2]: card 'c' has neither model: nor pci_id:; give its PCI ID as lspci -nn shows it "
+        '(pci_id: "8086:10fb"), or a NIC model',
     ]
     with pytest.raises(InventoryError) as caught:
         parse_inventory("cards:\n  - {id: d, host: localhost, pci: '0000:06:00.0', pci_id: '8086-10fb'}\n", "lab.yaml")

@@ -233,16 +233,16 @@ def test_render_lists_each_card_with_its_fixes(fake):
     assert "FAIL iommu group" in " ".join(text.split()) and "fix: apt install libvirt-daemon-system" in text
 
 
-def one_card_lab(pci: str, model: str = "e1000", classes: str = "") -> str:
+def one_card_lab(pci: str, model: str = "e1000", models: str = "") -> str:
     """An inventory with one card on this machine (its libvirt URI is local)."""
     return (
-        f'name: one-card\nhosts: {{rig1: {{libvirt: "qemu:///system"}}}}\n{classes}'
-        f'cards:\n  - {{id: wan0, host: rig1, pci: "{pci}", class: {model}}}\n'
+        f'name: one-card\nhosts: {{rig1: {{libvirt: "qemu:///system"}}}}\n{models}'
+        f'cards:\n  - {{id: wan0, host: rig1, pci: "{pci}", model: {model}}}\n'
     )
 
 
-# A hostile inventory's "network card": an NVMe controller under a class that gives its PCI ID.
-NVME_AS_A_CARD = 'classes: {fastnic: {driver: nvme, pci_id: "144d:a808"}}\n'
+# A hostile inventory's "network card": an NVMe controller under a model that gives its PCI ID.
+NVME_AS_A_CARD = 'models: {fastnic: {driver: nvme, pci_id: "144d:a808"}}\n'
 
 
 def add_nvme(fake, group: int = 9) -> None:
@@ -290,7 +290,7 @@ def test_a_controller_of_the_hosts_disk_is_refused_even_when_its_class_is_allowe
 def test_a_class_the_inventory_allows_passes_the_class_check(fake):
     fake.add_device(NVME, vendor=0x1234, device=0x5678, cls=0x120000, driver=None, group=9)
     lab = parse_inventory(
-        one_card_lab(NVME, "accel", 'classes: {accel: {driver: acc, pci_id: "1234:5678", allow_class: "0x12"}}\n'),
+        one_card_lab(NVME, "accel", 'models: {accel: {driver: acc, pci_id: "1234:5678", allow_class: "0x12"}}\n'),
         "lab.yaml",
     )
     [ref] = card_refs(lab, ["wan0"])
@@ -713,7 +713,7 @@ def test_as_root_behind_a_read_only_sys_libvirt_binds_the_cards(tmp_path, monkey
     sysfs = fake.sysfs()
     lab = parse_inventory(
         f'name: one-card\nhosts: {{rig1: {{libvirt: "qemu:///system"}}}}\n'
-        f'cards:\n  - {{id: wan0, host: rig1, pci: "{CARD}", class: e1000}}\n',
+        f'cards:\n  - {{id: wan0, host: rig1, pci: "{CARD}", model: e1000}}\n',
         "lab.yaml",
     )
     placement = Placement(cards={("a", 0, 0): lab.card("wan0")}, cables={}, hosts={"a": "rig1"})

@@ -18,15 +18,15 @@ name: small-lab
 hosts:
   rig1: {libvirt: qemu:///system}
   rig2: {libvirt: qemu+ssh://root@rig2/system}
-classes:
+models:
   x520: {driver: ixgbe, pci_id: "8086:10fb", max_mtu: 9710, card: Intel X520-DA2, speed_mbps: 10000, emulated_by: e1000}
 cards:
-  - {id: intel-a, host: rig1, pci: "0000:03:00.0", class: e1000, price: 45}
-  - {id: intel-b, host: rig1, pci: "0000:04:00.0", class: e1000-82540em}
-  - {id: rtl-a, host: rig1, pci: "0000:05:00.0", class: rtl8139, price: 7.60}
-  - {id: rtl-b, host: rig2, pci: "0000:05:00.0", class: rtl8139}
-  - {id: x520-a, host: rig1, pci: "0000:06:00.0", class: x520}
-  - {id: x520-b, host: rig1, pci: "0000:06:00.1", class: x520}
+  - {id: intel-a, host: rig1, pci: "0000:03:00.0", model: e1000, price: 45}
+  - {id: intel-b, host: rig1, pci: "0000:04:00.0", model: e1000-82540em}
+  - {id: rtl-a, host: rig1, pci: "0000:05:00.0", model: rtl8139, price: 7.60}
+  - {id: rtl-b, host: rig2, pci: "0000:05:00.0", model: rtl8139}
+  - {id: x520-a, host: rig1, pci: "0000:06:00.0", model: x520}
+  - {id: x520-b, host: rig1, pci: "0000:06:00.1", model: x520}
 cables:
   - [intel-a, intel-b]
   - [rtl-a, rtl-b]
@@ -45,7 +45,7 @@ def cell(repo, scenario: str, cell_id: str | None = None):
     return next(c for c in cells if cell_id is None or c.id == cell_id).scenario.topology()
 
 
-def test_an_alias_class_is_its_catalog_class_and_hosts_say_whether_they_are_local(lab):
+def test_an_alias_model_is_its_catalog_model_and_hosts_say_whether_they_are_local(lab):
     assert lab.card("intel-b").model == "e1000"
     assert lab.hosts["rig1"].local and not lab.hosts["rig2"].local
     assert lab.prices() == {"e1000": 45, "rtl8139": 7.60}
@@ -91,7 +91,7 @@ def test_the_cables_must_match_not_only_the_card_counts(tmp_path, repo):
         place(cell(repo, "two-node.yaml"), load_inventory(tmp_path / "lab.yaml"))
 
 
-def test_a_lab_class_is_known_to_scenarios_only_inside_the_lab_and_runs_emulated_by_its_stand_in(
+def test_a_lab_model_is_known_to_scenarios_only_inside_the_lab_and_runs_emulated_by_its_stand_in(
     lab, tmp_path, monkeypatch
 ):
     image = fake_lab_image(tmp_path / "lab-image", {"8086:100e": "e1000"})  # the lab image: no ixgbe
@@ -120,9 +120,9 @@ def test_a_lab_class_is_known_to_scenarios_only_inside_the_lab_and_runs_emulated
     assert nics.lookup("x520") is None
 
 
-def test_a_lab_class_without_a_stand_in_cannot_run_emulated(lab):
+def test_a_lab_model_without_a_stand_in_cannot_run_emulated(lab):
     bare = lab.model_copy(deep=True)
-    bare.classes["x520"].emulated_by = ""
+    bare.models["x520"].emulated_by = ""
     text = "name: s\nnodes: [a, b]\nlinks:\n  - {between: [a, b], nic: x520}\nbenchmarks:\n  - ping: {}\n"
     with bare.models_known():
         topology = parse(text, "s.yaml").cells[0].scenario.topology()
@@ -131,11 +131,25 @@ def test_a_lab_class_without_a_stand_in_cannot_run_emulated(lab):
 
 def test_an_inventory_error_names_the_line_and_the_fix():
     with pytest.raises(InventoryError) as caught:
-        parse_inventory("cards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', class: e1001}\n", "lab.yaml")
+        parse_inventory("cards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', model: e1001}\n", "lab.yaml")
     assert str(caught.value) == (
-        "lab.yaml:2:58: cards[0].class: unknown card class 'e1001'; did you mean 'e1000'? "
-        "a class is a catalog one (niclab nics) or one under classes:"
+        "lab.yaml:2:58: cards[0].model: unknown NIC model 'e1001'; did you mean 'e1000'? "
+        "a model is a catalog one (niclab nics) or one under models:"
     )
+
+
+def test_an_inventory_in_the_old_words_is_told_each_key_to_rename():
+    old = LAB.replace("models:", "classes:").replace("model:", "class:")
+    with pytest.raises(InventoryError) as caught:
+        parse_inventory(old, "lab.yaml")
+    first, card, *others = str(caught.value).splitlines()
+    assert first == (
+        "lab.yaml:5:1: classes: a lab names its own NIC models under models: (classes: is its old name); rename it"
+    )
+    assert card == (
+        "lab.yaml:8:52: cards[0].class: a card names its model with model: (class: is its old name); rename it"
+    )
+    assert len(others) == 5  # one per card
 
 
 def test_cards_at_the_same_pci_address_on_two_hosts_are_leased_apart(lab):
@@ -165,7 +179,7 @@ def test_uri_parameters_that_run_programs_pass_only_when_allowed(tmp_path, capsy
     path = tmp_path / "lab.yaml"
     path.write_text(
         "hosts:\n  rig2: {libvirt: 'qemu+ssh://root@rig2/system?netcat=/opt/nc&keyfile=/root/.ssh/lab'}\n"
-        "cards:\n  - {id: a, host: rig2, pci: '0000:03:00.0', class: e1000}\n"
+        "cards:\n  - {id: a, host: rig2, pci: '0000:03:00.0', model: e1000}\n"
     )
     assert main(["lab", "check", str(path)]) == 1
     assert "has the parameter netcat=" in capsys.readouterr().err
@@ -208,9 +222,9 @@ def test_the_usual_uris_pass(uri):
 
 def test_an_allowed_class_matches_its_digits():
     lab = parse_inventory(
-        "classes:\n  dpu: {driver: mlx5_core, pci_id: '15b3:a2d6', allow_class: '0x1200'}\n"
-        "cards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', class: dpu}\n"
-        "  - {id: b, host: localhost, pci: '0000:04:00.0', class: e1000}\n",
+        "models:\n  dpu: {driver: mlx5_core, pci_id: '15b3:a2d6', allow_class: '0x1200'}\n"
+        "cards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', model: dpu}\n"
+        "  - {id: b, host: localhost, pci: '0000:04:00.0', model: e1000}\n",
         "lab.yaml",
     )
     allowed = lab.allowed_class("a")

@@ -312,12 +312,12 @@ def test_a_host_whose_node_devices_cannot_be_listed_is_one_error_naming_it():
     assert str(raised.value).startswith(f"lab host rig2 ({RIG2}): cannot list its node devices: ")
 
 
-def two_host_lab(remote_pci: str, uri: str = RIG2, remote_class: str = "e1000") -> str:
+def two_host_lab(remote_pci: str, uri: str = RIG2, remote_model: str = "e1000") -> str:
     return (
         f'name: two\nhosts: {{rig1: {{libvirt: "qemu:///system"}}, rig2: {{libvirt: "{uri}"}}}}\n'
-        'classes: {fastnic: {driver: nvme, pci_id: "144d:a808"}}\n'
-        f'cards:\n  - {{id: wan0, host: rig1, pci: "{CARD}", class: e1000}}\n'
-        f'  - {{id: far0, host: rig2, pci: "{remote_pci}", class: {remote_class}}}\n'
+        'models: {fastnic: {driver: nvme, pci_id: "144d:a808"}}\n'
+        f'cards:\n  - {{id: wan0, host: rig1, pci: "{CARD}", model: e1000}}\n'
+        f'  - {{id: far0, host: rig2, pci: "{remote_pci}", model: {remote_model}}}\n'
     )
 
 
@@ -350,7 +350,7 @@ def remote_rig(tmp_path: Path, monkeypatch) -> FakeSysfs:
 @pytest.mark.parametrize("force", [False, True])
 def test_hold_cards_refuses_a_remote_nvme_card_before_anything_is_bound(tmp_path, monkeypatch, local_host, force):
     sim = local_host.sim()
-    lab = parse_inventory(two_host_lab(NVME, remote_class="fastnic"), "lab.yaml")
+    lab = parse_inventory(two_host_lab(NVME, remote_model="fastnic"), "lab.yaml")
     placement = Placement(
         cards={("a", 0, 0): lab.card("wan0"), ("b", 0, 0): lab.card("far0")},
         cables={},

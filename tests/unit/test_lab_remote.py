@@ -175,7 +175,7 @@ def test_a_host_that_never_answers_times_out_naming_it(tmp_path, log, monkeypatc
 def lab_yaml(tmp_path, *hosts: str) -> str:
     path = tmp_path / "lab.yaml"
     names = ", ".join(f'{h}: {{libvirt: "qemu+ssh://root@{h}/system"}}' for h in hosts)
-    cards = "".join(f'  - {{id: {h}-nic, host: {h}, pci: "{NIC}", class: e1000}}\n' for h in hosts)
+    cards = "".join(f'  - {{id: {h}-nic, host: {h}, pci: "{NIC}", model: e1000}}\n' for h in hosts)
     path.write_text(f"name: two\nhosts: {{{names}}}\ncards:\n{cards}")
     return str(path)
 

@@ -30,8 +30,8 @@ hosts:
   rig1: {libvirt: qemu:///system, address: 192.0.2.1, capacity: {cpus: 2, memory_mib: 1024}}
   rig2: {libvirt: qemu+ssh://root@rig2/system, address: 192.0.2.2, capacity: {cpus: 2, memory_mib: 1024}}
 cards:
-  - {id: a1, host: rig1, pci: "0000:03:00.0", class: e1000}
-  - {id: b1, host: rig1, pci: "0000:04:00.0", class: e1000}
+  - {id: a1, host: rig1, pci: "0000:03:00.0", model: e1000}
+  - {id: b1, host: rig1, pci: "0000:04:00.0", model: e1000}
 cables:
   - [a1, b1]
 """

@@ -19,8 +19,8 @@ name: fake-lab
 hosts:
   rig1: {libvirt: qemu:///system}
 cards:
-  - {id: intel-a, host: rig1, pci: "0000:03:00.0", class: e1000, name: Intel PRO/1000 MT, price: 45}
-  - {id: intel-b, host: rig1, pci: "0000:04:00.0", class: e1000, name: Intel PRO/1000 MT, price: 45}
+  - {id: intel-a, host: rig1, pci: "0000:03:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
+  - {id: intel-b, host: rig1, pci: "0000:04:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
 cables:
   - [intel-a, intel-b]
 """

@@ -67,8 +67,8 @@ def test_an_invalid_scenario_is_one_failing_item_not_a_crash(scenarios):
 
 def test_cells_a_lab_cannot_realize_are_skipped_with_the_reason(scenarios):
     scenarios.path.joinpath("lab.yaml").write_text(
-        "name: small-lab\ncards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', class: e1000}\n"
-        "  - {id: b, host: localhost, pci: '0000:03:00.1', class: e1000}\ncables:\n  - [a, b]\n"
+        "name: small-lab\ncards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', model: e1000}\n"
+        "  - {id: b, host: localhost, pci: '0000:03:00.1', model: e1000}\ncables:\n  - [a, b]\n"
     )
     result = scenarios.runpytest("scenarios/pair.yaml", "-k", "virtio", "-rs", "--niclab-lab", "lab.yaml")
     result.assert_outcomes(skipped=2, deselected=2)
@@ -102,18 +102,18 @@ def test_markers_and_options_are_registered(pytester):
     )
 
 
-def test_a_scenario_may_name_a_class_of_the_lab_given(scenarios):
+def test_a_scenario_may_name_a_model_of_the_lab_given(scenarios):
     scenarios.path.joinpath("lab.yaml").write_text(
-        "classes:\n  x520: {driver: ixgbe, pci_id: '8086:10fb', emulated_by: e1000}\n"
-        "cards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', class: x520}\n"
-        "  - {id: b, host: localhost, pci: '0000:03:00.1', class: x520}\ncables:\n  - [a, b]\n"
+        "models:\n  x520: {driver: ixgbe, pci_id: '8086:10fb', emulated_by: e1000}\n"
+        "cards:\n  - {id: a, host: localhost, pci: '0000:03:00.0', model: x520}\n"
+        "  - {id: b, host: localhost, pci: '0000:03:00.1', model: x520}\ncables:\n  - [a, b]\n"
     )
     scenarios.path.joinpath("scenarios", "x520.yaml").write_text(
         "name: x520\nnodes: [a, b]\nlinks:\n  - {between: [a, b], nic: x520}\nbenchmarks:\n  - ping: {}\n"
     )
     without = scenarios.runpytest("scenarios/x520.yaml", "--collect-only", "-q")
     without.stdout.fnmatch_lines(["scenarios/x520.yaml::validate"])  # the item that fails: unknown NIC model
-    # In a subprocess, as a user runs it: the lab's classes are known from pytest_configure on.
+    # In a subprocess, as a user runs it: the lab's models are known from pytest_configure on.
     result = scenarios.runpytest_subprocess("scenarios/x520.yaml", "--collect-only", "-q", "--niclab-lab", "lab.yaml")
     assert result.ret == 0, result.stdout.str()
     collected = [line for line in result.stdout.lines if line.startswith("scenarios/x520.yaml::")]

@@ -1,15 +1,15 @@
-"""A lab inventory (`lab.yaml`): the lab's hosts, card classes, cards and the cables between them.
+"""A lab inventory (`lab.yaml`): the lab's hosts, NIC models, cards and the cables between them.
 
     name: nic-lab
     hosts:
       rig1: {libvirt: qemu:///system, address: 192.0.2.1, capacity: {cpus: 8, memory_mib: 16384}}
-    classes:                      # card classes beyond the catalog (`niclab nics`)
+    models:                       # NIC models beyond the catalog (`niclab nics`)
       x520: {driver: ixgbe, pci_id: "8086:10fb", max_mtu: 9710, card: Intel X520-DA2,
              speed_mbps: 10000, emulated_by: e1000}
       bf2: {driver: mlx5_core, pci_id: "15b3:a2d6", allow_class: "0x0200"}
     cards:
-      - {id: intel-a, host: rig1, pci: "0000:03:00.0", class: e1000, name: Intel PRO/1000 MT, price: 45}
-      - {id: intel-b, host: rig1, pci: "0000:04:00.0", class: e1000, name: Intel PRO/1000 MT, price: 45}
+      - {id: intel-a, host: rig1, pci: "0000:03:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
+      - {id: intel-b, host: rig1, pci: "0000:04:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
     cables:
       - [intel-a, intel-b]        # a crossover cable between these two ports
 
@@ -19,26 +19,28 @@ the cables between emulated nodes (`--emulated`) that sit on two hosts. Its
 memory, summed over the domains of every cell running there); a host
 without one takes one cell at a time (niclab.model.lab.spread).
 
-A card's `class` is a catalog class or one of `classes`; a scenario's `nic:`
+A card's `model` is a catalog model or one of `models`; a scenario's `nic:`
 may then name it (niclab.model.nics.extra_models). A card may instead give
 its PCI ID alone (`{id: x520-a, host: rig1, pci: "0000:03:00.0", pci_id:
-"8086:10fb"}`): it then has the implicit class pci-8086-10fb (1500 MTU,
+"8086:10fb"}`): it then has the implicit model pci-8086-10fb (1500 MTU,
 1000 Mb/s, no emulated stand-in), whose driver is the one the lab guest
 image's modules.alias gives that ID (niclab.plumbing.lab.drivers). A card
-with both says the class's PCI ID again. Problems are reported like a
-scenario's: FILE:LINE:COL: path: message; hint. niclab.model.lab.match maps a
-cell's cables onto these cards and cables.
+with both says the model's PCI ID again. An inventory that still says
+`class:` or `classes:` (the old names of `model:` and `models:`) is told to
+rename them. Problems are reported like a scenario's: FILE:LINE:COL: path:
+message; hint. niclab.model.lab.match maps a cell's cables onto these cards
+and cables.
 
 An inventory comes from other people and lab mode runs as root, so what
 becomes a file name, a libvirt name or a URI is checked here: host names and
-class names are plain names, PCI addresses and IDs are matched whole (a
+model names are plain names, PCI addresses and IDs are matched whole (a
 trailing newline is not a match), and a host's libvirt URI is one of the
 transports qemu, qemu+ssh, qemu+tls or qemu+unix, with a plain host and user
 and no parameter that makes libvirt run a program or open another socket
 (command=, socket=, netcat=, ...) unless the caller allows URI parameters
 (`--allow-uri-params`): the ext transport, or those parameters, would run
-that program as root. A class that is not a network controller is passed
-through only with `allow_class:` (niclab.model.lab.pciclass).
+that program as root. A card whose PCI class is not a network controller is
+passed through only with its model's `allow_class:` (niclab.model.lab.pciclass).
 """
 
 from __future__ import annotations
@@ -203,7 +205,7 @@ class Host(BaseModel):
 
 
 class ModelSpec(BaseModel):
-    """A card class the catalog lacks: what the card is, and which emulated class stands in for it."""
+    """A NIC model the catalog lacks: what the card is, and which emulated model stands in for it."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -216,7 +218,7 @@ class ModelSpec(BaseModel):
     emulated_by: str = ""
     notes: str = ""
     allow_class: AllowedClass | None = Field(
-        None, description="a PCI class other than network (0x02) that cards of this class may report, e.g. 0x1200"
+        None, description="a PCI class other than network (0x02) that cards of this model may report, e.g. 0x1200"
     )
 
     @field_validator("allow_class", mode="before")
@@ -271,7 +273,7 @@ class ModelSpec(BaseModel):
             raise Problems(
                 [
                     Problem(
-                        (), f"{shown(value)} is not an emulated class", f"{hint + ' ' if hint else ''}see niclab nics"
+                        (), f"{shown(value)} is not an emulated model", f"{hint + ' ' if hint else ''}see niclab nics"
                     )
                 ]
             )
@@ -279,22 +281,15 @@ class ModelSpec(BaseModel):
 
 
 class Card(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid")
 
     id: str = Field(pattern=NAME_PATTERN)
     host: str
     pci: str
-    model: str = Field("", alias="class")
-    pci_id: str | None = Field(None, description="vendor:device, for a card named without a class")
+    model: str = ""
+    pci_id: str | None = Field(None, description="vendor:device, for a card named without a model")
     name: str = ""
     price: float | None = Field(None, ge=0)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _model_is_class(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "model" in data and "class" not in data:
-            raise Problems([Problem(("model",), "a card names its class with class:, not model:", at_key=True)])
-        return data
 
     @field_validator("pci_id")
     @classmethod
@@ -322,9 +317,40 @@ class Inventory(BaseModel):
 
     name: str = "lab"
     hosts: dict[str, Host] = Field(default_factory=lambda: {"localhost": Host()})
-    classes: dict[str, ModelSpec] = Field(default_factory=dict)
+    models: dict[str, ModelSpec] = Field(default_factory=dict)
     cards: list[Card] = Field(default_factory=list)
     cables: list[list[str]] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: Any) -> Any:
+        """An inventory written when a card's model was its class: one problem per old key, naming the fix."""
+        if not isinstance(data, dict):
+            return data
+        problems = []
+        if "classes" in data:
+            problems.append(
+                Problem(
+                    ("classes",),
+                    "a lab names its own NIC models under models: (classes: is its old name)",
+                    "rename it",
+                    at_key=True,
+                )
+            )
+        cards = data.get("cards")
+        for i, card in enumerate(cards if isinstance(cards, list) else []):
+            if isinstance(card, dict) and "class" in card:
+                problems.append(
+                    Problem(
+                        ("cards", i, "class"),
+                        "a card names its model with model: (class: is its old name)",
+                        "rename it",
+                        at_key=True,
+                    )
+                )
+        if problems:
+            raise Problems(problems)
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Inventory:
@@ -350,29 +376,29 @@ class Inventory(BaseModel):
                 )
 
     def _model_name_problems(self) -> Iterator[Problem]:
-        """Class names are plain names, and none is a catalog class's."""
-        for name in self.classes:
+        """Model names are plain names, and none is a catalog model's."""
+        for name in self.models:
             if not MODEL_NAME.fullmatch(name):
                 yield Problem(
-                    ("classes", name),
-                    f"class name {shown(name)} must match [a-z0-9_.+-]+ (at most 63 characters)",
-                    "name the class with lowercase letters, digits, dots and dashes",
+                    ("models", name),
+                    f"model name {shown(name)} must match [a-z0-9_.+-]+ (at most 63 characters)",
+                    "name the model with lowercase letters, digits, dots and dashes",
                     at_key=True,
                 )
             elif nics.is_emulated(name):
                 yield Problem(
-                    ("classes", name),
-                    f"{shown(name)} is a catalog class already",
-                    "give the lab's class another name, or drop it and use the catalog's",
+                    ("models", name),
+                    f"{shown(name)} is a catalog model already",
+                    "give the lab's model another name, or drop it and use the catalog's",
                     at_key=True,
                 )
 
     def _card_problems(self) -> Iterator[Problem]:
-        """Each card's problems in turn: an id or a PCI function taken already, an unknown host, its class.
+        """Each card's problems in turn: an id or a PCI function taken already, an unknown host, its model.
 
         One card after the other, not one check after the other: problems an alias
         (*card) places at one spot are reported in the cards' order."""
-        known = {m.name for m in nics.CATALOG} | set(self.classes)
+        known = {m.name for m in nics.CATALOG} | set(self.models)
         seen_ids: dict[str, int] = {}
         seen_pci: dict[tuple[str, str], str] = {}
         for i, card in enumerate(self.cards):
@@ -395,35 +421,35 @@ class Inventory(BaseModel):
             yield from self._card_model_problems(i, card, known)
 
     def _card_model_problems(self, i: int, card: Card, known: set[str]) -> Iterator[Problem]:
-        """What is wrong with the card's class and PCI ID; and, once checked, the card names its class by the
-        class's canonical name (or the implicit class of its PCI ID)."""
+        """What is wrong with the card's model and PCI ID; and, once checked, the card names its model by the
+        model's canonical name (or the implicit model of its PCI ID)."""
         if not card.model:
             if card.pci_id is None:
                 yield Problem(
                     ("cards", i),
-                    f"card {shown(card.id)} has neither class: nor pci_id:",
-                    'give its PCI ID as lspci -nn shows it (pci_id: "8086:10fb"), or a card class',
+                    f"card {shown(card.id)} has neither model: nor pci_id:",
+                    'give its PCI ID as lspci -nn shows it (pci_id: "8086:10fb"), or a NIC model',
                 )
             else:
                 card.model = implicit_model(card.pci_id)
             return
         canonical = nics.ALIASES.get(card.model, card.model)
         if canonical in known and card.pci_id is not None:
-            spec = self.classes.get(canonical)
+            spec = self.models.get(canonical)
             expected = spec.pci_id if spec is not None else nics.get(canonical).pci_id
             if expected.lower() != card.pci_id:
                 yield Problem(
                     ("cards", i, "pci_id"),
                     f"card {shown(card.id)} is {card.pci_id}, but {canonical} cards are {expected}",
-                    "drop pci_id: (the class gives it) or the class: (the card then gets the implicit class "
+                    "drop pci_id: (the model gives it) or the model: (the card then gets the implicit model "
                     f"{implicit_model(card.pci_id)})",
                 )
         if canonical not in known:
             hint = did_you_mean(card.model, sorted(known))
             yield Problem(
-                ("cards", i, "class"),
-                f"unknown card class {shown(card.model)}",
-                f"{hint + ' ' if hint else ''}a class is a catalog one (niclab nics) or one under classes:",
+                ("cards", i, "model"),
+                f"unknown NIC model {shown(card.model)}",
+                f"{hint + ' ' if hint else ''}a model is a catalog one (niclab nics) or one under models:",
             )
         else:
             card.model = canonical
@@ -461,17 +487,17 @@ class Inventory(BaseModel):
         return next(card for card in self.cards if card.id == card_id)
 
     def allowed_class(self, card_id: str) -> AllowedClass | None:
-        """The PCI class beyond network controllers the card may report (its class's allow_class)."""
-        spec = self.classes.get(self.card(card_id).model)
+        """The PCI class beyond network controllers the card may report (its model's allow_class)."""
+        spec = self.models.get(self.card(card_id).model)
         return spec.allow_class if spec is not None else None
 
     def implicit_models(self) -> dict[str, str]:
-        """The classes of cards named by PCI ID alone: class name -> PCI ID (classes: of that name win)."""
+        """The models of cards named by PCI ID alone: model name -> PCI ID (models: of that name win)."""
         return {
             card.model: card.pci_id
             for card in self.cards
             if card.pci_id is not None and card.model == implicit_model(card.pci_id)
-            if card.model not in self.classes
+            if card.model not in self.models
         }
 
     def nic_models(self) -> list[NicModel]:
@@ -500,17 +526,17 @@ class Inventory(BaseModel):
                 spec.notes,
                 spec.emulated_by,
             )
-            for name, spec in self.classes.items()
+            for name, spec in self.models.items()
         ]
 
     @contextmanager
     def models_known(self) -> Iterator[None]:
-        """Inside the block, scenarios may name this lab's card classes."""
+        """Inside the block, scenarios may name this lab's NIC models."""
         with nics.extra_models(self.nic_models()):
             yield
 
     def prices(self) -> dict[str, float]:
-        """Price per card class, from the cards that give one (the first price of a class wins)."""
+        """Price per NIC model, from the cards that give one (the first price of a model wins)."""
         out: dict[str, float] = {}
         for card in self.cards:
             if card.price is not None:
@@ -519,7 +545,7 @@ class Inventory(BaseModel):
 
 
 def implicit_model(pci_id: str) -> str:
-    """The class of a card named by its PCI ID alone: 8086:10fb -> pci-8086-10fb."""
+    """The model of a card named by its PCI ID alone: 8086:10fb -> pci-8086-10fb."""
     return "pci-" + pci_id.lower().replace(":", "-")
 
 

@@ -91,7 +91,7 @@ def card_pci_id(lab: Inventory, card: Card) -> str | None:
     """The card's PCI ID as the inventory gives it: its own pci_id, else its class's."""
     if card.pci_id is not None:
         return card.pci_id
-    spec = lab.classes.get(card.model)
+    spec = lab.models.get(card.model)
     found = nics.lookup(card.model)
     return spec.pci_id if spec is not None else (found.pci_id if found else None)
 
