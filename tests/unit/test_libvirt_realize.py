@@ -258,7 +258,7 @@ def test_a_labs_cards_are_held_passed_through_and_keep_their_own_macs(world, tmp
         "card": "a1",
         "pci": "0000:03:00.0",
         "host": "rig1",
-        "class": "e1000",
+        "model": "e1000",
         "name": rig.facts.model_dump(exclude_unset=True)["cards"]["a/link0"]["name"],
         "guest_pci": "0000:00:03.0",
     }

@@ -9,8 +9,10 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from niclab.model.lab.inventory import parse_inventory
+from niclab.model.lab.match import place
 from niclab.model.scenario import load_scenario
 from niclab.plumbing.backends import BackendOptions, get_backend
+from niclab.plumbing.backends.libvirt_cards import cards_facts
 from niclab.plumbing.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
 from niclab.ui.cli.main import main
 
@@ -120,6 +122,21 @@ def test_the_libvirt_backend_without_a_lab_uses_the_emulated_stand_ins(repo, tmp
     assert validate(tmp_path / "a.xml").returncode == 0
     lab = parse_inventory(LAB, "lab.yaml")
     assert get_backend(options=BackendOptions(lab=lab)).check(topology) is None
+
+
+def test_a_lab_runs_facts_name_each_ports_card_and_its_model(repo):
+    topology = load_scenario(repo / "scenarios" / "two-node.yaml").cells[0].scenario.topology()
+    lab = parse_inventory(LAB, "lab.yaml")
+    facts = cards_facts(topology, place(topology, lab), {"a/link0": {"guest_driver": "e1000"}})
+    assert facts["a/link0"] == {
+        "card": "intel-a",
+        "pci": "0000:03:00.0",
+        "host": "rig1",
+        "model": "e1000",
+        "name": "Intel PRO/1000 MT",
+        "guest_driver": "e1000",
+    }
+    assert facts["b/link0"]["card"] == "intel-b" and facts["b/link0"]["model"] == "e1000"
 
 
 def test_the_libvirt_backend_makes_cables_not_switches(repo, tmp_path):

@@ -92,7 +92,7 @@ class RigFacts(Facts):
     """The libvirt backend's: the version of libvirt on the (first) host."""
     cards: dict[str, dict[str, str]] | None = None
     """A run with --lab: per `NODE/IFNAME`, the lab's card passed through: its `card` id, `pci` address, `host`,
-    `class` and `name`, and where the guest saw it (`guest_pci`, `guest_pci_id`, `guest_driver`)."""
+    `model` and `name`, and where the guest saw it (`guest_pci`, `guest_pci_id`, `guest_driver`)."""
 
 
 class BootFacts(Facts):

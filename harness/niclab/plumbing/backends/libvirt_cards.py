@@ -47,7 +47,7 @@ def cards_facts(topology: Topology, placement: Placement, seen: dict) -> dict[st
             "card": placement.cards[port.key].id,
             "pci": placement.cards[port.key].pci,
             "host": placement.cards[port.key].host,
-            "class": placement.cards[port.key].model,
+            "model": placement.cards[port.key].model,
             "name": placement.cards[port.key].name,
             **seen.get(f"{port.node}/{port.ifname}", {}),
         }
