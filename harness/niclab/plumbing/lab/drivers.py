@@ -88,7 +88,7 @@ class DriverTable:
 
 
 def card_pci_id(lab: Inventory, card: Card) -> str | None:
-    """The card's PCI ID as the inventory gives it: its own pci_id, else its class's."""
+    """The card's PCI ID as the inventory gives it: its own pci_id, else its model's."""
     if card.pci_id is not None:
         return card.pci_id
     spec = lab.models.get(card.model)
