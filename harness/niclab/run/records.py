@@ -29,6 +29,15 @@ FORMAT_VERSION = 2  # what this niclab writes; it reads 1 too (niclab.run.reader
 # -- the models ----------------------------------------------------------------------------------------
 
 
+def _none(value: Any) -> bool:
+    return value is None
+
+
+def _empty(value: Any) -> bool:
+    """An optional field with nothing in it: left out when the record is written (Field's exclude_if)."""
+    return value is None or value == "" or value == []
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
         extra="allow", strict=True, allow_inf_nan=False, use_attribute_docstrings=True, populate_by_name=True
@@ -215,9 +224,9 @@ class TestRecord(_Record):
     result: Literal["pass", "fail", "skip", "xfail", "crash"]
     """pass, fail, skip, xfail (a failure the test expects: an unsupported feature), or crash (the guest's kernel
     oopsed or panicked during the test)."""
-    reason: str | None = None
-    """Why it skipped, failed or crashed, as the test (or the console) said."""
-    seconds: float | None = None
+    reason: str | None = Field(None, exclude_if=_empty)
+    """Why it skipped, failed or crashed, as the test (or the console) said; absent when it did not say."""
+    seconds: float | None = Field(None, exclude_if=_none)
     """How long the program ran (absent for a subtest)."""
     node: str
     """The node the test ran on (NETIF is its port on `link`)."""
@@ -229,11 +238,11 @@ class TestRecord(_Record):
     """The port under test: model, driver, driver version, PCI ID."""
     kernel: str | None = None
     """The kernel the node ran."""
-    tests_from: str | None = None
+    tests_from: str | None = Field(None, exclude_if=_empty)
     """Where the tests came from, e.g. `Debian trixie linux-source-6.12 6.12.107-1`."""
-    dmesg: list[str] = Field(default_factory=list)
+    dmesg: list[str] = Field(default_factory=list, exclude_if=_empty)
     """The kernel's log lines during the test, on the node that ran it (absent for a subtest)."""
-    console: list[str] = Field(default_factory=list)
+    console: list[str] = Field(default_factory=list, exclude_if=_empty)
     """A crash's excerpt of the node's console (the oops or panic)."""
 
 

@@ -509,14 +509,6 @@ class Runner:
         """A `test` record per selftest program and subtest the run reported."""
         nodes = session.facts.nodes if session.facts is not None else {}
         for outcome in run.tests:
-            given: dict[str, Any] = {
-                "subtest": outcome.subtest,
-                **({"reason": outcome.reason} if outcome.reason else {}),
-                **({"seconds": outcome.seconds} if outcome.seconds is not None else {}),
-                **({"dmesg": list(outcome.dmesg)} if outcome.dmesg else {}),
-                **({"console": list(outcome.console)} if outcome.console else {}),
-                **({"tests_from": outcome.tests_from} if outcome.tests_from else {}),
-            }
             self.run_dir.append(
                 TestRecord(
                     type="test",
@@ -532,7 +524,12 @@ class Runner:
                     link=run.ends.link,
                     nic=session.nic_summary(outcome.node, run.ends.link),
                     kernel=seen.kernel if (seen := nodes.get(outcome.node)) is not None else None,
-                    **given,
+                    subtest=outcome.subtest,
+                    reason=outcome.reason,
+                    seconds=outcome.seconds,
+                    dmesg=list(outcome.dmesg),
+                    console=list(outcome.console),
+                    tests_from=outcome.tests_from,
                 )
             )
 
