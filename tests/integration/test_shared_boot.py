@@ -36,7 +36,7 @@ def test_one_boot_serves_cells_with_other_bonds_mtus_netem_and_offloads(image, t
     with BootKeeper(QemuBackend(image=image), lines.append) as rigs:
         tuned = Session(cell("tuned", TUNED), rigs.backend, tmp_path)
         tuned.prepare(rigs)
-        observed = tuned.facts["network"]["observed"]["a"]
+        observed = tuned.facts.network.model_dump()["observed"]["a"]
         assert observed["iface bond0"]["mtu"] == "9000" and "netem" in observed["iface bond0"]["qdisc"]
         assert observed["port link0p0"]["offloads"]["generic-receive-offload"] == "off"
         # tso on turns on all of TCP segmentation, also the part e1000 starts with off
@@ -47,15 +47,15 @@ def test_one_boot_serves_cells_with_other_bonds_mtus_netem_and_offloads(image, t
 
         plain = Session(cell("plain", TOPOLOGY), rigs.backend, tmp_path)
         plain.prepare(rigs)
-        assert plain.booted is tuned.booted and plain.facts["boot"]["reused"] is True
-        observed = plain.facts["network"]["observed"]["a"]
+        assert plain.booted is tuned.booted and plain.facts.boot.reused is True
+        observed = plain.facts.network.model_dump()["observed"]["a"]
         for port in ("link0p0", "link0p1"):
             state = observed[f"iface {port}"]
             assert state["mtu"] == "1500" and "netem" not in state["qdisc"], state
             assert "bond_mode" not in state
             assert observed[f"port {port}"]["offloads"]["generic-receive-offload"] == "on"  # given back
             assert mangleid(plain, port) == "off"  # every part of tso too, though no cell named it
-        assert set(plain.facts["network"]["idle_rtt_ms"]) == {"a->b link0p0", "a->b link0p1"}
+        assert set(plain.facts.network.idle_rtt_ms) == {"a->b link0p0", "a->b link0p1"}
         rtt = plain.bench("ping", count=3)
         assert next(m.value for m in rtt if m.metric == "rtt_avg_ms") < 5  # no 5 ms netem left behind
 
