@@ -322,7 +322,10 @@ def _class(sysfs: PciReader, pci: str, code: int, allowed: AllowedClass | None) 
     if pciclass.never_passed(code):
         hint = pciclass.NEVER_TEXT
     else:
-        hint = f'a card that reports another class needs allow_class: "0x{code >> 8:04x}" on its class in the inventory'
+        hint = (
+            f'a card that reports another class needs allow_class: "0x{code >> 8:04x}" on its model (under models:) '
+            "in the inventory"
+        )
     return Check("class", "fail", f"{pci} {why}", f"{lspci}; {hint}")
 
 
