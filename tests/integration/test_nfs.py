@@ -115,8 +115,12 @@ def test_bonnie_on_the_share_sends_its_blocks_over_the_link(session):
 
     figures = {m.metric: m.value for m in found}
     too_fast = found[0].extra["too_fast"]
-    for metric in ("block_write_mb_s", "rewrite_mb_s", "seeks_per_s"):
+    for metric in ("block_write_mb_s", "rewrite_mb_s"):
         assert figures.get(metric, 0) > 0, f"bonnie++ gave no {metric}: {sorted(figures)}, too fast: {too_fast}"
+    # Random seeks read what the rewrite just left in the client's cache: on a quick pass bonnie++ cannot time
+    # them (+++++; CI saw it once), and then the figure is left out and named, never reported as 0.
+    assert figures.get("seeks_per_s", 0) > 0 or "seeks" in too_fast, f"{sorted(figures)}, {too_fast}"
+    assert "seeks_per_s" not in figures or "seeks" not in too_fast
     # A block read bonnie++ could not time (+++++) is left out and named. Over the link 32 MiB take a second or
     # more under TCG; a read it could not time came from the client's cache, not the link (a fresh-clone run
     # saw it: +++++ for the block read, and link0 received 36.8 MB, the rewrite's reads alone).
