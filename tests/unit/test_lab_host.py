@@ -752,3 +752,24 @@ def test_odd_ip_output_from_another_host_is_one_line_or_nothing_never_a_crash(li
         assert net.uses("eth0") == [] and net.default_route_interfaces() == []
     except NiclabError as exc:
         assert "not a list" in str(exc)
+
+
+def test_a_hand_over_between_lock_and_record_is_not_said_as_a_new_holder():
+    """A holder between its record and its unlock (releasing) leaves a lock with no record for a moment: the
+    waiter says the holder it saw, not also "a process that has not recorded itself yet"."""
+    first = lease_mod.own_record("run-1")
+    polls = iter([(None, first), (None, None), ("taken", None)])
+    messages: list[str] = []
+    taken = lease_mod.take_waiting(
+        lambda: next(polls), "card x", lambda h: h.run if h else "unrecorded", True, None, messages.append, 0
+    )
+    assert taken == "taken" and messages == ["waiting for card x, held by run-1"]
+
+
+def test_a_lock_left_with_no_record_is_said_from_the_second_poll():
+    polls = iter([(None, None), (None, None), (None, None), ("taken", None)])
+    messages: list[str] = []
+    lease_mod.take_waiting(
+        lambda: next(polls), "card x", lambda h: h.run if h else "unrecorded", True, None, messages.append, 0
+    )
+    assert messages == ["waiting for card x, held by unrecorded"]

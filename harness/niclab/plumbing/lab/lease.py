@@ -167,8 +167,13 @@ def take_waiting(
 ) -> T:
     """What `try_take` gives once it takes the lease (it returns what holds it, or the other holder's record).
     Held by another: raise, or with `wait` poll every `interval` s up to `timeout` (None: forever), saying each
-    new holder once (`told`: the holder taken as said already). A lease here or on another host alike."""
+    new holder once (`told`: the holder taken as said already). A lease here or on another host alike.
+
+    A lock with no holder record is a holder between its lock and its record (taking) or its record and its
+    unlock (releasing): said only when a second poll finds it so too, not as a new holder at every hand-over.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
+    unrecorded = False  # the previous poll found a lock with no record
     while True:
         taken, other = try_take()
         if taken is not None:
@@ -178,9 +183,10 @@ def take_waiting(
             raise NiclabError(f"{name} is leased to {named}; wait for it with --wait, or end that run")
         if deadline is not None and time.monotonic() >= deadline:
             raise NiclabError(f"{name} is still leased to {named} after {timeout:g} s of waiting; end that run")
-        if progress is not None and other != told:
+        if progress is not None and other != told and (other is not None or unrecorded):
             progress(f"waiting for {name}, held by {named}")
             told = other
+        unrecorded = other is None
         time.sleep(interval)
 
 
