@@ -105,8 +105,11 @@ def suggestion_budget(count: int = SUGGESTIONS) -> Iterator[None]:
         _suggestions_left.reset(token)
 
 
-def pydantic_problems(errors: Sequence[Mapping[str, Any]], prefix: tuple = ()) -> list[Problem]:
-    """Turn pydantic's errors into Problems, unpacking the ones our validators raised."""
+def pydantic_problems(
+    errors: Sequence[Mapping[str, Any]], prefix: tuple = (), model: type | None = None
+) -> list[Problem]:
+    """Turn pydantic's errors into Problems, unpacking the ones our validators raised. With the `model`
+    validated, an unknown key gets the keys valid at its place (did you mean, or the list)."""
     problems: list[Problem] = []
     for err in errors:
         loc = prefix + tuple(part for part in err["loc"] if not str(part).startswith("function-"))
@@ -118,7 +121,8 @@ def pydantic_problems(errors: Sequence[Mapping[str, Any]], prefix: tuple = ()) -
         if kind == "missing":
             problems.append(Problem(loc, "is required"))
         elif kind == "extra_forbidden":
-            problems.append(Problem(loc, "unknown key", at_key=True))
+            where = tuple(part for part in err["loc"] if not str(part).startswith("function-"))
+            problems.append(Problem(loc, "unknown key", unknown_key_hint(where, model), at_key=True))
         elif kind == "literal_error":
             expected = (err.get("ctx") or {}).get("expected", "")
             problems.append(Problem(loc, f"{shown(err['input'])} is not one of {expected}"))
@@ -165,6 +169,103 @@ def pydantic_problems(errors: Sequence[Mapping[str, Any]], prefix: tuple = ()) -
         else:
             problems.append(Problem(loc, err["msg"].removeprefix("Value error, ")))
     return problems
+
+
+#: Keys other tools (or their command lines) use for a niclab key: answered with the key to use, where it is valid.
+FOREIGN_KEYS = {
+    "duration": "seconds",
+    "time": "seconds",
+    "length": "seconds",
+    "-l": "seconds",
+    "-t": "test",
+    "-i": "iterations",
+    "-I": "confidence",
+    "-P": "streams",
+    "-m": "message_size",
+    "-M": "message_size",
+    "runs": "repeat",
+}
+KEYS_LISTED = 20  # valid keys named in one message
+
+
+def unknown_key_hint(loc: Sequence[Any], model: type | None) -> str:
+    """For the unknown key at `loc` (relative to `model`): the key meant (a misspelling, or another tool's
+    word for it) and, when nothing is close, the keys valid there. Empty when the place's keys are unknown."""
+    valid = keys_at(model, loc[:-1]) if model is not None and loc else None
+    if not valid:
+        return ""
+    key = str(loc[-1])
+    meant = FOREIGN_KEYS.get(key)
+    if meant in valid:
+        return f"niclab calls it {meant!r}"
+    close = closest(key, valid)
+    if close:
+        return f"did you mean {close!r}?"
+    return f"the keys here are: {listing(sorted(valid), KEYS_LISTED)}"
+
+
+def keys_at(model: Any, loc: Sequence[Any]) -> list[str] | None:
+    """The keys a mapping at `loc` inside `model` may have (its fields and their aliases), or None when what
+    is there is not a model: pydantic's error locations walked through fields, list items and dict values."""
+    current: Any = model
+    for part in loc:
+        current = _step(current, part)
+        if current is None:
+            return None
+    current = _unwrapped(current, None)
+    return _fields(current) if current is not None else None
+
+
+def _fields(model: Any) -> list[str] | None:
+    from pydantic import BaseModel
+
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return None
+    keys = []
+    for name, info in model.model_fields.items():
+        keys.append(info.alias if isinstance(info.alias, str) else name)
+    return keys
+
+
+def _unwrapped(annotation: Any, part: Any) -> Any:
+    """`annotation` without Annotated/Optional/Union: the member that has `part` (a field), or its only model."""
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrapped(typing.get_args(annotation)[0], part)
+    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+        members = [_unwrapped(arg, part) for arg in typing.get_args(annotation) if arg is not type(None)]
+        models = [m for m in members if _fields(m) is not None]
+        for member in models:
+            if part is None or part in (_fields(member) or []):
+                return member
+        collections = [m for m in members if typing.get_origin(m) in (list, tuple, dict)]
+        if collections:
+            return collections[0]
+        return models[0] if len(models) == 1 else None
+    return annotation
+
+
+def _step(current: Any, part: Any) -> Any:
+    """What is at `part` inside a value of type `current` (None: not known)."""
+    import typing
+    from collections.abc import Mapping as AbcMapping
+    from collections.abc import Sequence as AbcSequence
+
+    current = _unwrapped(current, part)
+    fields = _fields(current)
+    if fields is not None:
+        for name, info in current.model_fields.items():
+            if part in (name, info.alias):
+                return info.annotation
+        return None
+    origin, args = typing.get_origin(current), typing.get_args(current)
+    if origin in (list, tuple, AbcSequence) and args and isinstance(part, int):
+        return args[0]
+    if origin in (dict, AbcMapping) and len(args) == 2:
+        return args[1]
+    return None
 
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"

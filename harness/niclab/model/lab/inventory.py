@@ -561,7 +561,7 @@ def parse_inventory(text: str, display: str, *, allow_uri_params: bool = False) 
         try:
             return Inventory.model_validate(raw, context={ALLOW_URI_PARAMS: allow_uri_params})
         except ValidationError as exc:
-            problems = pydantic_problems(exc.errors())
+            problems = pydantic_problems(exc.errors(), model=Inventory)
             raise InventoryError(display, [(positions.of(p.path, p.at_key), p) for p in problems]) from None
 
 

@@ -44,7 +44,7 @@ def _memory_mib(value: Any) -> int:
         return value
     match = re.fullmatch(r"\s*(\d+)\s*([MG])i?B?\s*", str(value), re.IGNORECASE)
     if not match:
-        raise ValueError(f"memory {shown(value)} needs a unit: 256M or 1G")
+        raise ValueError(f"memory {shown(value)} is not a size: 256M, 1G, or a number of MiB")
     if len(match[1].lstrip("0")) > 9:  # int() of thousands of digits is slow, and refused past 4300
         raise ValueError(f"memory {shown(value)} is outside 64M..64G")
     return int(match[1]) * (1024 if match[2].upper() == "G" else 1)
@@ -253,7 +253,7 @@ class Link(_Strict):
             try:
                 result[end] = Netem.model_validate(spec or {})
             except ValidationError as exc:
-                problems += pydantic_problems(exc.errors(), (end,) if per_end else ())
+                problems += pydantic_problems(exc.errors(), (end,) if per_end else (), Netem)
         if problems:
             raise Problems(_unique(problems))
         return {end: spec for end, spec in result.items() if not spec.is_empty()}
@@ -402,7 +402,7 @@ def benchmark_spec(item: Any, base: Path | None = None) -> BenchmarkSpec:
     try:
         parsed = bench.get(tool).Options.model_validate(options or {}, context={"base": base})
     except ValidationError as exc:
-        raise Problems(pydantic_problems(exc.errors(), (tool,))) from None
+        raise Problems(pydantic_problems(exc.errors(), (tool,), bench.get(tool).Options)) from None
     return BenchmarkSpec(tool=tool, options=parsed)
 
 

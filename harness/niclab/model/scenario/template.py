@@ -287,7 +287,7 @@ def _expand(
             scenario = Scenario.model_validate(substitute(body, params), context={"base": base})
             cells.append(Cell(cid, params, scenario))
         except ValidationError as exc:
-            for problem in pydantic_problems(exc.errors()):
+            for problem in pydantic_problems(exc.errors(), model=Scenario):
                 failing.setdefault((problem.path, problem.message, problem.hint, problem.at_key), []).append(cid)
     problems = []
     for (path, message, hint, at_key), ids in failing.items():
