@@ -603,3 +603,50 @@ def ring(links: int, odd: bool = False) -> Topology:
     if odd:
         wires.append((("n0", "e1000"), ("n1", "e1000")))
     return synthetic_cell(wires)
+
+
+# -- recorded runs, edited as a failure would leave them -------------------------------------------------------
+
+RECORDED_RUNS = Path(__file__).resolve().parent / "data" / "runs"
+
+
+def edited_run(
+    name: str,
+    target: Path,
+    drop: Callable[[dict], bool] = lambda record: False,
+    add: list[dict] | None = None,
+    info: dict | None = None,
+) -> Path:
+    """A copy of the recorded run `name` (tests/data/runs) in `target`: the records `drop` picks left out,
+    `add` appended, run.json's fields updated with `info`."""
+    source = RECORDED_RUNS / name
+    target.mkdir(parents=True)
+    lines = [line for line in (source / "results.jsonl").read_text().splitlines() if not drop(json.loads(line))]
+    lines += [json.dumps(record) for record in add or []]
+    (target / "results.jsonl").write_text("\n".join(lines) + "\n")
+    run_info = json.loads((source / "run.json").read_text()) | (info or {})
+    (target / "run.json").write_text(json.dumps(run_info, indent=2))
+    return target
+
+
+def failure(cell: str, message: str, label: str | None = None, run: str | None = None) -> dict:
+    """An `error` record (results format version 1, as the recorded runs are) of a benchmark run, or with no
+    label of the cell itself."""
+    params = dict(part.split("=", 1) for part in cell.split(","))
+    stage = {"stage": "benchmark", "run": run, "benchmark": label} if label else {"stage": "cell"}
+    return {
+        "type": "error",
+        "scenario": "nic-shootout",
+        "cell": cell,
+        "params": params,
+        "time": "2026-11-22T06:00:00Z",
+        "message": message,
+    } | stage
+
+
+def of_benchmark(record: dict, cell: str, index: int) -> bool:
+    """Whether a recorded run's record is one of benchmark `index`'s results in `cell`."""
+    run = str(record.get("run") or "")
+    return record["cell"] == cell and (
+        record.get("benchmark_index") == index or (record["type"] != "error" and run.startswith(f"{index}."))
+    )

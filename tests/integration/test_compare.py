@@ -31,6 +31,7 @@ CONTENDED = "host contention, no verdict"
 BEYOND = f"beyond host contention (at most {CONTENTION_BOUND_PCT:g} % slower)"
 
 pytestmark = pytest.mark.measures
+PAIR = ("--cells", "default", "default")  # the one cell of each scenario
 
 
 def run(scenario: str, out: Path) -> Path:
@@ -55,10 +56,10 @@ def throughput_line(out: str) -> str:
     return next(line for line in out.splitlines() if METRIC in line)
 
 
-def throughput_change(base: Path, new: Path) -> tuple[int, dict]:
+def throughput_change(base: Path, new: Path, *extra: str) -> tuple[int, dict]:
     """compare's exit status with `--format json`, and the throughput's change there: its `contention` names a
     contended side."""
-    code, out, _ = compare(base, new, "--format", "json")
+    code, out, _ = compare(base, new, "--format", "json", *extra)
     return code, next(c for c in json.loads(out)["changes"] if c["name"] == METRIC)
 
 
@@ -76,8 +77,10 @@ def test_a_rerun_of_the_same_scenario_is_no_significant_change(capped, tmp_path)
 
 def test_a_rate_cap_is_worse_and_fails(capped, tmp_path):
     open_link = run("rate-open.yaml", tmp_path)
-    code, out, err = compare(open_link, capped)
-    json_code, change = throughput_change(open_link, capped)  # the other formats carry the same verdict
+    code, out, err = compare(open_link, capped)  # two scenarios: refused unless --cells pairs their cells
+    assert code == 2 and "ran scenario 'rate-open'" in err and "pair two cells with --cells" in err, err
+    code, out, err = compare(open_link, capped, *PAIR)
+    json_code, change = throughput_change(open_link, capped, *PAIR)  # the other formats carry the same verdict
     # contention heavier than the one busy core the bound was measured under may explain any drop: no verdict then
     assert change["verdict"] == "worse" or (change["unbounded"] and change["verdict"] == CONTENDED), change
     worse = change["verdict"] == "worse"
@@ -87,5 +90,5 @@ def test_a_rate_cap_is_worse_and_fails(capped, tmp_path):
     line = throughput_line(out)
     assert line.endswith(shown), line
     html = tmp_path / "compare.html"
-    code, _, _ = compare(open_link, capped, "--format", "html", "--out", str(html))
+    code, _, _ = compare(open_link, capped, *PAIR, "--format", "html", "--out", str(html))
     assert code == json_code and f">{shown}</td>" in html.read_text()

@@ -5,7 +5,7 @@ import pytest
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.run.records import RunInfoRecord
-from niclab.ui.compare import CONTENTION_BOUND_PCT, as_html, as_json, as_text, compare, compare_cells
+from niclab.ui.compare import CONTENTION_BOUND_PCT, Verdicts, as_html, as_json, as_text, compare, compare_cells
 from niclab.ui.report.data import CellData, RunData, for_comparing_runs, load_run
 from tests import records
 
@@ -118,13 +118,13 @@ def test_a_drop_beyond_what_contention_costs_is_worse_and_says_so():
     assert judged(base, new, "base") == {STREAM: f"worse, {BEYOND}"}
     (change,) = compare(run_with(base), contended_on(run_with(new)))
     assert (change.verdict, change.beyond) == ("worse", BEYOND)  # machine-readable as ever
-    text = as_text([change], Path("a"), Path("b"), 5.0, 0.05)
+    text = as_text(Verdicts([change]), Path("a"), Path("b"), 5.0, 0.05)
     assert text.splitlines()[4].endswith(f"worse, {BEYOND}")
     assert "1 worse, 0 better" in text and "without a verdict" not in text
     assert f"nic=e1000 {STREAM}: worse, {BEYOND}: new: {BUSY}" in text
-    html = as_html([change], Path("a"), Path("b"), 5.0, 0.05)
+    html = as_html(Verdicts([change]), Path("a"), Path("b"), 5.0, 0.05)
     assert '<td class="worse" title="new: other processes' in html and f">worse, {BEYOND}</td>" in html
-    assert json.loads(as_json([change], Path("a"), Path("b"), 5.0, 0.05))["changes"][0]["beyond"] == BEYOND
+    assert json.loads(as_json(Verdicts([change]), Path("a"), Path("b"), 5.0, 0.05))["changes"][0]["beyond"] == BEYOND
 
 
 def test_two_run_directories_compared_from_disk_keep_the_load_the_bound_needs(tmp_path):
@@ -186,7 +186,7 @@ def test_contention_heavier_than_the_bound_was_measured_under_explains_any_chang
     assert judged(base, new, "new", load=161.0) == {STREAM: "host contention, no verdict"}
     (change,) = compare(run_with(base), contended_on(run_with(new), load=161.0))
     assert change.unbounded == ["new"]
-    text = as_text([change], Path("a"), Path("b"), 5.0, 0.05)
+    text = as_text(Verdicts([change]), Path("a"), Path("b"), 5.0, 0.05)
     assert "no verdict (new: heavier than the one busy core the bound was measured under, or not measured)" in text
     assert judged(base, new, "new", load=None) == {STREAM: "host contention, no verdict"}  # not measured: no bound
     # however busy the base's host was, it only made the base slower: a drop stays a drop
@@ -310,9 +310,9 @@ def test_a_comparison_across_lab_hosts_says_so_in_its_verdict_line():
     new = on_hosts(run_with({"netperf.TCP_STREAM.throughput_mbps": [95, 96, 94]}), {"nic=e1000": "rig2"})
     (change,) = compare(base, new)
     assert (change.verdict, change.across) == ("worse", "across hosts (rig1 vs rig2)")
-    text = as_text([change], Path("a"), Path("b"), 5.0, 0.05)
+    text = as_text(Verdicts([change]), Path("a"), Path("b"), 5.0, 0.05)
     assert text.splitlines()[4].endswith("worse, across hosts (rig1 vs rig2)")
-    assert "worse, across hosts (rig1 vs rig2)" in as_html([change], Path("a"), Path("b"), 5.0, 0.05)
+    assert "worse, across hosts (rig1 vs rig2)" in as_html(Verdicts([change]), Path("a"), Path("b"), 5.0, 0.05)
     (same,) = compare(base, on_hosts(new, {"nic=e1000": "rig1"}))
     assert same.across == "" and same.shown == "worse"
     (no_lab,) = compare(run_with({"ping.rtt_avg_ms": [1, 1.1, 0.9]}), run_with({"ping.rtt_avg_ms": [1, 1.2, 0.9]}))

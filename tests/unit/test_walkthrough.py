@@ -3,11 +3,13 @@ the CLI prints it, with its exit code (0 fine, 1 the file or the result failed, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from niclab.ui.cli.main import main
+from tests.helpers import RECORDED_RUNS, edited_run, failure, of_benchmark
 
 
 def validate(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
@@ -61,3 +63,136 @@ def test_a_node_key_nothing_is_close_to_lists_the_node_keys(tmp_path, capsys):
 def test_memory_is_a_size_or_a_number_of_mib(tmp_path, capsys):
     code, lines = validate(tmp_path, "name: s\nnodes: {a: {memory: lots}, b: {memory: 512}}\n" + LINK, capsys)
     assert (code, lines) == (1, ["2:21: nodes.a.memory: memory 'lots' is not a size: 256M, 1G, or a number of MiB"])
+
+
+# -- compare is a gate: every figure of the base accounted for --------------------------------------------------
+
+UDP = 6  # nic-shootout's netperf UDP_STREAM: the seventh benchmark
+UDP_FAILED = "a: `netperf -t UDP_STREAM -H 198.18.0.2` did not finish in 99 s; killed it"
+
+
+def compare(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    code = main(["compare", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_benchmark_that_failed_every_repeat_in_the_new_run_is_lost_and_fails_the_gate(tmp_path, capsys):
+    new = edited_run(
+        "nic-shootout",
+        tmp_path / "new",
+        drop=lambda r: of_benchmark(r, "nic=e1000", UDP),
+        add=[failure("nic=e1000", UDP_FAILED, "netperf UDP_STREAM", f"{UDP}.{n}") for n in (1, 2, 3)],
+    )
+    code, out, _ = compare(capsys, RECORDED_RUNS / "nic-shootout", new)
+    assert code == 1
+    assert (
+        f"  nic=e1000  netperf UDP_STREAM  netperf.UDP_STREAM.send_throughput_mbps: failed 3 time(s): {UDP_FAILED}"
+        in out
+    )
+    assert ", 0 untested, 5 lost, 0 new" in out  # UDP_STREAM's five headline figures
+    assert out.rstrip().endswith("gate: FAILED (5 lost)")
+
+
+def test_a_cell_that_failed_to_boot_loses_all_its_figures(tmp_path, capsys):
+    new = edited_run(
+        "nic-shootout",
+        tmp_path / "new",
+        drop=lambda r: r["cell"] == "nic=tulip" and r["type"] != "cell",
+        add=[failure("nic=tulip", "node a did not answer its guest agent within 240 s (boot log: a.qemu.log)")],
+    )
+    code, out, _ = compare(capsys, RECORDED_RUNS / "nic-shootout", new)
+    assert code == 1
+    lost = [line for line in out.splitlines() if line.startswith("  nic=tulip  ")]
+    assert lost and all(
+        line.endswith(": the cell failed: node a did not answer its guest agent within 240 s (boot log: a.qemu.log)")
+        for line in lost
+    )
+    assert "gate: FAILED" in out
+
+
+def test_a_figure_only_the_new_run_has_is_new_and_passes(tmp_path, capsys):
+    base = edited_run("nic-shootout", tmp_path / "base", drop=lambda r: of_benchmark(r, "nic=e1000", UDP))
+    code, out, _ = compare(capsys, base, RECORDED_RUNS / "nic-shootout")
+    assert code == 0
+    assert (
+        "new (only the new run has these):\n  nic=e1000  netperf UDP_STREAM  netperf.UDP_STREAM.send_throughput_mbps"
+        in out
+    )
+    assert ", 0 lost, 5 new" in out and "gate: passed" in out
+
+
+def test_cells_of_one_run_with_a_failed_side_say_so(capsys):
+    """virtio's UDP_STREAM failed all three times in the recorded run."""
+    code, out, _ = compare(capsys, RECORDED_RUNS / "nic-shootout", "--cells", "nic=e1000", "nic=virtio")
+    assert code == 1
+    assert (
+        "  nic=e1000 → nic=virtio  netperf UDP_STREAM  netperf.UDP_STREAM.send_throughput_mbps: failed 3 time(s): a: `"
+        in out
+    )
+    code, out, _ = compare(capsys, RECORDED_RUNS / "nic-shootout", "--cells", "nic=virtio", "nic=e1000")
+    said = "failed in the base run (nothing to compare):\n  nic=virtio → nic=e1000  netperf UDP_STREAM: failed 3 time"
+    assert said + "(s) in the base run: a: `" in out
+    assert "netperf.UDP_STREAM.send_throughput_mbps" in out.split("new (only")[1]
+    assert code == 1 and "lost" not in out.splitlines()[-1]  # e1000 is slower than virtio: worse, nothing lost
+
+
+def test_runs_of_two_scenarios_are_refused_with_the_fix(tmp_path, capsys):
+    other = edited_run("nic-shootout", tmp_path / "other", info={"scenario": "nic-shootout-2"})
+    code, out, err = compare(capsys, RECORDED_RUNS / "nic-shootout", other)
+    assert code == 2 and out == ""
+    assert err == (
+        f"niclab: {RECORDED_RUNS / 'nic-shootout'} ran scenario 'nic-shootout' and {other} ran 'nic-shootout-2': "
+        "compare two runs of one scenario, or pair two cells with --cells BASE_CELL NEW_CELL\n"
+    )
+
+
+def test_runs_with_no_cell_in_common_are_refused_not_called_worse(tmp_path, capsys):
+    def only(*cells: str):
+        return lambda r: r["cell"] not in cells
+
+    base = edited_run(
+        "nic-shootout", tmp_path / "base", only("nic=e1000", "nic=virtio"), info={"cells": ["nic=e1000", "nic=virtio"]}
+    )
+    new = edited_run(
+        "nic-shootout", tmp_path / "new", only("nic=tulip", "nic=rtl8139"), info={"cells": ["nic=tulip", "nic=rtl8139"]}
+    )
+    code, out, err = compare(capsys, base, new)
+    assert (code, out) == (2, "")
+    assert err.endswith(
+        "have no cell in common (base: nic=e1000, nic=virtio; new: nic=tulip, nic=rtl8139): "
+        "pair two cells with --cells BASE_CELL NEW_CELL\n"
+    )
+
+
+def test_a_single_sample_says_untested_and_the_fix(capsys):
+    code, out, _ = compare(capsys, RECORDED_RUNS / "mtu-sweep", "--cells", "nic=e1000,mtu=1500", "nic=e1000,mtu=9000")
+    assert code == 0
+    assert "+56.3 %" in out and "untested (1 sample): add repeat: 3" in out
+
+
+def test_json_for_ci_systems_carries_the_gate(tmp_path, capsys):
+    new = edited_run(
+        "nic-shootout",
+        tmp_path / "new",
+        drop=lambda r: of_benchmark(r, "nic=e1000", UDP),
+        add=[failure("nic=e1000", UDP_FAILED, "netperf UDP_STREAM", f"{UDP}.1")],
+    )
+    code, out, _ = compare(capsys, RECORDED_RUNS / "nic-shootout", new, "--format", "json")
+    found = json.loads(out)
+    assert code == 1 and found["version"] == 1 and found["gate"] == "failed"
+    assert found["counts"]["lost"] == 5 and found["counts"]["worse"] == 0
+    assert found["lost"][0] == {
+        "cell": "nic=e1000",
+        "label": "netperf UDP_STREAM",
+        "name": "netperf.UDP_STREAM.send_throughput_mbps",
+        "reason": f"failed 1 time(s): {UDP_FAILED}",
+    }
+
+
+def test_compare_help_reads_per_cent_and_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    out = capsys.readouterr().out
+    assert "%%" not in out and "in % of the base mean" in out
+    assert "Exit status: 0 nothing worse and nothing lost; 1" in " ".join(out.split())

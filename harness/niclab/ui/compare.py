@@ -18,7 +18,8 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from niclab.base.errors import NiclabError
+from niclab.base.errors import NiclabError, UsageError
+from niclab.base.text import one_line
 from niclab.model.bench import MetricInfo, all_metrics
 from niclab.run.records import SummaryRecord
 from niclab.ui.report.assets import TEMPLATES
@@ -62,9 +63,72 @@ class Change:
 
     @property
     def shown(self) -> str:
-        """The verdict as a verdict line shows it: beyond contention when a side was contended, and where the
-        sides ran, when on different hosts."""
-        return ", ".join(part for part in (self.verdict, self.beyond, self.across) if part)
+        """The verdict as a verdict line shows it: why it is untested and the fix, beyond contention when a side
+        was contended, and where the sides ran, when on different hosts."""
+        verdict = self.verdict
+        if verdict == "untested":
+            n = min(self.base_n, self.new_n)
+            what = "fair pair" if self.paired else "sample"
+            verdict = f"untested ({n} {what}{'' if n == 1 else 's'}): add repeat: 3"
+        return ", ".join(part for part in (verdict, self.beyond, self.across) if part)
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A figure of the base run the new run does not have: its benchmark failed, its cell failed, or it did
+    not run. `name` is empty for repeats that failed in the new run only (the figure itself was compared)."""
+
+    cell: str
+    label: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Added:
+    """A figure only the new run has."""
+
+    cell: str
+    label: str
+    name: str
+
+
+@dataclass
+class Verdicts:
+    """What compare found: the changes, the figures lost and new, the base's own failures (nothing to compare
+    there), the selftests that changed; and whether the gate passes."""
+
+    changes: list[Change]
+    lost: list[Lost] = field(default_factory=list)
+    added: list[Added] = field(default_factory=list)
+    base_failed: list[Lost] = field(default_factory=list)
+    tests: TestComparison | None = None
+
+    def add(self, lost: list[Lost], added: list[Added], base_failed: list[Lost]) -> None:
+        self.lost += lost
+        self.added += added
+        self.base_failed += base_failed
+
+    @property
+    def worse(self) -> list[Change]:
+        return [c for c in self.changes if c.verdict == "worse"]
+
+    @property
+    def passed(self) -> bool:
+        """The gate: nothing worse, nothing lost, no selftest that passed fails now."""
+        return not (self.worse or self.lost or (self.tests is not None and self.tests.broke))
+
+    def counts(self) -> dict[str, int]:
+        verdicts = [c.verdict for c in self.changes]
+        return {
+            "worse": verdicts.count("worse"),
+            "better": verdicts.count("better"),
+            "no significant change": verdicts.count("no significant change"),
+            "untested": verdicts.count("untested"),
+            "host contention": verdicts.count(CONTENDED),
+            "lost": len(self.lost),
+            "new": len(self.added),
+        }
 
 
 @functools.cache
@@ -84,6 +148,119 @@ def _pairs(base: RunData, new: RunData) -> Iterator[tuple[CellData, CellData]]:
     for cell in base.cells:
         if cell.id in by_id:
             yield cell, by_id[cell.id]
+
+
+def _shown_id(base_cell: CellData, new_cell: CellData) -> str:
+    return base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}"
+
+
+def _failures(cell: CellData) -> tuple[str | None, dict[str, list[str]]]:
+    """A cell's own failure (its message), and its benchmarks' failed repeats: label -> their messages."""
+    failed: str | None = None
+    repeats: dict[str, list[str]] = {}
+    for error in cell.errors:
+        if error.stage == "cell":
+            failed = failed or error.message
+        elif error.label:
+            repeats.setdefault(error.label, []).append(error.message)
+    return failed, repeats
+
+
+def account(
+    base_cell: CellData, new_cell: CellData | None, every_metric: bool = False, missing: str = ""
+) -> tuple[list[Lost], list[Added], list[Lost]]:
+    """Each figure of the base cell that the new cell lacks (lost, with why), each only the new cell has
+    (added), and the base cell's own failures (what it has nothing to compare of). `new_cell` None: the new
+    run has no such cell (`missing` says why)."""
+    wanted = [s for s in base_cell.summaries if every_metric or s.headline]
+    cell = base_cell.id if new_cell is None else _shown_id(base_cell, new_cell)
+    base_failed, base_repeats = _failures(base_cell)
+    noted = [Lost(cell, "", "", f"the base cell failed: {one_line(base_failed)}")] if base_failed else []
+    measured = {s.label for s in base_cell.summaries}
+    noted += [
+        Lost(cell, label, "", f"failed {len(messages)} time(s) in the base run: {one_line(messages[0])}")
+        for label, messages in base_repeats.items()
+        if label not in measured
+    ]
+    if new_cell is None:
+        return [Lost(cell, s.label, s.name, missing) for s in wanted], [], noted
+    failed, repeats = _failures(new_cell)
+    news = {_key(s) for s in new_cell.summaries}
+    lost, said = [], set()
+    for summary in wanted:
+        if _key(summary) in news:
+            more = len(repeats.get(summary.label, [])) - len(base_repeats.get(summary.label, []))
+            if more > 0 and summary.label not in said:
+                said.add(summary.label)
+                why = one_line(repeats[summary.label][0])
+                lost.append(Lost(cell, summary.label, "", f"{more} more repeat(s) failed than in the base run: {why}"))
+            continue
+        if failed:
+            reason = f"the cell failed: {one_line(failed)}"
+        elif summary.label in repeats:
+            messages = repeats[summary.label]
+            reason = f"failed {len(messages)} time(s): {one_line(messages[0])}"
+        else:
+            reason = "not measured in the new run"
+        lost.append(Lost(cell, summary.label, summary.name, reason))
+    olds = {_key(s) for s in base_cell.summaries}
+    added = [
+        Added(cell, s.label, s.name) for s in new_cell.summaries if (every_metric or s.headline) and _key(s) not in olds
+    ]
+    return lost, added, noted
+
+
+def gate(
+    base: RunData, new: RunData, threshold_pct: float = 5.0, alpha: float = 0.05, every_metric: bool = False
+) -> Verdicts:
+    """Two runs of one scenario, every figure of the base accounted for: compared, lost or new. Runs of two
+    scenarios, or with no cell in common, are refused (UsageError: pair two cells with --cells)."""
+    if base.info.scenario and new.info.scenario and base.info.scenario != new.info.scenario:
+        raise UsageError(
+            f"{base.path} ran scenario {_said(base.info.scenario)} and {new.path} ran {_said(new.info.scenario)}: "
+            "compare two runs of one scenario, or pair two cells with --cells BASE_CELL NEW_CELL"
+        )
+    pairs = list(_pairs(base, new))
+    if not pairs:
+        raise UsageError(
+            f"{base.path} and {new.path} have no cell in common (base: {_ids(base)}; new: {_ids(new)}): "
+            "pair two cells with --cells BASE_CELL NEW_CELL"
+        )
+    verdicts = Verdicts(compare(base, new, threshold_pct, alpha, every_metric), tests=selftest_changes(base, new))
+    paired_ids = {b.id for b, _ in pairs}, {n.id for _, n in pairs}
+    for base_cell, new_cell in pairs:
+        verdicts.add(*account(base_cell, new_cell, every_metric))
+    for cell in base.cells:
+        if cell.id not in paired_ids[0]:
+            verdicts.add(*account(cell, None, every_metric, "the new run has no such cell"))
+    for cell in new.cells:
+        if cell.id not in paired_ids[1]:
+            verdicts.added += [Added(cell.id, s.label, s.name) for s in cell.summaries if every_metric or s.headline]
+    return verdicts
+
+
+def gate_pair(
+    base_cell: CellData,
+    new_cell: CellData,
+    threshold_pct: float,
+    alpha: float,
+    every_metric: bool,
+    paired: bool,
+) -> Verdicts:
+    """Two cells (of one run, or of two), every figure of the base cell accounted for."""
+    verdicts = Verdicts(compare_pair(base_cell, new_cell, threshold_pct, alpha, every_metric, paired))
+    verdicts.add(*account(base_cell, new_cell, every_metric))
+    verdicts.tests = compare_tests([(base_cell, new_cell)])
+    return verdicts
+
+
+def _said(text: str) -> str:
+    return repr(one_line(text[:200]))
+
+
+def _ids(run: RunData) -> str:
+    ids = [one_line(c.id[:200]) for c in run.cells]
+    return ", ".join(ids[:5]) + (f", … ({len(ids)} in all)" if len(ids) > 5 else "") if ids else "none"
 
 
 def selftest_changes(base: RunData, new: RunData) -> TestComparison | None:
@@ -296,7 +473,7 @@ def compare_pair(
                     verdict, p_value = CONTENDED, None
         changes.append(
             Change(
-                base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}",
+                _shown_id(base_cell, new_cell),
                 b.label,
                 b.name,
                 b.unit,
@@ -319,21 +496,37 @@ def compare_pair(
     return changes
 
 
-def as_text(
-    changes: list[Change],
-    base: Path,
-    new: Path,
-    threshold_pct: float,
-    alpha: float,
-    tests: TestComparison | None = None,
-) -> str:
-    if tests is not None and not changes:  # selftests only: no verdicts to explain
-        return "\n".join([f"base {base}", f"new  {new}", "", *tests.lines()])
-    text = _measurements_text(changes, base, new, threshold_pct, alpha)
-    return text if tests is None else "\n".join([text, "", *tests.lines()])
+def as_text(verdicts: Verdicts, base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
+    tests = verdicts.tests
+    if tests is not None and not (verdicts.changes or verdicts.lost):  # selftests only: no verdicts to explain
+        return "\n".join([f"base {base}", f"new  {new}", "", *tests.lines(), "", _gate_line(verdicts)])
+    text = _measurements_text(verdicts, base, new, threshold_pct, alpha)
+    parts = [text] if tests is None else [text, "", *tests.lines()]
+    return "\n".join([*parts, "", _gate_line(verdicts)])
 
 
-def _measurements_text(changes: list[Change], base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
+def _gate_line(verdicts: Verdicts) -> str:
+    if verdicts.passed:
+        return "gate: passed (nothing worse, nothing lost)"
+    why = [f"{len(verdicts.worse)} worse"] if verdicts.worse else []
+    why += [f"{len(verdicts.lost)} lost"] if verdicts.lost else []
+    broke = verdicts.tests.broke if verdicts.tests is not None else []
+    why += [f"{len(broke)} selftest(s) broke"] if broke else []
+    return f"gate: FAILED ({', '.join(why)})"
+
+
+def _summary_line(verdicts: Verdicts) -> str:
+    counts = verdicts.counts()
+    line = (
+        f"{counts['worse']} worse, {counts['better']} better, {counts['no significant change']} no significant "
+        f"change, {counts['untested']} untested, {counts['lost']} lost, {counts['new']} new"
+    )
+    contended = counts["host contention"]
+    return line + (f", {contended} without a verdict (host contention)" if contended else "")
+
+
+def _measurements_text(verdicts: Verdicts, base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
+    changes = verdicts.changes
     method = PAIRED if any(c.paired for c in changes) else METHOD
     lines = [
         f"base {base}",
@@ -350,15 +543,21 @@ def _measurements_text(changes: list[Change], base: Path, new: Path, threshold_p
             f"{c.cell:<{cells}}{c.name:<{width}}{c.base_mean:>10.4g} → {c.new_mean:<10.4g}{c.unit:<8}"
             f"{change:>9}  {p:<9} {c.shown}"
         )
-    worse = [c for c in changes if c.verdict == "worse"]
-    contended = sum(c.verdict == CONTENDED for c in changes)
-    lines += [
-        "",
-        f"{len(worse)} worse, {sum(c.verdict == 'better' for c in changes)} better, "
-        f"{sum(c.verdict == 'no significant change' for c in changes)} no significant change, "
-        f"{sum(c.verdict == 'untested' for c in changes)} untested (fewer than two samples)"
-        + (f", {contended} without a verdict (host contention)" if contended else ""),
-    ]
+    if verdicts.lost:
+        lines += ["", "lost (the base run has these figures, the new run does not):"]
+        lines += [f"  {_what(lost)}: {lost.reason}" for lost in verdicts.lost]
+    if verdicts.added:
+        lines += ["", "new (only the new run has these):"]
+        lines += [f"  {_what(added)}" for added in verdicts.added]
+    if verdicts.base_failed:
+        lines += ["", "failed in the base run (nothing to compare):"]
+        lines += [f"  {_what(failed)}: {failed.reason}" for failed in verdicts.base_failed]
+    lines += ["", _summary_line(verdicts)]
+    if any(c.verdict == "untested" for c in changes):
+        lines.append(
+            "untested: a side has fewer than two samples, so no test can tell a change from noise; "
+            "add repeat: 3 to the scenario"
+        )
     for c in changes:
         if c.left_out:
             lines.append(
@@ -377,40 +576,46 @@ def _measurements_text(changes: list[Change], base: Path, new: Path, threshold_p
     return "\n".join(lines)
 
 
-def as_json(
-    changes: list[Change],
-    base: Path,
-    new: Path,
-    threshold_pct: float,
-    alpha: float,
-    tests: TestComparison | None = None,
-) -> str:
+def _what(item: Lost | Added) -> str:
+    """A figure's place in one line: cell, benchmark, metric (what is known of them)."""
+    return "  ".join(part for part in (item.cell, item.label, item.name) if part)
+
+
+#: The version of `compare --format json`'s object (docs/reports.md); a change of its meaning raises it.
+JSON_VERSION = 1
+
+
+def as_json(verdicts: Verdicts, base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
     found = {
+        "version": JSON_VERSION,
         "base": str(base),
         "new": str(new),
-        "method": PAIRED if any(c.paired for c in changes) else METHOD,
+        "method": PAIRED if any(c.paired for c in verdicts.changes) else METHOD,
         "alpha": alpha,
         "threshold_pct": threshold_pct,
-        "changes": [asdict(c) for c in changes],
+        "gate": "passed" if verdicts.passed else "failed",
+        "counts": verdicts.counts(),
+        "changes": [asdict(c) | {"shown": c.shown} for c in verdicts.changes],
+        "lost": [asdict(lost) for lost in verdicts.lost],
+        "new_figures": [asdict(added) for added in verdicts.added],
+        "base_failed": [asdict(failed) for failed in verdicts.base_failed],
     }
+    tests = verdicts.tests
     return json.dumps(found if tests is None else found | {"selftests": tests.as_dict()}, indent=2)
 
 
-def as_html(
-    changes: list[Change],
-    base: Path,
-    new: Path,
-    threshold_pct: float,
-    alpha: float,
-    tests: TestComparison | None = None,
-) -> str:
+def as_html(verdicts: Verdicts, base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]))
     return env.get_template("compare.html.j2").render(
-        changes=changes,
-        tests=tests,
+        verdicts=verdicts,
+        changes=verdicts.changes,
+        tests=verdicts.tests,
         base=base,
         new=new,
-        method=PAIRED if any(c.paired for c in changes) else METHOD,
+        method=PAIRED if any(c.paired for c in verdicts.changes) else METHOD,
         alpha=alpha,
         threshold=threshold_pct,
+        summary=_summary_line(verdicts),
+        gate=_gate_line(verdicts),
+        what=_what,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from niclab.base.errors import UsageError
@@ -13,7 +12,6 @@ from niclab.ui.console import EXIT_FAILED, EXIT_OK
 def cmd_compare(args: argparse.Namespace) -> int:
     from niclab.ui import compare
     from niclab.ui.report.data import for_compare, for_comparing_runs, load_run
-    from niclab.ui.testchanges import compare_tests
 
     base = Path(args.base)
     new = Path(args.new) if args.new else base
@@ -21,20 +19,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.new:  # two runs: nothing pairs their repeats
             a = load_run(base, for_comparing_runs).cell(args.cells[0])
             b = load_run(new, for_comparing_runs).cell(args.cells[1])
-            changes = compare.compare_pair(a, b, args.threshold, args.alpha, args.all, paired=False)
+            paired = False
         else:
             run = load_run(base, for_compare)
             a, b = run.cell(args.cells[0]), run.cell(args.cells[1])
-            changes = compare.compare_cells(run, a.id, b.id, args.threshold, args.alpha, args.all)
-        tests = compare_tests([(a, b)])
+            paired = compare.alternated(a, b)
+        verdicts = compare.gate_pair(a, b, args.threshold, args.alpha, args.all, paired)
     elif not args.new:
         raise UsageError("compare needs two runs, or one run and --cells BASE_CELL NEW_CELL")
     else:
         base_run, new_run = load_run(base, for_comparing_runs), load_run(new, for_comparing_runs)
-        changes = compare.compare(base_run, new_run, args.threshold, args.alpha, every_metric=args.all)
-        tests = compare.selftest_changes(base_run, new_run)
+        verdicts = compare.gate(base_run, new_run, args.threshold, args.alpha, every_metric=args.all)
+    if not (verdicts.changes or verdicts.lost or verdicts.added or verdicts.tests):
+        raise UsageError(f"{base} has no figure to compare{' in that cell' if args.cells else ''}")
     render = {"text": compare.as_text, "json": compare.as_json, "html": compare.as_html}[args.format]
-    text = render(changes, base, new, args.threshold, args.alpha, tests)
+    text = render(verdicts, base, new, args.threshold, args.alpha)
     if args.out:
         from niclab.base.atomic import write_text
 
@@ -42,21 +41,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(args.out)
     else:
         print(text)
-    worse = [c for c in changes if c.verdict == "worse"]
-    if not changes and tests is None:
-        print("niclab: the runs share no cell and metric to compare", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_FAILED if worse or (tests is not None and tests.broke) else EXIT_OK
+    return EXIT_OK if verdicts.passed else EXIT_FAILED
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     compare = verbs.add_parser(
         "compare",
         help="what changed between two runs, and whether it is real",
-        description="Per metric and cell: the change in %% and a verdict from Welch's "
-        "t-test on the samples (a paired t-test for two cells of one run whose repeats alternated); "
-        "and the kernel selftests whose result changed. Exit 1 if a metric got worse or a selftest that passed "
-        "fails or crashes now.",
+        description="A gate for CI. Every figure of the base run is accounted for in the new one: compared "
+        "(its change in per cent, and a verdict from Welch's t-test on the samples, or a paired t-test for two "
+        "cells of one run whose repeats alternated), or lost (its benchmark or its cell failed, or it did not "
+        "run); figures only the new run has are listed as new; and the kernel selftests whose result changed. "
+        "Exit status: 0 nothing worse and nothing lost; 1 a figure got worse, a figure was lost, or a selftest "
+        "that passed fails or crashes now; 2 the runs cannot be compared (two scenarios, no cell in common, "
+        "no figures), or a usage error.",
     )
     compare.add_argument("base", metavar="BASE_RUN")
     compare.add_argument("new", metavar="NEW_RUN", nargs="?", help="omitted: compare two cells of BASE_RUN (--cells)")

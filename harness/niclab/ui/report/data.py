@@ -181,8 +181,8 @@ for_report = ForReport()
 
 
 def for_compare(record: Record) -> Record | None:
-    """What a comparison judges from: the cells' provenance, their runs, summaries and selftests."""
-    return record if isinstance(record, CellRecord | RunRecord | SummaryRecord | TestRecord) else None
+    """What a comparison judges from: the cells' provenance, their runs, summaries, selftests and failures."""
+    return record if isinstance(record, CellRecord | RunRecord | SummaryRecord | TestRecord | ErrorRecord) else None
 
 
 def for_comparing_runs(record: Record) -> Record | None:
@@ -190,14 +190,14 @@ def for_comparing_runs(record: Record) -> Record | None:
     the lab hosts its nodes ran on and the cells it alternated with (a cell record of the same model,
     without the rest; none for a cell that has neither). Of a `run` record only the host's load while it
     ran, where it was measured (compare's contention bound reads it, niclab.ui.compare.load_pct): the same
-    model without its NICs, counters and options."""
+    model without its NICs, counters and options. The failures, for what the new run lost."""
     if isinstance(record, RunRecord):
         return record.model_copy(update={"nics": {}, "counters": {}, "options": {}}) if record.host_load else None
     if isinstance(record, CellRecord):
         if not (record.rig.hosts or record.interleaved_with):
             return None  # what the comparison reads of a cell without them is the same without the record
         return _bare_cell(record, rig={"hosts": record.rig.hosts}, interleaved_with=record.interleaved_with)
-    return record if isinstance(record, SummaryRecord | TestRecord) else None
+    return record if isinstance(record, SummaryRecord | TestRecord | ErrorRecord) else None
 
 
 def load_run(path: Path, keep: Keep | PerRun = every_record) -> RunData:
