@@ -44,7 +44,7 @@ def values(measurements, name, **where):
 
 @pytest.mark.measures
 def test_three_node_switch(image, repo, tmp_path):
-    cell, found = run_scenario(repo, tmp_path, "three-node-switch.yaml", [])
+    cell, found = run_scenario(repo, tmp_path, "three-node-switch.yaml", [], "--repeat", "1")
     assert len(cell["network"]["idle_rtt_ms"]) == 6  # every node reached every other before measuring
     assert values(found, "ping.loss_pct") == [0]
     assert all(v > 10 for v in values(found, "netperf.TCP_STREAM.throughput_mbps"))
@@ -178,7 +178,7 @@ def test_nic_shootout_card_with_udp(image, repo, tmp_path):
 
 @pytest.mark.measures
 def test_offloads_are_set_in_the_guest(image, repo, tmp_path):
-    cell, found = run_scenario(repo, tmp_path, "offloads.yaml", ["segmentation=off,gro=off"])
+    cell, found = run_scenario(repo, tmp_path, "offloads.yaml", ["segmentation=off,gro=off"], "--repeat", "1")
     for node in ("a", "b"):
         features = cell["network"]["observed"][node]["port link0"]["offloads"]
         assert features["tcp-segmentation-offload"] == "off"

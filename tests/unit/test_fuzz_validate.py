@@ -155,8 +155,8 @@ def check(data: bytes, work_dir: Path) -> int:
     name = str(work_dir / "fuzz.yaml")
     assert "Traceback" not in err and "internal error" not in err and "bug in niclab" not in err, err
     assert status in (0, 1), (status, out, err)
-    if status == 0:
-        assert err == ""
+    if status == 0:  # at most a warning, one line naming the file (benchmarks that run once)
+        assert all(line.startswith(f"{name}: warning: ") and line.isprintable() for line in err.splitlines()), err
         assert re.fullmatch(re.escape(name) + r": ok \(\d+ cells?\)\n", out), out
         return status
     assert out == ""

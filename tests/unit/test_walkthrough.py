@@ -11,6 +11,8 @@ import pytest
 from niclab.ui.cli.main import main
 from tests.helpers import RECORDED_RUNS, edited_run, failure, of_benchmark
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def validate(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
     scenario = tmp_path / "s.yaml"
@@ -196,3 +198,91 @@ def test_compare_help_reads_per_cent_and_the_exit_statuses(capsys):
     out = capsys.readouterr().out
     assert "%%" not in out and "in % of the base mean" in out
     assert "Exit status: 0 nothing worse and nothing lost; 1" in " ".join(out.split())
+
+
+# -- single samples are said, with the fix ---------------------------------------------------------------------
+
+ONCE = "name: s\nnodes: [a, b]\n" + LINK + "benchmarks:\n  - netperf: {test: TCP_RR}\n  - ping: {repeat: 1}\n"
+ONCE_WARNING = (
+    "warning: netperf TCP_RR runs once per cell: one sample cannot tell a change from noise (compare says "
+    "untested); add repeat: 3 to the scenario"
+)
+
+
+def test_validate_and_plan_warn_of_a_benchmark_that_runs_once_by_default(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(ONCE)  # ping said repeat: 1 itself: that is a choice, not an oversight
+    assert main(["validate", str(scenario)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"{scenario}: ok (1 cell)\n" and captured.err == f"{scenario}: {ONCE_WARNING}\n"
+    assert main(["plan", str(scenario)]) == 0
+    assert capsys.readouterr().err == f"{scenario}: {ONCE_WARNING}\n"
+    scenario.write_text(ONCE.replace("benchmarks:", "repeat: 3\nbenchmarks:"))
+    assert main(["validate", str(scenario)]) == 0 and capsys.readouterr().err == ""
+
+
+def test_the_shipped_scenarios_repeat_or_say_why_not(capsys):
+    shipped = sorted((ROOT / "scenarios").rglob("*.yaml"))  # the studies too
+    assert main(["validate", *map(str, shipped)]) == 0
+    assert capsys.readouterr().err == ""
+    for path in shipped:
+        text = path.read_text()
+        assert "\nrepeat: 3" in text or "\nrepeat: 1 " in text, f"{path.name} says nothing of its repeats"
+
+
+def test_the_readmes_minimal_scenario_repeats():
+    readme = (ROOT / "README.md").read_text()
+    minimal = readme.split("## A minimal scenario", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    assert "\nrepeat: 3 " in minimal
+
+
+# -- lab honesty: what the lab cannot realize is said, and not run silently -------------------------------------
+
+TWO_E1000 = """\
+name: fake-lab
+hosts:
+  rig1: {libvirt: qemu:///system}
+cards:
+  - {id: intel-a, host: rig1, pci: "0000:03:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
+  - {id: intel-b, host: rig1, pci: "0000:04:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
+cables:
+  - [intel-a, intel-b]
+"""
+MISSING = [
+    f"nic={nic}: lab fake-lab lacks cards: the cell needs 2 {nic} (it has 0)"
+    for nic in ("rtl8139", "i82559er", "tulip", "virtio")
+]
+
+
+def test_validate_with_a_lab_that_cannot_realize_most_cells_fails_naming_each(tmp_path, capsys):
+    lab, shootout = tmp_path / "lab.yaml", ROOT / "scenarios" / "nic-shootout.yaml"
+    lab.write_text(TWO_E1000)
+    assert main(["validate", str(shootout), "--lab", str(lab)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"{shootout}: lab {lab} cannot realize 4 of 5 cells:",
+        *(f"{shootout}: cell {line}" for line in MISSING),
+        f"{shootout}: run the others with `niclab run --allow-partial`, or choose cells with --cell",
+    ]
+
+
+def test_plan_with_the_lab_estimates_only_what_it_can_run(tmp_path, capsys):
+    lab = tmp_path / "lab.yaml"
+    lab.write_text(TWO_E1000)
+    assert main(["plan", str(ROOT / "scenarios" / "nic-shootout.yaml"), "--lab", str(lab)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].startswith("nic=e1000 ") and "scenario nic-shootout: 1 cell, about" in out
+    assert f"left out of the estimate: 4 of 5 cells, which lab {lab} cannot realize:" in out
+    assert all(f"  {line}" in out for line in MISSING)
+
+
+def test_run_with_the_lab_refuses_a_partial_run_unless_asked(tmp_path, capsys):
+    lab = tmp_path / "lab.yaml"
+    lab.write_text(TWO_E1000)
+    argv = ["run", str(ROOT / "scenarios" / "nic-shootout.yaml"), "--lab", str(lab), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("niclab: the libvirt backend cannot realize 4 of the 5 cells of nic-shootout (nic=rtl8139:")
+    assert err.endswith("run the others with --allow-partial, or pick cells with --cell\n")
+    assert not (tmp_path / "o").exists()  # refused before anything was made

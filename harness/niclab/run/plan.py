@@ -35,6 +35,33 @@ def repeats(cell: Cell, repeat: int | None = None) -> list[int]:
     return [repeat or spec.options.repeat or cell.scenario.repeat for spec in cell.scenario.benchmarks]
 
 
+def run_once(cells: list[Cell], repeat: int | None = None) -> list[str]:
+    """The labels of the benchmarks that run once in some cell and report a figure that moves with the guests'
+    speed (a rate or a time: what compare judges by its samples), and run once by default: nothing (the
+    scenario, the benchmark, --repeat) said `repeat: 1`. One sample is no test: compare says `untested`, and
+    the report's spread is unknown. A selftest's pass or fail needs no repeat."""
+    found: dict[str, None] = {}
+    for cell in cells:
+        chosen = repeat is not None or "repeat" in cell.scenario.model_fields_set
+        for spec, runs in zip(cell.scenario.benchmarks, repeats(cell, repeat), strict=True):
+            said = chosen or spec.options.repeat is not None
+            if runs == 1 and not said and any(metric.pace for metric in spec.plugin.metrics()):
+                found[spec.describe()] = None
+    return list(found)
+
+
+def once_warning(name: str, cells: list[Cell], repeat: int | None = None) -> str | None:
+    """The warning `validate` and `plan` print for benchmarks that run once, with the fix; None if none does."""
+    once = run_once(cells, repeat)
+    if not once:
+        return None
+    listed = ", ".join(once[:5]) + (f" and {len(once) - 5} more" if len(once) > 5 else "")
+    return (
+        f"{name}: warning: {listed} run{'s' if len(once) == 1 else ''} once per cell: one sample cannot tell a "
+        "change from noise (compare says untested); add repeat: 3 to the scenario"
+    )
+
+
 def rounds(cell: Cell, repeat: int | None = None) -> int:
     """How many rounds the cell runs: its most repeated benchmark's repeats."""
     return max(repeats(cell, repeat), default=1)

@@ -43,6 +43,7 @@ class RunRequest(BaseModel):
     lab_file: Path | None = None  # the lab inventory the backend runs on: run.json keeps it
     started: float | None = None  # when the command began (time.monotonic()): the progress lines count from it
     parallel: bool = False  # cells at once over the lab's hosts (niclab.run.parallel); needs lab_file
+    allow_partial: bool = True  # run the cells the backend can realize; False: refuse if it cannot realize one
 
 
 class NothingRealizable(NiclabError):
@@ -123,6 +124,13 @@ def start(planned: Plan, progress: Progress) -> Started:
     check_parallel(request, backend)
     name = request.scenario.name
     skipped = planned.skipped
+    if skipped and len(skipped) < len(planned.verdicts) and not request.allow_partial:
+        listed = "; ".join(f"{v.cell.id}: {v.reason}" for v in skipped[:5])
+        more = f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        raise UsageError(
+            f"the {backend.name} backend cannot realize {len(skipped)} of the {len(planned.verdicts)} cells of "
+            f"{name} ({listed}{more}): run the others with --allow-partial, or pick cells with --cell"
+        )
     for verdict in skipped:
         progress(f"skipping cell {verdict.cell.id}: the {backend.name} backend cannot realize it: {verdict.reason}")
     if skipped and len(skipped) == len(planned.verdicts):

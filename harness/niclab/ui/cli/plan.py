@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from niclab.ui.cli.options import add_backend_options
@@ -11,17 +12,24 @@ from niclab.ui.console import EXIT_OK
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from niclab.model.scenario import load_scenario
-    from niclab.run.plan import plan_table
+    from niclab.run.plan import once_warning, plan_table
     from niclab.run.realizable import backend_from_args, verdicts
 
     with backend_from_args(args) as backend:
         scenario_file = load_scenario(Path(args.scenario))
         cells = scenario_file.select(args.cell)
-        print(plan_table(scenario_file.name, cells))
-        if args.lab or args.backend:
-            for verdict in verdicts(backend, cells):
-                if not verdict.ok:
-                    print(f"cannot realize {verdict.cell.id} on {backend.name}: {verdict.reason}")
+        unrealizable = [v for v in verdicts(backend, cells) if not v.ok] if args.lab or args.backend else []
+        left_out = {v.cell.id for v in unrealizable}
+        runnable = [cell for cell in cells if cell.id not in left_out]
+        print(plan_table(scenario_file.name, runnable))
+        if unrealizable:
+            where = f"lab {args.lab}" if args.lab else f"the {backend.name} backend"
+            print(f"left out of the estimate: {len(unrealizable)} of {len(cells)} cells, which {where} cannot realize:")
+            for verdict in unrealizable:
+                print(f"  {verdict.cell.id}: {verdict.reason}")
+            print("`niclab run` refuses them; `--allow-partial` runs the others")
+        if warning := once_warning(args.scenario, runnable or cells):
+            print(warning, file=sys.stderr)
     return EXIT_OK
 
 

@@ -59,6 +59,7 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
         lab_file=Path(args.lab) if args.lab else None,
         started=STARTED,
         parallel=args.parallel,
+        allow_partial=args.allow_partial,
     )
     check_parallel(request, backend)
     planned = plan(request, backend)
@@ -151,6 +152,12 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         action="store_true",
         help="with --lab: run cells at once wherever their cards (or, with --emulated, a host's capacity) are free; "
         "the run directory is as a sequential run writes it",
+    )
+    run.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="run the cells the backend (or lab) can realize and skip the others; without it a run that cannot "
+        "realize every cell chosen is refused, naming them",
     )
     run.add_argument("--shard", metavar="I/N", help="run only the cells of shard I of N (stable across machines)")
     run.add_argument(
