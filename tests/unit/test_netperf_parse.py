@@ -175,7 +175,7 @@ def test_confidence_and_iterations_fill_each_other_in():
         ({"test": "TCP_STREAM", "request_size": 64}, "request_size and response_size are for request/response tests"),
         ({"test": "TCP_RR", "message_size": 64}, "message_size is for stream tests"),
         ({"iterations": [2, 10]}, "3 <= min <= max <= 30"),
-        ({"iterations": [10, 3]}, "3 <= min <= max <= 30"),
+        ({"iterations": [10, 3]}, r"\[10, 3\] is \[min, max\]: for netperf.s -i 10,3 \(max,min\) write \"10,3\""),
         ({"confidence": {"level": 90}}, "Input should be 95 or 99"),
         ({"local_buffer": 2**31}, "less than or equal to 2147483647"),  # netperf reads sizes into C ints
         ({"test": "TCP_RR", "response_size": 2**64 + 1}, "less than or equal to 2147483647"),

@@ -4,6 +4,7 @@ the CLI prints it, with its exit code (0 fine, 1 the file or the result failed, 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,60 @@ def test_run_with_the_lab_refuses_a_partial_run_unless_asked(tmp_path, capsys):
     assert err.startswith("niclab: the libvirt backend cannot realize 4 of the 5 cells of nic-shootout (nic=rtl8139:")
     assert err.endswith("run the others with --allow-partial, or pick cells with --cell\n")
     assert not (tmp_path / "o").exists()  # refused before anything was made
+
+
+# -- the tools' own vocabulary ----------------------------------------------------------------------------------
+
+
+def test_the_seeds_netperf_flags_are_taken_as_netperf_says_them(tmp_path, capsys):
+    entry = '{test: UDP_STREAM, seconds: 60, iterations: "10,2", confidence: {level: 99, width: 5%}}'
+    code, lines = validate(
+        tmp_path, f"name: s\nnodes: [a, b]\n{LINK}repeat: 3\nbenchmarks:\n  - netperf: {entry}\n", capsys
+    )
+    assert (code, lines) == (0, [])
+    from niclab.model.scenario import load_scenario
+
+    (spec,) = load_scenario(tmp_path / "s.yaml").cells[0].scenario.benchmarks
+    assert spec.options.iterations == (3, 10) and spec.options.confidence.width == 5.0  # -i 10,2: min raised to 3
+
+
+@pytest.mark.parametrize(
+    "entry,said",
+    [
+        (
+            "{iterations: [10, 2]}",
+            'iterations: [10, 2] is [min, max]: for netperf\'s -i 10,2 (max,min) write "10,2" or [3, 10]',
+        ),
+        ("{iterations: ten}", 'iterations: \'ten\' is not netperf\'s -i "max,min", e.g. "10,2"; or write [min, max]'),
+        ("{-l: 60}", "-l: unknown key; niclab calls it 'seconds'"),
+        ("{-i: '10,2'}", "-i: unknown key; niclab calls it 'iterations'"),
+        ("{duration: 60}", "duration: unknown key; niclab calls it 'seconds'"),
+    ],
+)
+def test_netperf_vocabulary_is_answered_with_the_option_to_use(tmp_path, capsys, entry, said):
+    code, lines = validate(
+        tmp_path, f"name: s\nnodes: [a, b]\n{LINK}repeat: 3\nbenchmarks:\n  - netperf: {entry}\n", capsys
+    )
+    assert code == 1 and len(lines) == 1 and lines[0].endswith(f": benchmarks[0].netperf.{said}"), lines
+
+
+def test_the_seeds_command_lines_as_docs_translate_them_validate(tmp_path, capsys):
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    translated = docs.split("The seed studies' command lines, translated:", 1)[1].split("\n\n", 2)[1]
+    entries = [row.split(" | ")[1].split("`")[1] for row in translated.splitlines()[2:]]
+    entries = [e for e in entries if e.startswith(("netperf:", "netpipe:"))]
+    assert len(entries) == 5
+    benchmarks = "".join(f"  - {entry}\n" for entry in entries)
+    code, lines = validate(tmp_path, f"name: s\nnodes: [a, b]\n{LINK}repeat: 3\nbenchmarks:\n{benchmarks}", capsys)
+    assert (code, lines) == (0, [])
+
+
+def test_every_flag_the_options_name_is_in_the_docs_table():
+    from niclab.base.problems import _flags
+    from niclab.model import bench
+
+    rows = (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
+    for tool, named in (("netperf", "netperf"), ("iperf3", "iperf3"), ("netpipe", "NetPIPE"), ("lmbench", "lmbench")):
+        for flag, key in _flags(bench.get(tool).Options).items():
+            said = [r for r in rows if r.startswith(f"| {named}") and re.search(rf"[ `]{flag}[ `,]", r)]
+            assert any(f"{key}:" in row for row in said), (tool, flag, key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -171,20 +172,10 @@ def pydantic_problems(
     return problems
 
 
-#: Keys other tools (or their command lines) use for a niclab key: answered with the key to use, where it is valid.
-FOREIGN_KEYS = {
-    "duration": "seconds",
-    "time": "seconds",
-    "length": "seconds",
-    "-l": "seconds",
-    "-t": "test",
-    "-i": "iterations",
-    "-I": "confidence",
-    "-P": "streams",
-    "-m": "message_size",
-    "-M": "message_size",
-    "runs": "repeat",
-}
+#: Words other tools use for a niclab key: answered with the key to use, where it is valid. A tool's own flags
+#: (`-l:`) are found in its options' descriptions, which name them: "test length (-l)".
+FOREIGN_KEYS = {"duration": "seconds", "time": "seconds", "length": "seconds", "runs": "repeat"}
+FLAG = re.compile(r"\(([^()]*)\)")
 KEYS_LISTED = 20  # valid keys named in one message
 
 
@@ -195,7 +186,7 @@ def unknown_key_hint(loc: Sequence[Any], model: type | None) -> str:
     if not valid:
         return ""
     key = str(loc[-1])
-    meant = FOREIGN_KEYS.get(key)
+    meant = _flags(model_at(model, loc[:-1])).get(key) if key.startswith("-") else FOREIGN_KEYS.get(key)
     if meant in valid:
         return f"niclab calls it {meant!r}"
     close = closest(key, valid)
@@ -207,13 +198,30 @@ def unknown_key_hint(loc: Sequence[Any], model: type | None) -> str:
 def keys_at(model: Any, loc: Sequence[Any]) -> list[str] | None:
     """The keys a mapping at `loc` inside `model` may have (its fields and their aliases), or None when what
     is there is not a model: pydantic's error locations walked through fields, list items and dict values."""
+    return _fields(model_at(model, loc))
+
+
+def model_at(model: Any, loc: Sequence[Any]) -> Any:
+    """What is at `loc` inside `model` (a model class, a collection's type), or None when it is not known."""
     current: Any = model
     for part in loc:
         current = _step(current, part)
         if current is None:
             return None
-    current = _unwrapped(current, None)
-    return _fields(current) if current is not None else None
+    return _unwrapped(current, None)
+
+
+def _flags(model: Any) -> dict[str, str]:
+    """A tool's command-line flags its options' descriptions name, each with its key: "test length (-l)"."""
+    if _fields(model) is None:
+        return {}
+    found: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        for inside in FLAG.findall(info.description or ""):
+            for word in inside.replace(",", " ").split():
+                if re.fullmatch(r"--?[A-Za-z][\w-]*", word):
+                    found.setdefault(word, info.alias if isinstance(info.alias, str) else name)
+    return found
 
 
 def _fields(model: Any) -> list[str] | None:

@@ -6,6 +6,7 @@ limits: docs/benchmarks.md, "netperf 2.7.0".
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -42,11 +43,21 @@ class Confidence(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     level: Literal[95, 99] = Field(99, description="confidence level in %")
-    width: float = Field(5.0, gt=0, le=100, description="the interval's full width, in % of the mean")
+    width: float = Field(5.0, gt=0, le=100, description="the interval's full width, in % of the mean (5 or 5%)")
+
+    @field_validator("width", mode="before")
+    @classmethod
+    def _per_cent(cls, value: Any) -> Any:
+        """`5%` as max_cv takes it, or a number."""
+        if isinstance(value, str) and value.strip().endswith("%"):
+            return value.strip()[:-1].strip()
+        return value
 
 
 class NetperfOptions(BenchOptions):
-    test: Literal["TCP_STREAM", "TCP_MAERTS", "UDP_STREAM", "TCP_RR", "UDP_RR", "TCP_CRR"] = "TCP_STREAM"
+    test: Literal["TCP_STREAM", "TCP_MAERTS", "UDP_STREAM", "TCP_RR", "UDP_RR", "TCP_CRR"] = Field(
+        "TCP_STREAM", description="the test (-t)"
+    )
     seconds: float = Field(10.0, gt=0, le=3600, description="test length (-l)")
     message_size: int | None = Field(None, ge=1, le=65507, description="send size in bytes (-- -m), streams")
     local_buffer: int | None = Field(None, ge=1, le=C_INT, description="local socket buffer bytes (-- -s)")
@@ -56,17 +67,40 @@ class NetperfOptions(BenchOptions):
         None, ge=1, le=C_INT, description="response bytes (-- -r), request/response tests"
     )
     cpu: bool = Field(False, description="measure CPU utilization and service demand on both ends (-c -C)")
-    confidence: Confidence | None = Field(None, description="iterate until the mean is this sure (-I)")
-    iterations: tuple[Iterations, Iterations] | None = Field(
-        None, description="[min, max] iterations for confidence (-i max,min)"
+    confidence: Confidence | None = Field(
+        None, description='iterate until the mean is this sure (-I): {level: 99, width: 5%}, or "99,5" as -I takes it'
     )
+    iterations: tuple[Iterations, Iterations] | None = Field(
+        None, description='[min, max] iterations for confidence (-i), or "max,min" in -i\'s own order: "10,2"'
+    )
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _as_netperf_says_it(cls, value: Any) -> Any:
+        """`"99,5"`: netperf's -I LEVEL,WIDTH."""
+        if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*,\s*[\d.]+%?\s*", value):
+            level, width = (part.strip() for part in value.split(","))
+            return {"level": int(level), "width": width}
+        return value
 
     @field_validator("iterations", mode="before")
     @classmethod
     def _min_then_max(cls, value: Any) -> Any:
-        """[min, max], each 3..30: one message for any pair out of that (the per-element bounds say less)."""
+        """[min, max], each 3..30: one message for any pair out of that (the per-element bounds say less).
+        A string is netperf's own `-i max,min` ("10,2"): a minimum under 3 is raised to 3, as netperf does."""
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*(\d{1,3})\s*,\s*(\d{1,3})\s*", value)
+            if not match:
+                raise ValueError(f'{value!r} is not netperf\'s -i "max,min", e.g. "10,2"; or write [min, max]')
+            high, low = int(match[1]), int(match[2])
+            value = [max(low, 3), high]
         if isinstance(value, list | tuple) and len(value) == 2 and all(type(n) is int for n in value):
             low, high = value
+            if low > high:
+                raise ValueError(
+                    f"{list(value)} is [min, max]: for netperf's -i {low},{high} (max,min) write "
+                    f'"{low},{high}" or [{max(high, 3)}, {low}]'
+                )
             if not 3 <= low <= high <= 30:
                 raise ValueError(
                     f"{list(value)} must be [min, max] with 3 <= min <= max <= 30 (netperf clamps to that range)"
