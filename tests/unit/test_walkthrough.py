@@ -344,3 +344,74 @@ def test_every_flag_the_options_name_is_in_the_docs_table():
         for flag, key in _flags(bench.get(tool).Options).items():
             said = [r for r in rows if r.startswith(f"| {named}") and re.search(rf"[ `]{flag}[ `,]", r)]
             assert any(f"{key}:" in row for row in said), (tool, flag, key)
+
+
+# -- cells you can pick: partial ids in any order, -k, -D -------------------------------------------------------
+
+MTU_SWEEP = ROOT / "scenarios" / "mtu-sweep.yaml"
+
+
+def planned(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str], str]:
+    """plan's exit status, the ids of the cells it lists, and what it said on stderr."""
+    code = main(["plan", str(MTU_SWEEP), *args])
+    captured = capsys.readouterr()
+    rows = captured.out.splitlines()[1:-1]
+    return code, [row.split()[0] for row in rows if row and not row.startswith(("scenario ", " "))], captured.err
+
+
+def test_a_cell_is_picked_by_some_of_its_axes_in_any_order(capsys):
+    code, cells, _ = planned(capsys, "--cell", "nic=e1000")
+    assert code == 0 and cells == [f"nic=e1000,mtu={mtu}" for mtu in (1500, 3000, 4000, 6000, 9000)]
+    assert planned(capsys, "--cell", "mtu=9000,nic=e1000")[1] == ["nic=e1000,mtu=9000"]
+    picked = planned(capsys, "--cell", "mtu=9000", "--cell", "nic=virtio,mtu=1500")[1]
+    nics = ("e1000", "e1000e", "vmxnet3", "virtio")  # in the scenario's order; rtl8139 at 9000 is excluded
+    assert sorted(picked) == sorted([f"nic={nic},mtu=9000" for nic in nics] + ["nic=virtio,mtu=1500"])
+
+
+@pytest.mark.parametrize(
+    "pattern,said",
+    [
+        (
+            "mtu=9001",
+            "--cell mtu=9001: mtu has no value '9001'; did you mean '9000'? its values are: 1500, 3000, 4000, 6000, "
+            "9000",
+        ),
+        ("nci=e1000", "--cell nci=e1000: no axis 'nci'; did you mean 'nic'? axes are: nic, mtu"),
+        ("nic=rtl8139,mtu=9000", "no cell has nic=rtl8139,mtu=9000 (that combination is excluded); cells are: "),
+    ],
+)
+def test_a_cell_nothing_matches_is_refused_with_the_fix(capsys, pattern, said):
+    code, _, err = planned(capsys, "--cell", pattern)
+    assert code == 2 and err.startswith(f"niclab: {MTU_SWEEP}: {said}")
+
+
+def test_k_picks_cells_as_pytest_reads_names(capsys):
+    code, cells, _ = planned(capsys, "-k", "(e1000 or virtio) and not e1000e and mtu=9")
+    assert code == 0 and cells == ["nic=e1000,mtu=9000", "nic=virtio,mtu=9000"]
+    code, _, err = planned(capsys, "-k", "e1000 and (")
+    assert code == 2 and "-k 'e1000 and (': it ends too early; write words of cell ids" in err
+    code, _, err = planned(capsys, "-k", "tulip")
+    assert code == 2 and "-k 'tulip' matches no cell; cells are: nic=e1000,mtu=1500" in err
+
+
+def test_d_gives_an_axis_its_values_without_editing_the_file(capsys):
+    code, cells, _ = planned(capsys, "-D", "mtu=9000", "-D", "nic=e1000,rtl8139")
+    assert code == 0 and cells == ["nic=e1000,mtu=9000"]  # rtl8139 at 9000 stays excluded
+    code, _, err = planned(capsys, "-D", "mut=9000")
+    assert code == 2 and err == (
+        f"niclab: {MTU_SWEEP}: -D mut: the scenario has no axis 'mut' and uses no ${{mut}}; did you mean 'mtu'? "
+        "axes are: nic, mtu\n"
+    )
+    with pytest.raises(SystemExit):
+        main(["plan", str(MTU_SWEEP), "-D", "mtu"])
+    assert "'mtu' is not AXIS=VALUE[,VALUE...], e.g. mtu=9000" in capsys.readouterr().err
+
+
+def test_report_and_compare_pick_cells_too(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["report", str(RECORDED_RUNS / "mtu-sweep"), "--cell", "nic=e1000", "--out", str(out)]) == 0
+    html = out.read_text()
+    assert "nic=e1000,mtu=9000" in html and "nic=virtio,mtu=9000" not in html
+    shootout = RECORDED_RUNS / "nic-shootout"
+    code, text, _ = compare(capsys, shootout, shootout, "-k", "e1000")
+    assert code == 0 and {line.split()[0] for line in text.splitlines()[4:] if line.startswith("nic=")} == {"nic=e1000"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from niclab.base.cellpick import pick
 from niclab.base.errors import UsageError
 from niclab.base.problems import (
     Problem,
@@ -67,19 +68,13 @@ class ScenarioFile:
     def name(self) -> str:
         return self.cells[0].scenario.name
 
-    def select(self, wanted: list[str] | None) -> list[Cell]:
-        if not wanted:
+    def select(self, wanted: list[str] | None, keyword: str | None = None) -> list[Cell]:
+        """The cells `--cell` (ids, or some of their axes in any order) and `-k` pick (niclab.base.cellpick),
+        in the scenario's order; all when neither is given."""
+        if not wanted and not keyword:
             return self.cells
-        by_id = {cell.id: cell for cell in self.cells}
-        chosen = []
-        for cell_id in wanted:
-            if cell_id not in by_id:
-                hint = did_you_mean(cell_id, by_id)
-                raise UsageError(
-                    f"{self.display}: no cell {cell_id!r}; {hint + ' ' if hint else ''}cells are: {', '.join(by_id)}"
-                )
-            chosen.append(by_id[cell_id])
-        return chosen
+        chosen = set(pick([cell.id for cell in self.cells], wanted, keyword, self.display))
+        return [cell for cell in self.cells if cell.id in chosen]
 
 
 def value_text(value: Any, depth: int = 1) -> str:
@@ -318,12 +313,38 @@ def _expand(
     return cells, problems
 
 
-def parse(text: str, display: str, path: Path | None = None) -> ScenarioFile:
+def parse(text: str, display: str, path: Path | None = None, axes: Mapping[str, list] | None = None) -> ScenarioFile:
+    """The scenario in `text`; `axes` (-D) give matrix axes their values, or set an axis for a ${AXIS}."""
     with suggestion_budget():  # difflib's suggestions are slow: a file gets a fixed number of them
-        return _parse(text, display, path)
+        return _parse(text, display, path, axes or {})
 
 
-def _parse(text: str, display: str, path: Path | None) -> ScenarioFile:
+def _overridden(raw: dict, axes: Mapping[str, list], display: str) -> dict:
+    """The file's mapping with the matrix axes -D gives; an axis neither in the matrix nor used as ${AXIS}
+    is refused with the axes there are."""
+    if not axes:
+        return raw
+    given = raw.get("matrix")
+    matrix: dict = given if isinstance(given, dict) else {}
+    used = {name for _, name in _placeholders({k: v for k, v in raw.items() if k not in TEMPLATE_KEYS})}
+    for axis in axes:
+        if axis not in matrix and axis not in used:
+            known = list(matrix) or sorted(used)
+            hint = did_you_mean(axis, known)
+            raise UsageError(
+                f"{display}: -D {axis}: the scenario has no axis {axis!r} and uses no ${{{axis}}}; "
+                f"{hint + ' ' if hint else ''}axes are: {', '.join(known) or 'none'}"
+            )
+    exclude = raw.get("exclude")
+    if isinstance(exclude, list):  # an exclusion of a value -D left out excludes nothing now
+        exclude = [
+            rule for rule in exclude if not isinstance(rule, dict) or all(rule[a] in axes[a] for a in axes if a in rule)
+        ]
+        raw = raw | {"exclude": exclude}
+    return raw | {"matrix": {**matrix, **axes}}
+
+
+def _parse(text: str, display: str, path: Path | None, axes: Mapping[str, list]) -> ScenarioFile:
     try:
         raw, positions = load(text)
     except YamlError as exc:
@@ -350,6 +371,7 @@ def _parse(text: str, display: str, path: Path | None) -> ScenarioFile:
         )
     if not isinstance(raw, dict):
         raise fail([Problem((), "a scenario is a mapping with name, nodes, links and benchmarks")], positions)
+    raw = _overridden(raw, axes, display)
     matrix = raw.get("matrix") or {}
     exclude = raw.get("exclude") or []
     body = {key: value for key, value in raw.items() if key not in TEMPLATE_KEYS}
@@ -364,14 +386,14 @@ def _parse(text: str, display: str, path: Path | None) -> ScenarioFile:
     return ScenarioFile(path or Path(display), display, matrix, cells, text)
 
 
-def load_scenario(path: Path) -> ScenarioFile:
+def load_scenario(path: Path, axes: Mapping[str, list] | None = None) -> ScenarioFile:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"{path}: no such scenario file") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    return parse(decode(data, str(path)), str(path), path)
+    return parse(decode(data, str(path)), str(path), path, axes)
 
 
 def decode(data: bytes, display: str) -> str:

@@ -11,10 +11,12 @@ from niclab.ui.console import EXIT_FAILED, EXIT_OK
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from niclab.ui import compare
-    from niclab.ui.report.data import for_compare, for_comparing_runs, load_run
+    from niclab.ui.report.data import for_compare, for_comparing_runs, load_run, picked
 
     base = Path(args.base)
     new = Path(args.new) if args.new else base
+    if args.cells and args.keyword:
+        raise UsageError("compare takes --cells BASE_CELL NEW_CELL or -k EXPR, not both")
     if args.cells:
         if args.new:  # two runs: nothing pairs their repeats
             a = load_run(base, for_comparing_runs).cell(args.cells[0])
@@ -28,7 +30,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     elif not args.new:
         raise UsageError("compare needs two runs, or one run and --cells BASE_CELL NEW_CELL")
     else:
-        base_run, new_run = load_run(base, for_comparing_runs), load_run(new, for_comparing_runs)
+        base_run, new_run = (picked(load_run(p, for_comparing_runs), None, args.keyword) for p in (base, new))
         verdicts = compare.gate(base_run, new_run, args.threshold, args.alpha, every_metric=args.all)
     if not (verdicts.changes or verdicts.lost or verdicts.added or verdicts.tests):
         raise UsageError(f"{base} has no figure to compare{' in that cell' if args.cells else ''}")
@@ -64,6 +66,12 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar=("BASE_CELL", "NEW_CELL"),
         help="A/B: this cell of BASE_RUN against that one (of NEW_RUN, or of BASE_RUN itself); "
         "cells whose repeats alternated on one boot are compared repeat by repeat (a paired t-test)",
+    )
+    compare.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        help='compare only the cells whose ids match, as pytest\'s -k reads names, e.g. -k "e1000 or virtio"',
     )
     compare.add_argument("--format", choices=("text", "json", "html"), default="text")
     compare.add_argument("--out", metavar="FILE", help="write there instead of to stdout")

@@ -1,4 +1,5 @@
-"""What several verbs of `niclab` share: the backend's options, the lab's URI guard, a count's type."""
+"""What several verbs of `niclab` share: the backend's options, the lab's URI guard, a count's type, picking
+cells (--cell, -k) and overriding axes (-D)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,56 @@ def add_allow_uri_params(parser: argparse.ArgumentParser) -> None:
         help="accept libvirt URI parameters such as command= or socket= in the lab inventory "
         "(they make libvirt run a program as you: only for an inventory you trust)",
     )
+
+
+def add_cell_options(parser: argparse.ArgumentParser, what: str = "run") -> None:
+    """--cell (an id, or some of its axes in any order; repeatable) and -k (pytest's keyword expression)."""
+    parser.add_argument(
+        "--cell",
+        action="append",
+        metavar="ID",
+        help=f"{what} only this cell: its id, or some of its axes in any order (nic=e1000 picks every cell "
+        "with that NIC); repeat for several",
+    )
+    parser.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        help=f"{what} only the cells whose ids match, as pytest's -k reads names: words joined by and, or, not "
+        'and parentheses, e.g. -k "e1000 and not 9000"',
+    )
+
+
+def add_axis_option(parser: argparse.ArgumentParser) -> None:
+    """-D AXIS=VALUE[,VALUE...]: the matrix axis takes these values (or a new axis for a ${AXIS} in the file)."""
+    parser.add_argument(
+        "-D",
+        dest="axes",
+        action="append",
+        type=axis_override,
+        metavar="AXIS=VALUE[,VALUE...]",
+        help="give a matrix axis these values without editing the file (e.g. -D mtu=9000 or -D nic=e1000,virtio); "
+        "an axis the matrix lacks is set if the file uses ${AXIS}; repeat for several",
+    )
+
+
+def axis_override(text: str) -> tuple[str, list]:
+    """`mtu=1500,9000` -> ("mtu", [1500, 9000]): each value read as YAML reads a scalar (numbers stay numbers)."""
+    import yaml
+
+    axis, _, values = text.partition("=")
+    if not axis.strip() or not values.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not AXIS=VALUE[,VALUE...], e.g. mtu=9000")
+    parsed = []
+    for value in values.split(","):
+        try:
+            item = yaml.safe_load(value.strip())
+        except yaml.YAMLError:
+            item = value.strip()
+        parsed.append(item if isinstance(item, str | int | float | bool) else value.strip())
+    return axis.strip(), parsed
+
+
+def overrides(args: argparse.Namespace) -> dict[str, list]:
+    """The -D overrides, the last of an axis winning."""
+    return dict(getattr(args, "axes", None) or [])

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from niclab.ui.cli.options import add_backend_options
+from niclab.ui.cli.options import add_axis_option, add_backend_options, add_cell_options, overrides
 from niclab.ui.console import EXIT_OK
 
 
@@ -16,8 +16,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from niclab.run.realizable import backend_from_args, verdicts
 
     with backend_from_args(args) as backend:
-        scenario_file = load_scenario(Path(args.scenario))
-        cells = scenario_file.select(args.cell)
+        scenario_file = load_scenario(Path(args.scenario), overrides(args))
+        cells = scenario_file.select(args.cell, args.keyword)
         unrealizable = [v for v in verdicts(backend, cells) if not v.ok] if args.lab or args.backend else []
         left_out = {v.cell.id for v in unrealizable}
         runnable = [cell for cell in cells if cell.id not in left_out]
@@ -41,6 +41,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "each one's wall time; boots nothing.",
     )
     plan.add_argument("scenario", metavar="SCENARIO")
-    plan.add_argument("--cell", action="append", metavar="ID", help="only these cells")
+    add_cell_options(plan, "plan")
+    add_axis_option(plan)
     add_backend_options(plan)
     plan.set_defaults(func=cmd_plan)

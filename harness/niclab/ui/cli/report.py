@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from niclab.base.errors import UsageError
+from niclab.ui.cli.options import add_cell_options
 from niclab.ui.console import EXIT_OK
 
 
@@ -27,7 +28,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 raise UsageError(f"{args.prices}: {model}: {price!r} is not a price; give a number, e.g. 35")
     runs = [Path(p) for p in args.runs]
     out = Path(args.out) if args.out else (runs[0] / "report.html" if len(runs) == 1 else Path("report.html"))
-    print(report_runs(runs, out, prices))
+    print(report_runs(runs, out, prices, args.cell, args.keyword))
     return EXIT_OK
 
 
@@ -42,4 +43,5 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     report.add_argument("runs", nargs="+", metavar="RUN_DIR")
     report.add_argument("--out", metavar="FILE", help="default: RUN_DIR/report.html for one run, else report.html")
     report.add_argument("--prices", metavar="FILE", help="YAML: NIC model -> price, for cost per Mbit/s")
+    add_cell_options(report, "report")
     report.set_defaults(func=cmd_report)

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from niclab.base.errors import UsageError
-from niclab.ui.cli.options import add_backend_options, add_start_options, positive_int
+from niclab.ui.cli.options import (
+    add_axis_option,
+    add_backend_options,
+    add_cell_options,
+    add_start_options,
+    overrides,
+    positive_int,
+)
 from niclab.ui.console import EXIT_BUG, EXIT_FAILED, EXIT_OK, STARTED, ProgressLines
 
 if TYPE_CHECKING:
@@ -33,8 +40,8 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
     from niclab.ui.table import cell_table
 
     progress = ProgressLines(args.quiet)
-    scenario_file = load_scenario(Path(args.scenario))
-    cells = scenario_file.select(args.cell)
+    scenario_file = load_scenario(Path(args.scenario), overrides(args))
+    cells = scenario_file.select(args.cell, args.keyword)
     if args.shard:
         shard = parse_shard(args.shard)
         cells = [cell for cell in cells if shard.holds(scenario_file.name, cell.id)]
@@ -133,9 +140,8 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     run.add_argument("scenario", metavar="SCENARIO", help="scenario file (YAML)")
     run.add_argument("--out", default="runs", metavar="DIR", help="where run directories go (default: runs)")
-    run.add_argument(
-        "--cell", action="append", metavar="ID", help="run only this matrix cell (e.g. nic=e1000); repeat for several"
-    )
+    add_cell_options(run, "run")
+    add_axis_option(run)
     add_backend_options(run)
     run.add_argument(
         "--dry-run",

@@ -35,7 +35,13 @@ def _cell(args: argparse.Namespace) -> Cell:
 
     scenario_file = load_scenario(Path(args.scenario))
     if args.cell:
-        cell = scenario_file.select([args.cell])[0]
+        chosen = scenario_file.select([args.cell])
+        if len(chosen) > 1:  # a rig is one cell
+            raise UsageError(
+                f"{args.scenario}: {args.cell} picks {len(chosen)} cells ({', '.join(c.id for c in chosen)}); "
+                "a rig is one cell: name all its axes"
+            )
+        cell = chosen[0]
     else:
         if len(scenario_file.cells) > 1:
             _progress()(

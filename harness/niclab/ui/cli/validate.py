@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from niclab.ui.cli.options import add_backend_options
+from niclab.ui.cli.options import add_axis_option, add_backend_options, overrides
 from niclab.ui.console import EXIT_FAILED, EXIT_OK, FileCheck
 
 
@@ -17,7 +17,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     files = FileCheck()
     status = EXIT_OK
     with backend_from_args(args) as backend:
-        for name, scenario_file in files.each(args.files, load_scenario):
+        for name, scenario_file in files.each(args.files, lambda path: load_scenario(path, overrides(args))):
             cells = scenario_file.cells
             count = f"{len(cells)} cell{'s' if len(cells) != 1 else ''}"
             unrealizable = [v for v in verdicts(backend, cells) if not v.ok] if args.lab or args.backend else []
@@ -47,4 +47,5 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     validate.add_argument("files", nargs="+", metavar="FILE")
     add_backend_options(validate)
+    add_axis_option(validate)
     validate.set_defaults(func=cmd_validate)

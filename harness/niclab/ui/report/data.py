@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from niclab.base.cellpick import pick
 from niclab.base.collector import collector_paused
 from niclab.base.errors import UsageError
 from niclab.run.reader import read_results, read_run_info
@@ -300,6 +301,15 @@ def _hold(cells: dict[str, CellData], records: Iterator[tuple[int, Record]], kee
 
 def load_runs(paths: list[Path], keep: Keep | PerRun = every_record) -> list[RunData]:
     return [load_run(Path(p), keep) for p in paths]
+
+
+def picked(run: RunData, wanted: list[str] | None, keyword: str | None) -> RunData:
+    """The run with only the cells `--cell` and `-k` pick (niclab.base.cellpick); itself when neither."""
+    if not wanted and not keyword:
+        return run
+    chosen = set(pick([cell.id for cell in run.cells], wanted, keyword, str(run.path)))
+    cells = [cell for cell in run.cells if cell.id in chosen]
+    return RunData(run.path, run.info.model_copy(update={"cells": [c.id for c in cells]}), cells, run.merged_from)
 
 
 def merge_runs(runs: list[RunData]) -> list[RunData]:
