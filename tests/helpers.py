@@ -650,3 +650,8 @@ def of_benchmark(record: dict, cell: str, index: int) -> bool:
     return record["cell"] == cell and (
         record.get("benchmark_index") == index or (record["type"] != "error" and run.startswith(f"{index}."))
     )
+
+
+def run_dirs(out: Path) -> list[Path]:
+    """The run directories `niclab run --out OUT` made, oldest first: not the `latest` link beside them."""
+    return sorted(p for p in Path(out).iterdir() if p.is_dir() and not p.is_symlink())

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from niclab.ui.compare import CONTENTION_BOUND_PCT
+from tests.helpers import run_dirs
 
 from .processes import niclab
 
@@ -38,7 +39,7 @@ def run(scenario: str, out: Path) -> Path:
     proc = niclab("run", str(HERE / scenario), "--out", str(out), "-q")
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    return next(out.iterdir())
+    return run_dirs(out)[0]
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import run_dirs
 from tests.records import read_records
 
 from .processes import niclab
@@ -31,7 +32,7 @@ def test_knobs_are_set_read_back_and_refused_when_the_driver_cannot(image, tmp_p
     proc = niclab("run", str(scenario), "--out", str(tmp_path / "runs"))
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 1, err  # the e1000 (82540EM) cell fails, by design
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = run_dirs(tmp_path / "runs")
     records = read_records(run_dir / "results.jsonl")
     cell = next(r for r in records if r["type"] == "cell" and r["cell"] == "nic=e1000-82545em")
     observed = cell["network"]["observed"]
@@ -73,7 +74,7 @@ def test_the_coalescing_sweep_changes_what_it_should(image, repo, tmp_path):
     )
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    (run_dir,) = tmp_path.iterdir()
+    (run_dir,) = run_dirs(tmp_path)
     records = read_records(run_dir / "results.jsonl")
     rate = {
         r["cell"]: r["value"]
@@ -110,7 +111,7 @@ def test_queues_are_asked_of_the_driver_and_read_back(image, tmp_path):
     proc = niclab("run", str(scenario), "--out", str(tmp_path / "runs"))
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 1, err  # the virtio cell fails, by design
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = run_dirs(tmp_path / "runs")
     records = read_records(run_dir / "results.jsonl")
     cell = next(r for r in records if r["type"] == "cell" and r["cell"] == "nic=vmxnet3")
     assert cell["network"]["observed"]["b"]["port link0"]["queues"]["combined"] == "2"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_dirs
 from tests.records import read_records
 
 from .processes import niclab, wait_no_qemu
@@ -33,7 +34,7 @@ def run(*args: str, timeout: float = 900) -> tuple[int, str, str]:
 def test_the_scenario_runs_one_card_under_two_drivers_and_compare_judges_them(image, tmp_path):
     code, out, err = run(str(ROOT / "scenarios/driver-vs-driver.yaml"), "--out", str(tmp_path / "runs"))
     assert code == 0, err
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = run_dirs(tmp_path / "runs")
     records = list(read_records(run_dir / "results.jsonl"))
     cells = {r["cell"]: r for r in records if r["type"] == "cell"}
     assert set(cells) == {"drv=in-tree", VENDOR}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_dirs
 from tests.records import read_records
 
 from .processes import default_signals, niclab, qemus_under, wait_for_line, wait_no_qemu
@@ -110,7 +111,7 @@ def test_guests_hung_under_kvm_fall_back_to_tcg_and_say_so(image, repo, tmp_path
     warning = re.search(r"warning: KVM did not work here \((.*)\); stopped the guests", err)
     assert warning and "the guest agent did not answer in time" in warning.group(1), err
     assert time.monotonic() - started < 300
-    [run] = (tmp_path / "runs").iterdir()
+    [run] = run_dirs(tmp_path / "runs")
     cell = next(r for r in read_records(run / "results.jsonl") if r["type"] == "cell")
     assert cell["rig"]["accel"] == "tcg" and "KVM did not work here" in cell["rig"]["accel_fallback"]
     info = json.loads((run / "run.json").read_text())
@@ -160,7 +161,7 @@ def test_an_interrupt_at_any_moment_stops_every_guest_within_5_s(image, repo, tm
     assert left == [] and time.monotonic() - sent < 5, f"guests left {time.monotonic() - sent:.1f} s after {how}"
     assert proc.returncode == 1
     assert "interrupted; the guests were stopped" in err and "Traceback" not in err
-    [run] = (tmp_path / "runs").iterdir()
+    [run] = run_dirs(tmp_path / "runs")
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
 
 
@@ -197,7 +198,7 @@ def test_an_interrupted_pytest_session_stops_its_guests_and_starts_no_other_test
     assert wait_no_qemu(tmp_path, seconds=5) == [] and time.monotonic() - sent < 5
     assert proc.returncode == 2, out  # pytest's "interrupted"
     assert "KeyboardInterrupt" in out and re.search(r"=+ .*no tests ran|=+ .*interrupted", out), out[-2000:]
-    runs = list((tmp_path / "runs").iterdir())
+    runs = run_dirs(tmp_path / "runs")
     assert len(runs) == 1, "a second scenario started after the interrupt"
     assert json.loads((runs[0] / "run.json").read_text())["status"] == "interrupted"
 
@@ -211,7 +212,7 @@ def test_two_runs_of_one_scenario_at_once_both_succeed(image, repo, tmp_path):
     results = [proc.communicate(timeout=600) for proc in procs]
     for proc, (_stdout, stderr) in zip(procs, results, strict=True):
         assert proc.returncode == 0, stderr
-    runs = sorted(out.iterdir())
+    runs = run_dirs(out)
     assert len(runs) == 2
     for run in runs:
         assert json.loads((run / "run.json").read_text())["status"] == "ok"

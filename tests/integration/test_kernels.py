@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_dirs
 from tests.records import read_records
 
 from .kernel_tree import repack_debian_kernel
@@ -47,7 +48,7 @@ def test_a_kernel_build_tree_boots_and_is_recorded(image, tmp_path, scratch):
     code, out, err = run(str(scenario), "--kernel-build", str(tree), "--out", str(tmp_path / "runs"))
     assert code == 0, err
     assert f"taking the kernel and modules of {tree}" in err
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = run_dirs(tmp_path / "runs")
     cell = next(r for r in read_records(run_dir / "results.jsonl") if r["type"] == "cell")
     assert cell["rig"]["kernel_origin"] == f"kernel build {tree}"
     assert "+build-" in cell["rig"]["image"]  # micro-<hash>+build-<tree>-<build>: the recipe's userspace, this kernel
@@ -80,7 +81,7 @@ def test_two_debian_kernels_run_side_by_side_and_compare(image, tmp_path):
     )
     code, out, err = run(str(scenario), "--out", str(tmp_path / "runs"), timeout=900)
     assert code == 0, err
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = run_dirs(tmp_path / "runs")
     cells = {r["cell"]: r for r in read_records(run_dir / "results.jsonl") if r["type"] == "cell"}
     old, new = cells["kernel=bookworm"], cells["kernel=trixie"]
     assert old["rig"]["kernel"].startswith("6.1.") and "Debian bookworm" in old["rig"]["kernel_origin"]

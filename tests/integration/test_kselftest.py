@@ -17,6 +17,7 @@ from pathlib import Path
 
 from niclab.model.kernel_choice import KernelChoice
 from niclab.plumbing.kselftest.bundle import bundle_for
+from tests.helpers import run_dirs
 from tests.records import read_records
 
 from .processes import niclab, wait_no_qemu
@@ -62,7 +63,7 @@ def run(scenario: Path, out: Path, timeout: float = 1500) -> tuple[int, str, str
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    (run_dir,) = out.iterdir()
+    (run_dir,) = run_dirs(out)
     return proc.returncode, stdout, stderr, run_dir
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from niclab.plumbing.image.store import build_image
+from tests.helpers import run_dirs
 from tests.integration.nested_host import CARD, GUEST_DIED, HOSTS, NestedLab
 
 HERE = Path(__file__).parent
@@ -88,7 +89,7 @@ def niclab_here(lab: NestedLab, args: list[str], timeout: float) -> subprocess.C
 
 def runs_in(out: Path | None) -> list[Path]:
     """The run directories under `--out`."""
-    return [p for p in out.iterdir() if p.is_dir()] if out is not None and out.is_dir() else []
+    return run_dirs(out) if out is not None and out.is_dir() else []
 
 
 def records(run_dir: Path) -> list[dict]:

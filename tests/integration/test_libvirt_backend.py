@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from niclab.plumbing.accel import choose_accel
+from tests.helpers import run_dirs
 from tests.integration.libvirt_netns import isolated_libvirt, names, virsh, why_not
 from tests.integration.processes import niclab, wait_for_line
 
@@ -50,7 +51,7 @@ def run(repo: Path, out: Path, *args: str) -> dict:
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run_dir,) = out.iterdir()
+    (run_dir,) = run_dirs(out)
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     return {"dir": run_dir, "records": records, "stdout": proc.stdout}
 

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from niclab.plumbing.accel import choose_accel
+from tests.helpers import run_dirs
 from tests.records import read_records
 
 from .processes import niclab, wait_for_line, wait_no_qemu
 
 
 def only_run_dir(out: Path) -> Path:
-    runs = list(out.iterdir())
+    runs = run_dirs(out)
     assert len(runs) == 1, runs
     return runs[0]
 

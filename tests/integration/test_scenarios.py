@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import run_dirs
 from tests.records import read_records
 
 from .processes import niclab, wait_no_qemu
@@ -25,7 +26,7 @@ def run_scenario(repo, tmp_path, name: str, cells: list[str], *extra: str) -> tu
     proc = niclab(*args)
     _out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err
-    run = next(tmp_path.iterdir())
+    run = run_dirs(tmp_path)[0]
     records = read_records(run / "results.jsonl")
     cell = next(r for r in records if r["type"] == "cell")
     assert wait_no_qemu(tmp_path, seconds=2) == []

@@ -18,7 +18,7 @@ from niclab.run import start as run_start
 from niclab.run.start import NothingRealizable, RunRequest, plan, start
 from niclab.ui.cli.main import main
 from tests.fakes import Replay
-from tests.helpers import Fake, fake_plugin
+from tests.helpers import Fake, fake_plugin, run_dirs
 
 SCENARIO = """\
 name: fake-two-node
@@ -67,7 +67,8 @@ def test_niclab_run_and_the_pytest_plugin_run_a_cell_through_the_one_run_module(
     assert [c.id for c in by_cli.cells] == [c.id for c in by_pytest.cells] == ["default"]
     assert (by_cli.scenario.text, by_cli.kernel, by_cli.repeat) == (by_pytest.scenario.text, None, None)
 
-    [cli_run], [pytest_run] = list(cli_out.iterdir()), list(pytest_out.iterdir())
+    [cli_run], [pytest_run] = run_dirs(cli_out), run_dirs(pytest_out)
+    assert (cli_out / "latest").resolve() == cli_run.resolve()  # niclab run points RUNS/latest at it
     cli_records, pytest_records = records(cli_run), records(pytest_run)
     assert [r["type"] for r in cli_records] == [r["type"] for r in pytest_records]
     assert [r["rig"]["note"] for r in cli_records if r["type"] == "cell"] == ["hi"]  # the declared option, given
@@ -126,7 +127,7 @@ def test_an_internal_error_in_a_cell_exits_3_and_the_last_line_says_niclab_faile
     scenario.write_text(SCENARIO)
     assert main(["run", str(scenario), "--backend", "fake", "--out", str(tmp_path / "runs"), "-q"]) == 3
     out, err = capsys.readouterr()
-    [run_dir] = (tmp_path / "runs").iterdir()
+    [run_dir] = run_dirs(tmp_path / "runs")
     log = run_dir / "cells" / "default" / "cell.log"
     assert "FAILED: netperf TCP_RR: internal error: RuntimeError: a bug nobody foresaw" in out
     assert err.splitlines()[-1] == (

@@ -415,3 +415,35 @@ def test_report_and_compare_pick_cells_too(tmp_path, capsys):
     shootout = RECORDED_RUNS / "nic-shootout"
     code, text, _ = compare(capsys, shootout, shootout, "-k", "e1000")
     assert code == 0 and {line.split()[0] for line in text.splitlines()[4:] if line.startswith("nic=")} == {"nic=e1000"}
+
+
+# -- a finished run in the terminal ------------------------------------------------------------------------------
+
+
+def test_show_prints_the_tables_the_run_ended_with(capsys):
+    code = main(["show", str(RECORDED_RUNS / "nic-shootout")])
+    out = capsys.readouterr().out
+    assert code == 1  # the run failed: virtio's UDP_STREAM did not run
+    assert out.startswith("scenario nic-shootout · cell nic=rtl8139 · accel=tcg · 3 runs, mean ± 95 % interval\n")
+    assert "\nnetperf TCP_STREAM  throughput_mbps       480.5 ± 479.3       unstable\n" in out
+    assert "FAILED: netperf UDP_STREAM (run 6.3): netperf UDP_STREAM exited 255: establish control" in out
+    assert out.rstrip().endswith(f"run:     {RECORDED_RUNS / 'nic-shootout'} (failed)")
+
+
+def test_show_takes_the_run_latest_points_at_and_escapes_what_the_run_says(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    edited_run("mtu-sweep", runs / "2026-11-20T10-00-00-mtu-sweep")
+    newer = edited_run(
+        "nic-shootout",
+        runs / "2026-11-21T10-00-00-nic-shootout",
+        add=[failure("nic=tulip", "node a\x1b[2J\x1b[Hok everything fine")],
+    )
+    (runs / "latest").symlink_to(newer.name)
+    code = main(["show", "--runs", str(runs), "--cell", "nic=tulip"])
+    out = capsys.readouterr().out
+    assert code == 1 and out.startswith("scenario nic-shootout · cell nic=tulip")
+    assert "FAILED: node a\\x1b[2J\\x1b[Hok everything fine" in out and "\x1b" not in out
+    assert main(["show", "--runs", str(tmp_path / "none")]) == 2
+    assert (
+        "holds no run; run one with `niclab run SCENARIO`, or name it: niclab show RUN_DIR" in capsys.readouterr().err
+    )

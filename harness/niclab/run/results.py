@@ -91,6 +91,33 @@ def new_run_dir(base: Path, scenario: str) -> Path:
     raise RuntimeError(f"cannot create a run directory under {base}")
 
 
+LATEST = "latest"  # in a runs directory: a link to the run `niclab run` started last
+
+
+def point_latest(run_dir: Path) -> None:
+    """Make RUNS/latest point at `run_dir` (relative, replaced at once); a `latest` that is not a link (the
+    user's own file) is left alone."""
+    link = run_dir.parent / LATEST
+    if link.exists() and not link.is_symlink():
+        return
+    fresh = run_dir.parent / f".{LATEST}.{os.getpid()}"
+    try:
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(run_dir.name)
+        os.replace(fresh, link)
+    except OSError:  # a runs directory on a file system without links: `niclab show` finds the newest anyway
+        fresh.unlink(missing_ok=True)
+
+
+def newest_run(runs: Path) -> Path | None:
+    """The run `latest` points at, else the newest run directory in `runs` (their names begin with the time)."""
+    link = runs / LATEST
+    if link.is_symlink() and (target := link.resolve()).parent == runs.resolve() and (target / "run.json").is_file():
+        return runs / target.name
+    found = [p for p in runs.iterdir() if not p.is_symlink() and (p / "run.json").is_file()] if runs.is_dir() else []
+    return max(found, key=lambda p: p.name) if found else None
+
+
 def new_run_info(
     *,
     scenario: str,

@@ -1,22 +1,58 @@
-"""The summary table `niclab run` prints at the end of each cell."""
+"""The summary table `niclab run` prints at the end of each cell, and `niclab show` prints again from the
+run directory."""
 
 from __future__ import annotations
 
-from niclab.run.records import SummaryRecord
+from dataclasses import dataclass
+
+from niclab.base.text import one_line
+from niclab.run.records import CellRecord, ExpectationRecord, SummaryRecord
 from niclab.run.runner import CellOutcome
 from niclab.ui.formats import beside_their_link, drivers_line, metric_label, value_with_unit
+from niclab.ui.report.data import CellData
+
+
+@dataclass(frozen=True)
+class CellView:
+    """What a cell's table shows: as the run ends (its outcome) or read back (its records)."""
+
+    id: str
+    facts: CellRecord | None
+    summaries: list[SummaryRecord]
+    errors: list[str]
+    expectations: list[tuple[bool, str]]  # (met, what was measured)
+
+    @classmethod
+    def of_outcome(cls, outcome: CellOutcome) -> CellView:
+        verdicts = [(v.passed, v.describe()) for v in outcome.verdicts]
+        return cls(outcome.cell.id, outcome.facts, outcome.summaries, outcome.errors, verdicts)
+
+    @classmethod
+    def of_records(cls, cell: CellData) -> CellView:
+        """From a run directory (untrusted: its text is shown escaped, one line each)."""
+        errors = [one_line(f"{e.label} (run {e.run}): {e.message}" if e.label else e.message) for e in cell.errors]
+        return cls(cell.id, cell.facts, cell.summaries, errors, [(e.passed, _described(e)) for e in cell.expectations])
+
+
+def _described(e: ExpectationRecord) -> str:
+    """As expect.Verdict.describe says it as the run ends."""
+    if e.measured is None:
+        return one_line(f"{e.expectation}: not measured")
+    mean = f" (mean of {e.samples})" if e.samples > 1 else ""
+    return one_line(f"{e.expectation}: measured {e.measured:.4g} {e.unit}{mean} {e.where}")
 
 
 def _flags(summary: SummaryRecord) -> str:
     return " ".join(flag for flag, on in (("unstable", summary.unstable), ("contended", summary.contended)) if on)
 
 
-def cell_table(scenario: str, outcome: CellOutcome) -> str:
+def cell_table(scenario: str, cell: CellOutcome | CellView) -> str:
+    outcome = cell if isinstance(cell, CellView) else CellView.of_outcome(cell)
     facts = outcome.facts
     accel = facts.rig.accel if facts is not None else None
     rows = beside_their_link([s for s in outcome.summaries if s.headline])  # a loopback row below the link's
     repeats = sorted({s.n for s in rows})
-    header = f"scenario {scenario} · cell {outcome.cell.id}" + (f" · accel={accel}" if accel else "")
+    header = f"scenario {scenario} · cell {outcome.id}" + (f" · accel={accel}" if accel else "")
     if repeats and repeats != [1]:
         level = rows[0].ci_level
         header += f" · {'/'.join(map(str, repeats))} runs, mean ± {level:g} % interval"
@@ -38,8 +74,8 @@ def cell_table(scenario: str, outcome: CellOutcome) -> str:
         lines.append(f"host contention during {benchmark}: {'; '.join(reasons)}")
     for error in outcome.errors:
         lines.append("FAILED: " + error.replace("\n", "\n        "))
-    if outcome.verdicts:
-        met = sum(v.passed for v in outcome.verdicts)
-        lines.append(f"expectations: {met} met, {len(outcome.verdicts) - met} missed")
-        lines += [f"MISSED {v.describe()}" for v in outcome.missed]
+    if outcome.expectations:
+        met = sum(passed for passed, _ in outcome.expectations)
+        lines.append(f"expectations: {met} met, {len(outcome.expectations) - met} missed")
+        lines += [f"MISSED {said}" for passed, said in outcome.expectations if not passed]
     return "\n".join(lines)

@@ -14,10 +14,25 @@ import time
 
 from niclab import __version__
 from niclab.base.errors import NiclabError, describe_exception
-from niclab.ui.cli import accel, compare, down, export, image, lab, metrics, nics, plan, report, run, vagrant, validate
+from niclab.ui.cli import (
+    accel,
+    compare,
+    down,
+    export,
+    image,
+    lab,
+    metrics,
+    nics,
+    plan,
+    report,
+    run,
+    show,
+    vagrant,
+    validate,
+)
 from niclab.ui.console import EXIT_BUG, EXIT_FAILED, terminal_streams
 
-VERBS = (run, image, accel, down, nics, report, compare, export, metrics, plan, validate, lab, vagrant)
+VERBS = (run, show, image, accel, down, nics, report, compare, export, metrics, plan, validate, lab, vagrant)
 
 
 def build_parser() -> argparse.ArgumentParser:

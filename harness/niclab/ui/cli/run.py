@@ -36,6 +36,7 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
     from niclab.model.scenario import load_scenario
     from niclab.model.shard import parse_shard
     from niclab.run.realizable import describe
+    from niclab.run.results import point_latest
     from niclab.run.start import RunRequest, check_parallel, plan, start
     from niclab.ui.table import cell_table
 
@@ -79,6 +80,7 @@ def _run(args: argparse.Namespace, backend: Backend) -> int:
         return EXIT_OK if any(v.ok for v in planned.verdicts) else EXIT_FAILED
     started = start(planned, progress)
     run_dir = started.run_dir
+    point_latest(run_dir.path)  # RUNS/latest: what `niclab show` shows by default
     try:
         with progress.showing_run():  # the whole run's progress: a line of its own in a terminal
             outcome = started.run(watch=progress.watch)
