@@ -35,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 
 from common import busy_process, run_scenario
-from niclab.ui.compare import compare_pair
+from niclab.ui.report.compare import compare_pair
 from niclab.ui.report.data import CellData, RunData, load_run
 
 SCENARIO = """\

@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 from common import busy_process, run_scenario
-from niclab.ui.compare import compare
+from niclab.ui.report.compare import compare
 from niclab.ui.report.data import load_run
 
 SCENARIO = """\

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from common import busy_process, records, run_scenario
-from niclab.ui.compare import CONTENTION_BOUND_PCT, MEASURED_LOAD_PCT
+from niclab.ui.report.compare import CONTENTION_BOUND_PCT, MEASURED_LOAD_PCT
 
 SCENARIO = """\
 name: contention-cost

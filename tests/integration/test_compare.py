@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from niclab.ui.compare import CONTENTION_BOUND_PCT
+from niclab.ui.report.compare import CONTENTION_BOUND_PCT
 from tests.helpers import run_dirs
 
 from .processes import niclab

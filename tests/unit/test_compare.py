@@ -5,7 +5,7 @@ import pytest
 
 from niclab.base.errors import NiclabError, UsageError
 from niclab.run.records import RunInfoRecord
-from niclab.ui.compare import CONTENTION_BOUND_PCT, Verdicts, as_html, as_json, as_text, compare, compare_cells
+from niclab.ui.report.compare import CONTENTION_BOUND_PCT, Verdicts, as_html, as_json, as_text, compare, compare_cells
 from niclab.ui.report.data import CellData, RunData, for_comparing_runs, load_run
 from tests import records
 

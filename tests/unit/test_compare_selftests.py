@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from niclab.ui.cli.main import main
-from niclab.ui.compare import selftest_changes
+from niclab.ui.report.compare import selftest_changes
 from niclab.ui.report.data import load_run
 from tests import records
 from tests.records import in_cell, write_run

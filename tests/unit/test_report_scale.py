@@ -89,7 +89,7 @@ def test_a_sweep_of_many_cells_shows_the_first_cells_and_findings_and_says_how_m
 
 @pytest.mark.parametrize("name", STUDY)
 def test_a_comparison_of_two_runs_holds_summaries_and_what_pairing_reads_and_judges_alike(name):
-    from niclab.ui.compare import compare, selftest_changes
+    from niclab.ui.report.compare import compare, selftest_changes
     from niclab.ui.report.data import for_comparing_runs
 
     whole, held = load_run(RUNS / name), load_run(RUNS / name, for_comparing_runs)

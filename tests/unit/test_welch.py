@@ -6,7 +6,7 @@ import random
 import pytest
 from scipy import stats
 
-from niclab.ui.welch import welch_p_value
+from niclab.ui.report.welch import welch_p_value
 
 
 def _same(got: float, expected: float) -> bool:

@@ -10,7 +10,7 @@ from niclab.ui.console import EXIT_FAILED, EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from niclab.ui import compare
+    from niclab.ui.report import compare
     from niclab.ui.report.data import for_compare, for_comparing_runs, load_run, picked
 
     base = Path(args.base)

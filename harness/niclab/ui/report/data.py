@@ -190,7 +190,7 @@ def for_comparing_runs(record: Record) -> Record | None:
     """What a comparison of two runs judges from: summaries and selftests, and of a cell's provenance only
     the lab hosts its nodes ran on and the cells it alternated with (a cell record of the same model,
     without the rest; none for a cell that has neither). Of a `run` record only the host's load while it
-    ran, where it was measured (compare's contention bound reads it, niclab.ui.compare.load_pct): the same
+    ran, where it was measured (compare's contention bound reads it, niclab.ui.report.compare.load_pct): the same
     model without its NICs, counters and options. The failures, for what the new run lost."""
     if isinstance(record, RunRecord):
         return record.model_copy(update={"nics": {}, "counters": {}, "options": {}}) if record.host_load else None

@@ -24,8 +24,8 @@ from niclab.model.bench import MetricInfo, all_metrics
 from niclab.run.records import SummaryRecord
 from niclab.ui.report.assets import TEMPLATES
 from niclab.ui.report.data import CellData, RunData
-from niclab.ui.testchanges import TestComparison, compare_tests
-from niclab.ui.welch import welch_p_value
+from niclab.ui.report.testchanges import TestComparison, compare_tests
+from niclab.ui.report.welch import welch_p_value
 
 METHOD = "Welch's t-test (two-sided, unequal variances) on each run's samples"
 PAIRED = "paired t-test on the differences of alternating repeats (A1 B1 B2 A2 … on one boot)"
@@ -499,13 +499,13 @@ def compare_pair(
 def as_text(verdicts: Verdicts, base: Path, new: Path, threshold_pct: float, alpha: float) -> str:
     tests = verdicts.tests
     if tests is not None and not (verdicts.changes or verdicts.lost):  # selftests only: no verdicts to explain
-        return "\n".join([f"base {base}", f"new  {new}", "", *tests.lines(), "", _gate_line(verdicts)])
+        return "\n".join([f"base {base}", f"new  {new}", "", *tests.lines(), "", gate_line(verdicts)])
     text = _measurements_text(verdicts, base, new, threshold_pct, alpha)
     parts = [text] if tests is None else [text, "", *tests.lines()]
-    return "\n".join([*parts, "", _gate_line(verdicts)])
+    return "\n".join([*parts, "", gate_line(verdicts)])
 
 
-def _gate_line(verdicts: Verdicts) -> str:
+def gate_line(verdicts: Verdicts) -> str:
     if verdicts.passed:
         return "gate: passed (nothing worse, nothing lost)"
     why = [f"{len(verdicts.worse)} worse"] if verdicts.worse else []
@@ -515,7 +515,7 @@ def _gate_line(verdicts: Verdicts) -> str:
     return f"gate: FAILED ({', '.join(why)})"
 
 
-def _summary_line(verdicts: Verdicts) -> str:
+def summary_line(verdicts: Verdicts) -> str:
     counts = verdicts.counts()
     line = (
         f"{counts['worse']} worse, {counts['better']} better, {counts['no significant change']} no significant "
@@ -552,7 +552,7 @@ def _measurements_text(verdicts: Verdicts, base: Path, new: Path, threshold_pct:
     if verdicts.base_failed:
         lines += ["", "failed in the base run (nothing to compare):"]
         lines += [f"  {_what(failed)}: {failed.reason}" for failed in verdicts.base_failed]
-    lines += ["", _summary_line(verdicts)]
+    lines += ["", summary_line(verdicts)]
     if any(c.verdict == "untested" for c in changes):
         lines.append(
             "untested: a side has fewer than two samples, so no test can tell a change from noise; "
@@ -615,7 +615,7 @@ def as_html(verdicts: Verdicts, base: Path, new: Path, threshold_pct: float, alp
         method=PAIRED if any(c.paired for c in verdicts.changes) else METHOD,
         alpha=alpha,
         threshold=threshold_pct,
-        summary=_summary_line(verdicts),
-        gate=_gate_line(verdicts),
+        summary=summary_line(verdicts),
+        gate=gate_line(verdicts),
         what=_what,
     )
