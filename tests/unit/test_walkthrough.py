@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -447,3 +448,79 @@ def test_show_takes_the_run_latest_points_at_and_escapes_what_the_run_says(tmp_p
     assert (
         "holds no run; run one with `niclab run SCENARIO`, or name it: niclab show RUN_DIR" in capsys.readouterr().err
     )
+
+
+# -- the report answers first -----------------------------------------------------------------------------------
+
+
+def report_text(capsys: pytest.CaptureFixture[str], out: Path, *args: object) -> tuple[str, str]:
+    """The report's HTML, and its text as a reader sees it (tags out, spaces folded)."""
+    assert main(["report", *map(str, args), "--out", str(out)]) == 0
+    capsys.readouterr()
+    html = out.read_text()
+    return html, as_read(html)
+
+
+def as_read(html: str) -> str:
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+def test_the_report_opens_with_what_was_measured_what_failed_and_the_ranking(tmp_path, capsys):
+    html, _text = report_text(capsys, tmp_path / "r.html", RECORDED_RUNS / "nic-shootout")
+    after_title = html.split("</h1>", 1)[1].split("</header>", 1)[1].lstrip()
+    assert after_title.startswith('<section id="answers">')
+    answers = as_read(after_title.split("</section>", 1)[0])
+    assert answers.startswith(
+        "Emulated: these figures describe QEMU's device models on this host's CPU (AMD EPYC) under TCG, not the "
+        "real cards."
+    )
+    assert "The run failed. 2 benchmarks lost runs: nic=i82559er: netpipe failed 3 of 3 runs (no figure)" in answers
+    assert "nic=virtio: netperf UDP_STREAM failed 3 of 3 runs (no figure)" in answers
+    assert (
+        "netperf TCP_STREAM throughput_mbps (higher is better) # cell mean n CV from the best against the best "
+        "1 nic=e1000 ★ 841.5 ± 91.0 3 4.4 % best 2 nic=virtio 651.7 ± 17.1 3 1.1 % -22.6 % significantly worse"
+    ) in answers
+    assert "4 nic=rtl8139 480.5 ± 479.3 3 40.2 % -42.9 % not significantly different" in answers
+
+
+def test_findings_are_grouped_by_kind_with_counts(tmp_path, capsys):
+    html, _ = report_text(capsys, tmp_path / "r.html", RECORDED_RUNS / "nic-shootout")
+    kinds = re.findall(r'<summary><span class="kind">([\w-]+)</span> (\d+)\s+findings? in (\d+)', html)
+    assert ("unstable", "19", "5") in kinds and len(kinds) == len({k for k, _, _ in kinds})
+
+
+def test_a_sweep_ranks_the_cards_per_mtu_and_says_a_single_sample_is_untested(tmp_path, capsys):
+    _, text = report_text(capsys, tmp_path / "r.html", RECORDED_RUNS / "mtu-sweep")
+    assert "The cells ranked by nic, per headline metric" in text
+    assert "netperf TCP_STREAM throughput_mbps, mtu=9000 (higher is better)" in text
+    assert "2 nic=e1000,mtu=9000 1026.3 1 -1.9 % untested (1 sample): add repeat: 3" in text
+
+
+def test_two_runs_of_one_scenario_are_before_and_after_with_compares_verdicts(tmp_path, capsys):
+    new = edited_run(
+        "nic-shootout",
+        tmp_path / "2026-11-23T00-00-00-nic-shootout",
+        drop=lambda r: of_benchmark(r, "nic=e1000", UDP),
+        add=[failure("nic=e1000", UDP_FAILED, "netperf UDP_STREAM", f"{UDP}.{n}") for n in (1, 2, 3)],
+    )
+    _html, text = report_text(capsys, tmp_path / "r.html", RECORDED_RUNS / "nic-shootout", new)
+    assert text.startswith("niclab report: nic-shootout (before and after)")
+    assert "nic-shootout → 2026-11-23T00-00-00-nic-shootout: what changed gate: FAILED (5 lost)" in text
+    assert f"nic=e1000 netperf UDP_STREAM send_throughput_mbps failed 3 time(s): {UDP_FAILED} lost" in text
+    assert "nic-shootout (base)" in text and "nic-shootout (new)" in text and "Merged from" not in text
+
+
+def test_shards_of_one_run_still_merge(tmp_path, capsys):
+    one = edited_run("nic-shootout", tmp_path / "a", drop=lambda r: r["cell"] in ("nic=e1000", "nic=virtio"))
+    two = edited_run("nic-shootout", tmp_path / "b", drop=lambda r: r["cell"] not in ("nic=e1000", "nic=virtio"))
+    _, text = report_text(capsys, tmp_path / "r.html", one, two)
+    assert "Merged from 2 run directories (shards)" in text and "(before and after)" not in text
+
+
+def test_cost_per_mbit_divides_every_card_by_one_metric(tmp_path, capsys):
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("e1000: 45\nrtl8139: 20\nvirtio: 1\n")
+    _html, text = report_text(capsys, tmp_path / "r.html", RECORDED_RUNS / "nic-shootout", "--prices", prices)
+    table = text.split("Cost per Mbit/s", 1)[1].split("Expectations", 1)[0]
+    (metric,) = set(re.findall(r"\b\w+\.[\w.]+_mbps\b", table))
+    assert f"the same for every card: {metric}" in table and table.count(metric) == 4  # the sentence, 3 cards

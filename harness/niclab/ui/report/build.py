@@ -9,7 +9,7 @@ from typing import Any
 
 from niclab import __version__
 from niclab.run.records import ErrorRecord, ExpectationRecord
-from niclab.ui.report import cost, findings, plots, provenance
+from niclab.ui.report import answers, compare, cost, findings, plots, provenance
 from niclab.ui.report.data import RunData, merge_runs
 from niclab.ui.report.figures import Plot, plain_text
 from niclab.ui.report.selftests import SelftestMap, selftest_map
@@ -34,6 +34,21 @@ class RunSection:
     errors: list[ErrorRecord]
     cells: list[dict] = field(default_factory=list)  # provenance per cell, of the first SHOWN_CELLS
     selftests: SelftestMap | None = None  # the kernel's selftests, test × card, when the run has any
+    answers: answers.Answers | None = None  # what the report says first: the ranking, what failed, what was measured
+    side: str = ""  # base or new, for two runs of one scenario shown side by side
+    comparison: Comparison | None = None  # on the new side: compare's verdicts against the base
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two runs of one scenario, as `niclab compare BASE NEW` judges them."""
+
+    title: str
+    summary: str
+    gate: str
+    changes: list[compare.Change]
+    lost: list[compare.Lost]
+    passed: bool
 
 
 @dataclass
@@ -70,13 +85,50 @@ def _named(title: str, notes: list[str]) -> bool:
     return any(note.startswith(f"{title} (") for note in notes)
 
 
+def _before_and_after(group: list[RunData]) -> bool:
+    """Whether two runs of one scenario are a before and an after: neither is a shard (`--shard` on its
+    command line) and both measured the same cells. Shards, cells run apart, or a failed cell run again,
+    are parts of one run: they merge."""
+    if len(group) != 2 or any("--shard" in run.info.command for run in group):
+        return False
+    base, new = ({c.id for c in run.cells if c.summaries or c.tests} for run in group)
+    return bool(base) and base == new
+
+
+def sides(runs: list[RunData]) -> list[tuple[RunData, str, Comparison | None]]:
+    """The report's sections: runs of one scenario merged when they are parts of one run, and two runs that
+    measured the same cells side by side (before, after) with compare's verdicts on the second."""
+    groups: dict[str, list[RunData]] = {}
+    for run in runs:
+        groups.setdefault(run.scenario, []).append(run)
+    found: list[tuple[RunData, str, Comparison | None]] = []
+    for group in groups.values():
+        if _before_and_after(group):
+            base, new = group
+            verdicts = compare.gate(base, new)
+            shown = Comparison(
+                f"{base.path.name} → {new.path.name}: what changed",
+                compare.summary_line(verdicts),
+                compare.gate_line(verdicts),
+                verdicts.changes,
+                verdicts.lost,
+                verdicts.passed,
+            )
+            found += [(base, "base", None), (new, "new", shown)]
+        else:
+            found += [(run, "", None) for run in merge_runs(group)]
+    return found
+
+
 def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report:
-    """A report of the runs; runs of one scenario (shards of a sweep) become one section."""
-    runs = merge_runs(runs)
+    """A report of the runs: runs of one scenario that are parts of one run (shards) become one section, two
+    runs of it that measured the same cells two sections side by side, judged as compare judges them."""
+    placed = sides(runs)
+    runs = [run for run, _, _ in placed]
     makers = [(title, _maker(figures)) for title, figures in plots.sections().items()]
     makers.append((plots.SWEEP_SECTION, plots.sweep_lines))
     sections = []
-    for run in runs:
+    for run, side, comparison in placed:
         undrawn: list[str] = []
         crowded: list[str] = []
         with plain_text():  # what run directories name is text, not matplotlib's math
@@ -104,9 +156,14 @@ def build(runs: list[RunData], prices: dict[str, float] | None = None) -> Report
                     for c in run.cells[:SHOWN_CELLS]
                 ],
                 selftests=selftest_map(run),
+                answers=answers.answers(run),
+                side=side,
+                comparison=comparison,
             )
         )
     names = list(dict.fromkeys(run.scenario for run in runs))
+    if any(side for _, side, _ in placed):
+        names = [f"{name} (before and after)" for name in names]
     found = [f for run in runs for f in findings.find(run)]
     return Report(
         title="niclab report: " + ", ".join(names),

@@ -1,7 +1,8 @@
 """Cost per Mbit/s: a card's price over the most it moved in the run.
 
 Prices come from the scenario, a lab run's inventory or `niclab report --prices`, each over the one before;
-the peak is the highest mean among the throughput metrics the benchmarks declare as peaks (docs/reports.md).
+every card is divided by the same metric: the first of the throughput metrics the benchmarks declare as peaks
+that every priced card measured (docs/reports.md).
 """
 
 from __future__ import annotations
@@ -58,14 +59,23 @@ def prices_of(run: RunData, extra: dict[str, float] | None = None) -> tuple[dict
 
 
 def cost_rows(run: RunData, prices: dict[str, float]) -> list[CostRow]:
-    rows = []
+    """Each priced card's price over one metric, the same for every card: the first of the declared peak
+    metrics that every priced cell measured (else the one most of them did; a cell without it gets no row).
+    A card's price over NetPIPE's peak beside another's over netperf's throughput compares nothing."""
+    priced = []
     for cell in run.cells:
         model = nics.lookup(cell.card)
         price = prices.get(model.name if model else cell.card)
-        peaks = [(s.mean, s.name) for name in bench.peak_metrics() if (s := cell.summary(name))]
-        if price is None or not peaks:
-            continue
-        peak, metric = max(peaks)
-        if peak > 0:
-            rows.append(CostRow(cell.card, cell.id, price, peak, metric))
+        if price is not None:
+            priced.append((cell, price))
+    counts = {name: sum(1 for cell, _ in priced if cell.summary(name)) for name in bench.peak_metrics()}
+    if not priced or not any(counts.values()):
+        return []
+    most = max(counts.values())
+    metric = next(name for name in bench.peak_metrics() if counts[name] == most)
+    rows = []
+    for cell, price in priced:
+        summary = cell.summary(metric)
+        if summary is not None and summary.mean > 0:
+            rows.append(CostRow(cell.card, cell.id, price, summary.mean, metric))
     return rows
