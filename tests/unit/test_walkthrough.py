@@ -524,3 +524,59 @@ def test_cost_per_mbit_divides_every_card_by_one_metric(tmp_path, capsys):
     table = text.split("Cost per Mbit/s", 1)[1].split("Expectations", 1)[0]
     (metric,) = set(re.findall(r"\b\w+\.[\w.]+_mbps\b", table))
     assert f"the same for every card: {metric}" in table and table.count(metric) == 4  # the sentence, 3 cards
+
+
+# -- plots a person can read ------------------------------------------------------------------------------------
+
+
+def test_an_interval_wider_than_its_bar_never_takes_the_axis_below_zero():
+    from niclab.ui.report.figures import grouped_bars, new_figure
+
+    _, ax = new_figure()
+    grouped_bars(ax, ["virtio", "e1000"], {"lat_tcp": [(685.0, 2059.0), (230.0, 40.0)]}, "µs")  # virtio's, recorded
+    assert ax.get_ylim()[0] >= 0
+    (bars,) = [c for c in ax.containers if hasattr(c, "errorbar")]
+    low, _high = bars.errorbar.lines[2][0].get_segments()[0][:, 1]  # virtio's error bar, bottom to top
+    assert low == 0.0
+
+
+def test_a_series_no_cell_measured_is_not_in_the_legend():
+    from niclab.ui.report.figures import grouped_bars, new_figure
+
+    _, ax = new_figure()
+    grouped_bars(
+        ax,
+        ["e1000", "virtio"],
+        {
+            "netperf": [(900.0, 9.0), (950.0, 5.0)],
+            "NetPIPE peak": [(None, None)] * 2,
+            "bw_tcp": [(800.0, 8.0), (None, None)],
+        },
+        "Mbit/s",
+    )
+    assert ax.get_legend_handles_labels()[1] == ["netperf", "bw_tcp"]
+
+
+def test_round_trips_and_one_way_times_are_drawn_apart():
+    from niclab.ui.report.data import load_run
+    from niclab.ui.report.plots import draw, figures
+
+    run = load_run(RECORDED_RUNS / "nic-shootout")
+    (latency,) = [f for f in figures() if f.kind == "latency"]
+    drawn = draw(run, latency)
+    assert [p.title for p in drawn] == ["Latency per card", "Latency per card: one way"]
+    assert drawn[0].caption == "nic-shootout: round trips: TCP_RR mean, lmbench lat_tcp, lmbench lat_udp."
+    assert drawn[1].caption == "nic-shootout: one-way time (half the round trip, as NetPIPE reports it): NetPIPE."
+
+
+def test_a_nic_by_mtu_matrix_draws_a_panel_per_mtu_and_its_table_grows_down(tmp_path, capsys):
+    from niclab.ui.report.data import load_run
+    from niclab.ui.report.plots import draw, figures
+
+    run = load_run(RECORDED_RUNS / "mtu-sweep")
+    (throughput,) = [f for f in figures() if f.kind == "throughput"]
+    (plot,) = draw(run, throughput)
+    assert plot.caption.endswith("One panel per mtu.")
+    html, text = report_text(capsys, tmp_path / "r.html", RECORDED_RUNS / "mtu-sweep")
+    assert '<table class="summary pivoted">' in html
+    assert "cell tcp (Mbit/s) nic=e1000,mtu=1500 656.7" in text

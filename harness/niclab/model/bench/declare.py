@@ -49,6 +49,7 @@ class Series:
     metric: str
     label: str
     order: int = 0
+    one_way: bool = False  # a time one way (half a round trip, as NetPIPE reports), never on a round trip's axis
 
 
 #: The figures the report knows how to draw:

@@ -140,7 +140,7 @@ class Netpipe:
                 order=10,
             ),
             Figure("throughput", (Series("netpipe.peak_throughput_mbps", "NetPIPE peak", order=1),)),
-            Figure("latency", (Series("netpipe.latency_us", "NetPIPE", order=3),)),
+            Figure("latency", (Series("netpipe.latency_us", "NetPIPE", order=3, one_way=True),)),
             Figure("against-mtu", (Series("netpipe.peak_throughput_mbps", "NetPIPE peak", order=1),)),
         ),
         findings=(Dip("netpipe.peak_throughput_mbps", "NetPIPE"),),

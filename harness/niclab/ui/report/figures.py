@@ -47,16 +47,30 @@ def new_figure(width: float = 7.5, height: float = 4.2) -> tuple[Figure, Axes]:
     return figure, figure.subplots()
 
 
+def new_panels(count: int, height: float = 4.2) -> tuple[Figure, list[Axes]]:
+    """Small multiples: `count` panels in a row sharing one y scale, at most a page wide."""
+    figure = Figure(figsize=(min(2.6 * count + 1.2, 11.5), height), dpi=100, layout="constrained")
+    return figure, list(figure.subplots(1, count, sharey=True, squeeze=False)[0])
+
+
 def to_plot(figure: Figure, title: str, caption: str) -> Plot:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return Plot(title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(), caption)
 
 
+def cut_at_zero(points: list[tuple[float, float | None]]) -> list[list[float]]:
+    """Error bars for (value, half-width) points, the part below cut at zero: [[below, ...], [above, ...]]."""
+    return [[min(e or 0, max(v, 0.0)) for v, e in points], [e or 0 for _, e in points]]
+
+
 def grouped_bars(
     ax: Axes, groups: list[str], series: dict[str, list[tuple[float | None, float | None]]], unit: str
 ) -> None:
-    """Bars per group, one per series, each (value, half-width of its interval or None)."""
+    """Bars per group, one per series, each (value, half-width of its interval or None). An interval is cut
+    at zero: a time or a rate is never negative, and a bar of 685 ± 2059 µs must not stretch the axis to
+    -1000 µs and flatten every other bar. A series with no value at all is left out (and so from the legend)."""
+    series = {name: values for name, values in series.items() if any(v is not None for v, _ in values)}
     count = max(len(series), 1)
     width = 0.8 / count
     for i, (name, values) in enumerate(series.items()):
@@ -67,7 +81,7 @@ def grouped_bars(
             xs,
             heights,
             width,
-            yerr=errors if any(errors) else None,
+            yerr=cut_at_zero(list(zip(heights, errors, strict=True))) if any(errors) else None,
             capsize=3,
             label=short(name),
             color=COLORS[i % len(COLORS)],

@@ -15,7 +15,17 @@ from niclab.model import bench
 from niclab.model.bench import Figure
 from niclab.run.records import SummaryRecord
 from niclab.ui.report.data import CellData, RunData
-from niclab.ui.report.figures import COLORS, Plot, bytes_axis, grouped_bars, new_figure, short, to_plot
+from niclab.ui.report.figures import (
+    COLORS,
+    Plot,
+    bytes_axis,
+    cut_at_zero,
+    grouped_bars,
+    new_figure,
+    new_panels,
+    short,
+    to_plot,
+)
 
 BARS_SECTION = "throughput, latency and CPU"
 #: The figures several benchmarks add series to: the report's title, caption and place; the series come from them.
@@ -85,6 +95,20 @@ def sections(declared: list[Figure] | None = None) -> dict[str, list[Figure]]:
 def draw(run: RunData, figure: Figure) -> list[Plot]:
     """The plots of one figure (none when the run has nothing for it)."""
     match figure.kind:
+        case "latency" if any(s.one_way for s in figure.series) and not all(s.one_way for s in figure.series):
+            # round trips and one-way times never share an axis: one plot each
+            trips = tuple(s for s in figure.series if not s.one_way)
+            ways = tuple(s for s in figure.series if s.one_way)
+            round_trip = replace(figure, series=trips, caption=f"round trips: {', '.join(s.label for s in trips)}.")
+            one_way = replace(
+                figure,
+                series=ways,
+                title=f"{figure.title}: one way",
+                caption="one-way time (half the round trip, as NetPIPE reports it): "
+                + ", ".join(s.label for s in ways)
+                + ".",
+            )
+            return [plot for part in (round_trip, one_way) for plot in draw(run, part)]
         case "throughput" | "latency" | "bars":
             series = with_loopback(run, figure)
             made = _bars(run, figure.title, f"{run.scenario}: {figure.caption}", figure.unit, series, figure.link)
@@ -213,6 +237,8 @@ def _bars(
         return None
     if len(cells) > MAX_BARS:
         raise Crowded(f"{len(cells):,} cells, more than the {MAX_BARS} bars a figure shows")
+    if len(run.axes) == 2:  # a two-axis matrix (nic × mtu): one panel per value of the second axis
+        return _panels(run, cells, title, caption, unit, series, link)
     figure, ax = new_figure()
     data = {
         label: [(s.mean if (s := cell.summary(name, link, peer)) else None, half_width(s)) for cell in cells]
@@ -220,6 +246,38 @@ def _bars(
     }
     grouped_bars(ax, [c.card if run.axes == ["nic"] else c.id for c in cells], data, unit)
     return to_plot(figure, title, caption)
+
+
+MAX_PANELS = 8  # small multiples side by side in one figure
+
+
+def _panels(
+    run: RunData,
+    cells: list[CellData],
+    title: str,
+    caption: str,
+    unit: str,
+    series: dict[str, tuple[str, str | None]],
+    link: int | None,
+) -> Plot | None:
+    """Small multiples: a panel per value of the second axis, bars per value of the first, one y scale."""
+    first, second = run.axes
+    values = list(dict.fromkeys(str(c.params.get(second)) for c in cells))
+    if len(values) > MAX_PANELS:
+        raise Crowded(f"{len(values)} values of {second}, more than the {MAX_PANELS} panels a figure shows")
+    figure, axes = new_panels(len(values))
+    for ax, value in zip(axes, values, strict=True):
+        here = [c for c in cells if str(c.params.get(second)) == value]
+        data = {
+            label: [(s.mean if (s := cell.summary(name, link, peer)) else None, half_width(s)) for cell in here]
+            for label, (name, peer) in series.items()
+        }
+        grouped_bars(ax, [str(c.params.get(first, c.id)) for c in here], data, unit if ax is axes[0] else "")
+        ax.set_title(f"{second} {value}", fontsize=10)
+        for tick in ax.get_xticklabels():
+            tick.set_rotation(45)
+            tick.set_horizontalalignment("right")
+    return to_plot(figure, title, f"{caption} One panel per {second}.")
 
 
 def mtu_lines(run: RunData, figure: Figure) -> Plot | None:
@@ -240,7 +298,7 @@ def mtu_lines(run: RunData, figure: Figure) -> Plot | None:
         ax.errorbar(
             [v[0] for v in values],
             [v[1] for v in values],
-            yerr=[v[2] or 0 for v in values],
+            yerr=cut_at_zero([(v[1], v[2]) for v in values]),
             marker="o",
             capsize=3,
             label=short(card),
@@ -334,7 +392,7 @@ def sweep_lines(run: RunData) -> list[Plot]:
                 ax.errorbar(
                     [p[0] for p in points],
                     [p[1] for p in points],
-                    yerr=[p[2] or 0 for p in points],
+                    yerr=cut_at_zero([(p[1], p[2]) for p in points]),
                     marker="o",
                     capsize=3,
                     label=short(label),
