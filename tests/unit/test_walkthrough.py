@@ -580,3 +580,38 @@ def test_a_nic_by_mtu_matrix_draws_a_panel_per_mtu_and_its_table_grows_down(tmp_
     html, text = report_text(capsys, tmp_path / "r.html", RECORDED_RUNS / "mtu-sweep")
     assert '<table class="summary pivoted">' in html
     assert "cell tcp (Mbit/s) nic=e1000,mtu=1500 656.7" in text
+
+
+# -- every problem of a file at once ----------------------------------------------------------------------------
+
+EIGHT_MISTAKES = """\
+name: Eight Mistakes
+nodes: [a, b]
+links:
+  - between: [a, c]
+    nic: E1000
+    mtu: 99999
+    netem: {delay: fast}
+benchmarks:
+  - netperf: {test: TCP_STRAEM}
+  - ping: {count: 0}
+repeat: 0
+"""
+
+
+def test_validate_reports_every_problem_in_one_pass_in_file_order(tmp_path, capsys):
+    """A link's unknown node and NIC model were said only once every field passed: a second round."""
+    code, lines = validate(tmp_path, EIGHT_MISTAKES, capsys)
+    assert code == 1
+    assert [line.split(": ", 2)[:2] for line in lines] == [
+        ["1:7", "name"],
+        ["4:18", "links[0].between[1]"],
+        ["5:10", "links[0].nic"],
+        ["6:10", "links[0].mtu"],
+        ["7:20", "links[0].netem.delay"],
+        ["9:21", "benchmarks[0].netperf.test"],
+        ["10:19", "benchmarks[1].ping.count"],
+        ["11:9", "repeat"],
+    ]
+    assert lines[1].endswith("unknown node 'c'; nodes are: a, b")
+    assert lines[2].endswith("unknown NIC model 'E1000'; did you mean 'e1000'? run 'niclab nics' for the list")

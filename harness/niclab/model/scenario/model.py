@@ -809,3 +809,42 @@ def benchmark_problems(spec: BenchmarkSpec, scenario: Scenario) -> list[Problem]
     if own is not None and not problems and client in scenario.nodes:
         problems += own(options, scenario.kernel_of(client))
     return problems
+
+
+PARTIAL_ROUNDS = 8  # keys a link may lose before its remaining settings are checked for what depends on them
+
+
+def partial_problems(raw: Any) -> list[Problem]:
+    """What a scenario's checks across fields find in the parts of `raw` that are sound, when the whole
+    failed to validate: pydantic checks fields first and the links' nodes and NIC models only once every
+    field passed, so without this a file showed a link's unknown node or NIC model in a second round. A
+    link is validated without the keys that failed (so `nic: E1000` is said beside `mtu: 99999`)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("links"), list):
+        return []
+    given = raw.get("nodes")
+    if not isinstance(given, list | dict) or not all(isinstance(name, str) for name in given):
+        return []
+    nodes = {name: NodeOptions() for name in given}
+    problems: list[Problem] = []
+    for i, given in enumerate(raw["links"]):
+        link = _sound_part(given)
+        if link is not None:
+            problems += [
+                Problem(("links", i, *p.path), p.message, p.hint, p.at_key) for p in link_problems(link, nodes)
+            ]
+    return problems
+
+
+def _sound_part(given: Any) -> Link | None:
+    """The link `given` describes, without the keys that failed validation (None when between fails)."""
+    if not isinstance(given, dict):
+        return None
+    for _ in range(PARTIAL_ROUNDS):
+        try:
+            return Link.model_validate(given)
+        except ValidationError as exc:
+            failed = {err["loc"][0] for err in exc.errors() if err["loc"]}
+            if not failed or "between" in failed or "nic" in failed:
+                return None
+            given = {key: value for key, value in given.items() if key not in failed}
+    return None

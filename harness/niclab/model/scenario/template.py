@@ -30,7 +30,7 @@ from niclab.base.problems import (
     suggestion_budget,
 )
 from niclab.base.yamlpos import Path_, Positions, YamlError, load, position_at
-from niclab.model.scenario.model import Scenario
+from niclab.model.scenario.model import Scenario, partial_problems
 from niclab.model.topology import Topology
 
 PLACEHOLDER = re.compile(r"\$\{([^${}]*)\}")  # no $ or { inside: linear time even on "${${${..." strings
@@ -282,7 +282,10 @@ def _expand(
             scenario = Scenario.model_validate(substitute(body, params), context={"base": base})
             cells.append(Cell(cid, params, scenario))
         except ValidationError as exc:
-            for problem in pydantic_problems(exc.errors(), model=Scenario):
+            found = pydantic_problems(exc.errors(), model=Scenario)
+            said = {(p.path, p.message) for p in found}
+            found += [p for p in partial_problems(substitute(body, params)) if (p.path, p.message) not in said]
+            for problem in found:
                 failing.setdefault((problem.path, problem.message, problem.hint, problem.at_key), []).append(cid)
     problems = []
     for (path, message, hint, at_key), ids in failing.items():
