@@ -437,13 +437,17 @@ def test_show_takes_the_run_latest_points_at_and_escapes_what_the_run_says(tmp_p
     newer = edited_run(
         "nic-shootout",
         runs / "2026-11-21T10-00-00-nic-shootout",
-        add=[failure("nic=tulip", "node a\x1b[2J\x1b[Hok everything fine")],
+        add=[
+            failure("nic=tulip", "node a\x1b[2J\x1b[Hok everything fine"),
+            failure("nic=tulip", "no run id written", "netperf TCP_RR"),
+        ],
     )
     (runs / "latest").symlink_to(newer.name)
     code = main(["show", "--runs", str(runs), "--cell", "nic=tulip"])
     out = capsys.readouterr().out
     assert code == 1 and out.startswith("scenario nic-shootout · cell nic=tulip")
     assert "FAILED: node a\\x1b[2J\\x1b[Hok everything fine" in out and "\x1b" not in out
+    assert "FAILED: netperf TCP_RR: no run id written" in out
     assert main(["show", "--runs", str(tmp_path / "none")]) == 2
     assert (
         "holds no run; run one with `niclab run SCENARIO`, or name it: niclab show RUN_DIR" in capsys.readouterr().err

@@ -30,8 +30,15 @@ class CellView:
     @classmethod
     def of_records(cls, cell: CellData) -> CellView:
         """From a run directory (untrusted: its text is shown escaped, one line each)."""
-        errors = [one_line(f"{e.label} (run {e.run}): {e.message}" if e.label else e.message) for e in cell.errors]
+        errors = [one_line(f"{_where(e.label, e.run)}{e.message}") for e in cell.errors]
         return cls(cell.id, cell.facts, cell.summaries, errors, [(e.passed, _described(e)) for e in cell.expectations])
+
+
+def _where(label: str | None, run: str | None) -> str:
+    """How a failure line names what failed: the benchmark and its run, as the runner's lines do."""
+    if not label:
+        return ""
+    return f"{label} (run {run}): " if run else f"{label}: "
 
 
 def _described(e: ExpectationRecord) -> str:
