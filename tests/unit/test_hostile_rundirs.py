@@ -174,6 +174,7 @@ def test_a_directory_for_run_json_is_one_line(run, cache, capsys):
         cache,
         ["compare", str(run), str(run)],
         f"{run}/run.json: a directory, not a regular file; niclab reads only regular files in a run directory",
+        status=2,  # compare is a gate: input it cannot judge is not a regression
     )
 
 
@@ -212,7 +213,9 @@ def test_inf_samples_are_refused_by_name(run, cache, capsys):
     at = next(i for i, line in enumerate(text) if '"type": "summary"' in line)
     text[at] = text[at].replace('"samples": [', '"samples": [1.5, Infinity, ', 1)
     (run / "results.jsonl").write_text("\n".join(text))
-    refused(capsys, cache, ["compare", str(run), str(run)], f"{run}/results.jsonl:{at + 1}: summary samples[1] is inf")
+    refused(
+        capsys, cache, ["compare", str(run), str(run)], f"{run}/results.jsonl:{at + 1}: summary samples[1] is inf", 2
+    )
 
 
 @pytest.mark.parametrize("name", ["results.jsonl", "run.json"])

@@ -10,6 +10,15 @@ from niclab.ui.console import EXIT_FAILED, EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from niclab.run.reader import RunDirError
+
+    try:
+        return _compare(args)
+    except RunDirError as exc:  # input the gate cannot judge: 2, never the 1 of a regression
+        raise UsageError(str(exc)) from None
+
+
+def _compare(args: argparse.Namespace) -> int:
     from niclab.ui.report import compare
     from niclab.ui.report.data import for_compare, for_comparing_runs, load_run, picked
 
@@ -56,7 +65,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "run); figures only the new run has are listed as new; and the kernel selftests whose result changed. "
         "Exit status: 0 nothing worse and nothing lost; 1 a figure got worse, a figure was lost, or a selftest "
         "that passed fails or crashes now; 2 the runs cannot be compared (two scenarios, no cell in common, "
-        "no figures), or a usage error.",
+        "no figures, a run directory niclab will not read), or a usage error.",
     )
     compare.add_argument("base", metavar="BASE_RUN")
     compare.add_argument("new", metavar="NEW_RUN", nargs="?", help="omitted: compare two cells of BASE_RUN (--cells)")
