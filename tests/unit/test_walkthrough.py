@@ -619,3 +619,11 @@ def test_validate_reports_every_problem_in_one_pass_in_file_order(tmp_path, caps
     ]
     assert lines[1].endswith("unknown node 'c'; nodes are: a, b")
     assert lines[2].endswith("unknown NIC model 'E1000'; did you mean 'e1000'? run 'niclab nics' for the list")
+
+
+def test_cells_run_in_the_order_asked_for(capsys):
+    """Repeats of cells that share a boot alternate in the order the cells were named."""
+    assert planned(capsys, "--cell", "nic=e1000,mtu=9000", "--cell", "nic=e1000,mtu=1500")[1] == [
+        "nic=e1000,mtu=9000",
+        "nic=e1000,mtu=1500",
+    ]

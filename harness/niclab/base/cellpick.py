@@ -22,16 +22,21 @@ def parts(cell_id: str) -> dict[str, str]:
 
 def pick(ids: Sequence[str], wanted: Sequence[str] | None, keyword: str | None, where: str) -> list[str]:
     """The ids `wanted` (each an id, or some of its axes in any order) and `keyword` (a -k expression) pick,
-    in the order of `ids`; all of them when neither is given. Nothing picked is a UsageError naming the fix."""
-    chosen = set(ids)
-    if wanted:
-        chosen = set().union(*(_by_pattern(ids, pattern, where) for pattern in wanted))
+    in the order asked for (each pattern's cells in the order of `ids`); all of them when neither is given.
+    Nothing picked is a UsageError naming the fix."""
+    chosen = list(ids)
+    if wanted:  # in the order asked for (a cell's repeats alternate with the next one's in that order)
+        found: dict[str, None] = {}
+        for pattern in wanted:
+            picked = _by_pattern(ids, pattern, where)
+            found.update(dict.fromkeys(cell_id for cell_id in ids if cell_id in picked))
+        chosen = list(found)
     if keyword:
         match = KeywordExpression(keyword, where)
-        chosen = {cell_id for cell_id in chosen if match(cell_id)}
+        chosen = [cell_id for cell_id in chosen if match(cell_id)]
         if not chosen:
             raise UsageError(f"{where}: -k {keyword!r} matches no cell; cells are: {listing(ids)}")
-    return [cell_id for cell_id in ids if cell_id in chosen]
+    return chosen
 
 
 def _by_pattern(ids: Sequence[str], pattern: str, where: str) -> set[str]:

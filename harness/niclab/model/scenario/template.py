@@ -70,11 +70,11 @@ class ScenarioFile:
 
     def select(self, wanted: list[str] | None, keyword: str | None = None) -> list[Cell]:
         """The cells `--cell` (ids, or some of their axes in any order) and `-k` pick (niclab.base.cellpick),
-        in the scenario's order; all when neither is given."""
+        in the order asked for; all when neither is given."""
         if not wanted and not keyword:
             return self.cells
-        chosen = set(pick([cell.id for cell in self.cells], wanted, keyword, self.display))
-        return [cell for cell in self.cells if cell.id in chosen]
+        by_id = {cell.id: cell for cell in self.cells}
+        return [by_id[cell_id] for cell_id in pick(list(by_id), wanted, keyword, self.display)]
 
 
 def value_text(value: Any, depth: int = 1) -> str:
