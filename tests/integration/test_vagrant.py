@@ -24,6 +24,7 @@ from niclab.base.paths import SOURCE_ROOT
 from niclab.model import netem
 from niclab.plumbing.accel import choose_accel
 from niclab.plumbing.image import find_image
+from tests.helpers import run_dirs
 from tests.integration.libvirt_netns import (
     IsolatedLibvirt,
     host_links,
@@ -168,7 +169,7 @@ def test_the_same_scenario_under_niclab_run_reads_back_the_same_settings(project
         timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    (results,) = tmp_path.glob("*/results.jsonl")
+    (results,) = [made / "results.jsonl" for made in run_dirs(tmp_path)]
     cell = json.loads(results.read_text().splitlines()[0])
     assert _comparable(vagrant_side) == _comparable(cell["network"]["observed"])
     assert _comparable(vagrant_side)["a iface link0"]["mtu"] == "4000"
