@@ -122,8 +122,7 @@ def pydantic_problems(
         if kind == "missing":
             problems.append(Problem(loc, "is required"))
         elif kind == "extra_forbidden":
-            where = tuple(part for part in err["loc"] if not str(part).startswith("function-"))
-            problems.append(Problem(loc, "unknown key", unknown_key_hint(where, model), at_key=True))
+            problems.append(Problem(loc, "unknown key", unknown_key_hint(loc[len(prefix) :], model), at_key=True))
         elif kind == "literal_error":
             expected = (err.get("ctx") or {}).get("expected", "")
             problems.append(Problem(loc, f"{shown(err['input'])} is not one of {expected}"))

@@ -148,10 +148,15 @@ class Verdict:
 
     def describe(self) -> str:
         e = self.expectation
-        if self.measured is None:
-            return f"{e.text}: not measured"
-        mean = f" (mean of {self.samples})" if self.samples > 1 else ""
-        return f"{e.text}: measured {self.measured:.4g} {e.unit}{mean} {self.where}"
+        return described(e.text, self.measured, e.unit, self.samples, self.where)
+
+
+def described(expectation: str, measured: float | None, unit: str, samples: int, where: str) -> str:
+    """An expectation's check in one line, as a run ends and as `niclab show` reads it back."""
+    if measured is None:
+        return f"{expectation}: not measured"
+    mean = f" (mean of {samples})" if samples > 1 else ""
+    return f"{expectation}: measured {measured:.4g} {unit}{mean} {where}"
 
 
 def evaluate(expectation: Expectation, summaries: Sequence[Summary]) -> list[Verdict]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from niclab.base.text import one_line
+from niclab.model.expect import described
 from niclab.run.records import CellRecord, ExpectationRecord, SummaryRecord
 from niclab.run.runner import CellOutcome
 from niclab.ui.formats import beside_their_link, drivers_line, metric_label, value_with_unit
@@ -42,11 +43,8 @@ def _where(label: str | None, run: str | None) -> str:
 
 
 def _described(e: ExpectationRecord) -> str:
-    """As expect.Verdict.describe says it as the run ends."""
-    if e.measured is None:
-        return one_line(f"{e.expectation}: not measured")
-    mean = f" (mean of {e.samples})" if e.samples > 1 else ""
-    return one_line(f"{e.expectation}: measured {e.measured:.4g} {e.unit}{mean} {e.where}")
+    """As the run said it as it ended (untrusted: escaped)."""
+    return one_line(described(e.expectation, e.measured, e.unit, e.samples, e.where))
 
 
 def _flags(summary: SummaryRecord) -> str:

@@ -9,14 +9,12 @@ shoot-out) within each combination of the others (per MTU, in a sweep). docs/rep
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 from niclab.base.text import one_line
-from niclab.model.bench import MetricInfo, all_metrics
 from niclab.run.records import SummaryRecord
 from niclab.ui.formats import metric_label, value_with_unit
-from niclab.ui.report.compare import CONTENDED, Change, alternated, compare_pair
+from niclab.ui.report.compare import CONTENDED, Change, alternated, compare_pair, failures, metric_info
 from niclab.ui.report.data import CellData, RunData
 
 THRESHOLD_PCT, ALPHA = 5.0, 0.05  # compare's defaults
@@ -64,11 +62,6 @@ class Answers:
     axis: str  # the axis the cells are ranked along ("" for one cell)
 
 
-@functools.cache
-def _metrics() -> dict[str, MetricInfo]:
-    return {m.name: m for m in all_metrics()}
-
-
 def answers(run: RunData) -> Answers:
     return Answers(describe(run), banner(run), rankings(run), _axis(run))
 
@@ -96,12 +89,9 @@ def describe(run: RunData) -> str:
 def banner(run: RunData) -> Banner:
     found = Banner()
     for cell in run.cells:
-        failed: dict[str, list[str]] = {}
-        for error in cell.errors:
-            if error.stage == "cell":
-                found.cells.append((cell.id, one_line(error.message[:300])))
-            elif error.label:
-                failed.setdefault(error.label, []).append(error.message)
+        failed_cell, failed = failures(cell)
+        if failed_cell:
+            found.cells.append((cell.id, one_line(failed_cell[:300])))
         for label, messages in failed.items():
             repeats = {s.n for s in cell.summaries if s.label == label}
             total = len(messages) + max(repeats, default=0)
@@ -133,7 +123,7 @@ def _key(s: SummaryRecord) -> tuple:
 def rankings(run: RunData) -> list[Ranking]:
     found = []
     judged: dict[tuple[str, str], dict[tuple, Change]] = {}
-    metrics = _metrics()
+    metrics = metric_info()
     for others, cells in _groups(run):
         keys: dict[tuple, None] = {}
         for cell in cells:

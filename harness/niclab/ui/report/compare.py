@@ -132,7 +132,8 @@ class Verdicts:
 
 
 @functools.cache
-def _metrics() -> dict[str, MetricInfo]:
+def metric_info() -> dict[str, MetricInfo]:
+    """Every metric the benchmarks declare, by name (found once)."""
     return {m.name: m for m in all_metrics()}
 
 
@@ -154,7 +155,7 @@ def _shown_id(base_cell: CellData, new_cell: CellData) -> str:
     return base_cell.id if base_cell.id == new_cell.id else f"{base_cell.id} → {new_cell.id}"
 
 
-def _failures(cell: CellData) -> tuple[str | None, dict[str, list[str]]]:
+def failures(cell: CellData) -> tuple[str | None, dict[str, list[str]]]:
     """A cell's own failure (its message), and its benchmarks' failed repeats: label -> their messages."""
     failed: str | None = None
     repeats: dict[str, list[str]] = {}
@@ -174,7 +175,7 @@ def account(
     run has no such cell (`missing` says why)."""
     wanted = [s for s in base_cell.summaries if every_metric or s.headline]
     cell = base_cell.id if new_cell is None else _shown_id(base_cell, new_cell)
-    base_failed, base_repeats = _failures(base_cell)
+    base_failed, base_repeats = failures(base_cell)
     noted = [Lost(cell, "", "", f"the base cell failed: {one_line(base_failed)}")] if base_failed else []
     measured = {s.label for s in base_cell.summaries}
     noted += [
@@ -184,7 +185,7 @@ def account(
     ]
     if new_cell is None:
         return [Lost(cell, s.label, s.name, missing) for s in wanted], [], noted
-    failed, repeats = _failures(new_cell)
+    failed, repeats = failures(new_cell)
     news = {_key(s) for s in new_cell.summaries}
     lost, said = [], set()
     for summary in wanted:
@@ -422,7 +423,7 @@ def compare_pair(
     every_metric: bool,
     paired: bool,
 ) -> list[Change]:
-    metrics = _metrics()
+    metrics = metric_info()
     across = across_hosts(base_cell, new_cell)
     if paired and across:
         raise NiclabError(
