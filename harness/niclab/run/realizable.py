@@ -43,6 +43,15 @@ def verdicts(backend: Backend, cells: list[Cell]) -> list[Verdict]:
     return [Verdict(cell, backend.check(cell.topology)) for cell in cells]
 
 
+def refused_cells(args: argparse.Namespace, backend: Backend, cells: list[Cell]) -> tuple[list[Verdict], str]:
+    """What `validate` and `plan` say of a rig the command line asks for (--lab or --backend): the cells it
+    cannot realize, and how to name it ("lab LAB_YAML", "the B backend"); none without either option."""
+    if not (getattr(args, "lab", None) or getattr(args, "backend", None)):
+        return [], ""
+    where = f"lab {args.lab}" if args.lab else f"the {backend.name} backend"
+    return [v for v in verdicts(backend, cells) if not v.ok], where
+
+
 def describe(backend: Backend, checked: list[Verdict], out: Path | None) -> str:
     """What `run --dry-run` prints: per cell, how it maps onto the backend (and lab), or why it cannot."""
     lines = []

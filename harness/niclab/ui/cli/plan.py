@@ -13,17 +13,16 @@ from niclab.ui.console import EXIT_OK
 def cmd_plan(args: argparse.Namespace) -> int:
     from niclab.model.scenario import load_scenario
     from niclab.run.plan import once_warning, plan_table
-    from niclab.run.realizable import backend_from_args, verdicts
+    from niclab.run.realizable import backend_from_args, refused_cells
 
     with backend_from_args(args) as backend:
         scenario_file = load_scenario(Path(args.scenario), overrides(args))
         cells = scenario_file.select(args.cell, args.keyword)
-        unrealizable = [v for v in verdicts(backend, cells) if not v.ok] if args.lab or args.backend else []
+        unrealizable, where = refused_cells(args, backend, cells)
         left_out = {v.cell.id for v in unrealizable}
         runnable = [cell for cell in cells if cell.id not in left_out]
         print(plan_table(scenario_file.name, runnable))
         if unrealizable:
-            where = f"lab {args.lab}" if args.lab else f"the {backend.name} backend"
             print(f"left out of the estimate: {len(unrealizable)} of {len(cells)} cells, which {where} cannot realize:")
             for verdict in unrealizable:
                 print(f"  {verdict.cell.id}: {verdict.reason}")

@@ -12,7 +12,7 @@ from niclab.ui.console import EXIT_FAILED, EXIT_OK, FileCheck
 def cmd_validate(args: argparse.Namespace) -> int:
     from niclab.model.scenario import load_scenario
     from niclab.run.plan import once_warning
-    from niclab.run.realizable import backend_from_args, verdicts
+    from niclab.run.realizable import backend_from_args, refused_cells
 
     files = FileCheck()
     status = EXIT_OK
@@ -20,10 +20,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for name, scenario_file in files.each(args.files, lambda path: load_scenario(path, overrides(args))):
             cells = scenario_file.cells
             count = f"{len(cells)} cell{'s' if len(cells) != 1 else ''}"
-            unrealizable = [v for v in verdicts(backend, cells) if not v.ok] if args.lab or args.backend else []
+            unrealizable, where = refused_cells(args, backend, cells)
             if unrealizable:  # the file is sound, but the rig asked for cannot run all of it
                 status = EXIT_FAILED
-                where = f"lab {args.lab}" if args.lab else f"the {backend.name} backend"
                 print(f"{name}: {where} cannot realize {len(unrealizable)} of {count}:", file=sys.stderr)
                 for verdict in unrealizable:
                     print(f"{name}: cell {verdict.cell.id}: {verdict.reason}", file=sys.stderr)
