@@ -605,6 +605,19 @@ def ring(links: int, odd: bool = False) -> Topology:
     return synthetic_cell(wires)
 
 
+#: A lab of one host with two e1000 cards cabled together: it realizes a shoot-out's e1000 cell and no other.
+TWO_E1000_LAB = """\
+name: fake-lab
+hosts:
+  rig1: {libvirt: qemu:///system}
+cards:
+  - {id: intel-a, host: rig1, pci: "0000:03:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
+  - {id: intel-b, host: rig1, pci: "0000:04:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
+cables:
+  - [intel-a, intel-b]
+"""
+
+
 # -- recorded runs, edited as a failure would leave them -------------------------------------------------------
 
 RECORDED_RUNS = Path(__file__).resolve().parent / "data" / "runs"

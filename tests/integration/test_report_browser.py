@@ -25,6 +25,18 @@ CHROMIUM_ARGS = [
 ]
 
 
+def launched(playwright, chromium: str, tmp_path: Path):
+    """Debian's chromium, headless, 1280 px wide. A persistent context is how Playwright takes a fresh
+    --user-data-dir of our choosing."""
+    return playwright.chromium.launch_persistent_context(
+        tmp_path / "profile",
+        executable_path=chromium,
+        args=CHROMIUM_ARGS,
+        headless=True,
+        viewport={"width": 1280, "height": 1000},
+    )
+
+
 def test_report_renders_in_headless_chromium(tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -37,14 +49,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     )
     problems: list[str] = []
     with sync_playwright() as playwright:
-        # A persistent context is how Playwright takes a fresh --user-data-dir of our choosing.
-        browser = playwright.chromium.launch_persistent_context(
-            tmp_path / "profile",
-            executable_path=chromium,
-            args=CHROMIUM_ARGS,
-            headless=True,
-            viewport={"width": 1280, "height": 1000},
-        )
+        browser = launched(playwright, chromium, tmp_path)
         try:
             page = browser.new_page()
             page.on(
@@ -110,13 +115,7 @@ def test_each_recorded_runs_report_fits_1280_px_has_alt_texts_and_opens_with_its
     reports["before-and-after"] = report_runs([RUNS / "nic-shootout"] * 2, tmp_path / "before-and-after.html")
     found: dict[str, tuple] = {}
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch_persistent_context(
-            tmp_path / "profile",
-            executable_path=chromium,
-            args=CHROMIUM_ARGS,
-            headless=True,
-            viewport={"width": 1280, "height": 1000},
-        )
+        browser = launched(playwright, chromium, tmp_path)
         try:
             page = browser.new_page()
             for name, report in reports.items():

@@ -15,17 +15,7 @@ from niclab.plumbing.backends import BackendOptions, get_backend
 from niclab.plumbing.backends.libvirt_cards import cards_facts
 from niclab.plumbing.backends.libvirt_xml import DomainPlan, Hostdev, UdpInterface, domain_xml
 from niclab.ui.cli.main import main
-
-LAB = """\
-name: fake-lab
-hosts:
-  rig1: {libvirt: qemu:///system}
-cards:
-  - {id: intel-a, host: rig1, pci: "0000:03:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
-  - {id: intel-b, host: rig1, pci: "0000:04:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
-cables:
-  - [intel-a, intel-b]
-"""
+from tests.helpers import TWO_E1000_LAB
 
 
 def plan(**changes) -> DomainPlan:
@@ -91,7 +81,7 @@ def test_too_many_ports_for_a_pc_machine_is_an_error():
 
 
 def test_dry_run_on_a_fake_lab_maps_cells_to_cards_and_writes_valid_hostdev_xml(tmp_path, repo, capsys):
-    (tmp_path / "lab.yaml").write_text(LAB)
+    (tmp_path / "lab.yaml").write_text(TWO_E1000_LAB)
     argv = ["run", str(repo / "scenarios" / "nic-shootout.yaml"), "--lab", str(tmp_path / "lab.yaml")]
     assert main([*argv, "--dry-run", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
@@ -120,13 +110,13 @@ def test_the_libvirt_backend_without_a_lab_uses_the_emulated_stand_ins(repo, tmp
     a = ET.parse(tmp_path / "a.xml").getroot()
     assert a.find("devices/interface/model").get("type") == "e1000"
     assert validate(tmp_path / "a.xml").returncode == 0
-    lab = parse_inventory(LAB, "lab.yaml")
+    lab = parse_inventory(TWO_E1000_LAB, "lab.yaml")
     assert get_backend(options=BackendOptions(lab=lab)).check(topology) is None
 
 
 def test_a_lab_runs_facts_name_each_ports_card_and_its_model(repo):
     topology = load_scenario(repo / "scenarios" / "two-node.yaml").cells[0].scenario.topology()
-    lab = parse_inventory(LAB, "lab.yaml")
+    lab = parse_inventory(TWO_E1000_LAB, "lab.yaml")
     facts = cards_facts(topology, place(topology, lab), {"a/link0": {"guest_driver": "e1000"}})
     assert facts["a/link0"] == {
         "card": "intel-a",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from niclab.ui.cli.main import main
-from tests.helpers import RECORDED_RUNS, edited_run, failure, of_benchmark
+from tests.helpers import RECORDED_RUNS, TWO_E1000_LAB, edited_run, failure, of_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,6 +75,16 @@ UDP = 6  # nic-shootout's netperf UDP_STREAM: the seventh benchmark
 UDP_FAILED = "a: `netperf -t UDP_STREAM -H 198.18.0.2` did not finish in 99 s; killed it"
 
 
+def udp_lost(target: Path) -> Path:
+    """nic-shootout as it would be had e1000's UDP_STREAM failed all three times (its error records in place)."""
+    return edited_run(
+        "nic-shootout",
+        target,
+        drop=lambda r: of_benchmark(r, "nic=e1000", UDP),
+        add=[failure("nic=e1000", UDP_FAILED, "netperf UDP_STREAM", f"{UDP}.{n}") for n in (1, 2, 3)],
+    )
+
+
 def compare(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
     code = main(["compare", *map(str, args)])
     captured = capsys.readouterr()
@@ -82,12 +92,7 @@ def compare(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str
 
 
 def test_a_benchmark_that_failed_every_repeat_in_the_new_run_is_lost_and_fails_the_gate(tmp_path, capsys):
-    new = edited_run(
-        "nic-shootout",
-        tmp_path / "new",
-        drop=lambda r: of_benchmark(r, "nic=e1000", UDP),
-        add=[failure("nic=e1000", UDP_FAILED, "netperf UDP_STREAM", f"{UDP}.{n}") for n in (1, 2, 3)],
-    )
+    new = udp_lost(tmp_path / "new")
     code, out, _ = compare(capsys, RECORDED_RUNS / "nic-shootout", new)
     assert code == 1
     assert (
@@ -240,16 +245,6 @@ def test_the_readmes_minimal_scenario_repeats():
 
 # -- lab honesty: what the lab cannot realize is said, and not run silently -------------------------------------
 
-TWO_E1000 = """\
-name: fake-lab
-hosts:
-  rig1: {libvirt: qemu:///system}
-cards:
-  - {id: intel-a, host: rig1, pci: "0000:03:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
-  - {id: intel-b, host: rig1, pci: "0000:04:00.0", model: e1000, name: Intel PRO/1000 MT, price: 45}
-cables:
-  - [intel-a, intel-b]
-"""
 MISSING = [
     f"nic={nic}: lab fake-lab lacks cards: the cell needs 2 {nic} (it has 0)"
     for nic in ("rtl8139", "i82559er", "tulip", "virtio")
@@ -258,7 +253,7 @@ MISSING = [
 
 def test_validate_with_a_lab_that_cannot_realize_most_cells_fails_naming_each(tmp_path, capsys):
     lab, shootout = tmp_path / "lab.yaml", ROOT / "scenarios" / "nic-shootout.yaml"
-    lab.write_text(TWO_E1000)
+    lab.write_text(TWO_E1000_LAB)
     assert main(["validate", str(shootout), "--lab", str(lab)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -271,7 +266,7 @@ def test_validate_with_a_lab_that_cannot_realize_most_cells_fails_naming_each(tm
 
 def test_plan_with_the_lab_estimates_only_what_it_can_run(tmp_path, capsys):
     lab = tmp_path / "lab.yaml"
-    lab.write_text(TWO_E1000)
+    lab.write_text(TWO_E1000_LAB)
     assert main(["plan", str(ROOT / "scenarios" / "nic-shootout.yaml"), "--lab", str(lab)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[1].startswith("nic=e1000 ") and "scenario nic-shootout: 1 cell, about" in out
@@ -281,7 +276,7 @@ def test_plan_with_the_lab_estimates_only_what_it_can_run(tmp_path, capsys):
 
 def test_run_with_the_lab_refuses_a_partial_run_unless_asked(tmp_path, capsys):
     lab = tmp_path / "lab.yaml"
-    lab.write_text(TWO_E1000)
+    lab.write_text(TWO_E1000_LAB)
     argv = ["run", str(ROOT / "scenarios" / "nic-shootout.yaml"), "--lab", str(lab), "--out", str(tmp_path / "o")]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -501,12 +496,7 @@ def test_a_sweep_ranks_the_cards_per_mtu_and_says_a_single_sample_is_untested(tm
 
 
 def test_two_runs_of_one_scenario_are_before_and_after_with_compares_verdicts(tmp_path, capsys):
-    new = edited_run(
-        "nic-shootout",
-        tmp_path / "2026-11-23T00-00-00-nic-shootout",
-        drop=lambda r: of_benchmark(r, "nic=e1000", UDP),
-        add=[failure("nic=e1000", UDP_FAILED, "netperf UDP_STREAM", f"{UDP}.{n}") for n in (1, 2, 3)],
-    )
+    new = udp_lost(tmp_path / "2026-11-23T00-00-00-nic-shootout")
     _html, text = report_text(capsys, tmp_path / "r.html", RECORDED_RUNS / "nic-shootout", new)
     assert text.startswith("niclab report: nic-shootout (before and after)")
     assert "nic-shootout → 2026-11-23T00-00-00-nic-shootout: what changed gate: FAILED (5 lost)" in text
