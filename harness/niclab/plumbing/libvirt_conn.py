@@ -67,8 +67,10 @@ def local_uri(uri: str) -> bool:
     return "://" in uri and uri.split("://", 1)[1].startswith("/")
 
 
-KEEPALIVE_INTERVAL_S = 5  # with KEEPALIVE_COUNT: a remote host gone quiet fails its calls in ~20 s, not never
-KEEPALIVE_COUNT = 3
+# libvirtd's own default (libvirtd.conf): a remote host gone quiet fails its calls in ~30 s, not never, and a
+# host that is only slow (a lab host busy starting guests) is not taken for gone
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_COUNT = 5
 
 
 def batch_uri(uri: str) -> str:
