@@ -668,3 +668,14 @@ def of_benchmark(record: dict, cell: str, index: int) -> bool:
 def run_dirs(out: Path) -> list[Path]:
     """The run directories `niclab run --out OUT` made, oldest first: not the `latest` link beside them."""
     return sorted(p for p in Path(out).iterdir() if p.is_dir() and not p.is_symlink())
+
+
+def image_view(image: Any, where: Path) -> Path:
+    """A built image's files seen from a directory of its own under `where`: the guest states saved from it (and
+    its driver layers) are the test's own, made anew."""
+    view = where / image.directory.name
+    view.mkdir()
+    for entry in image.directory.iterdir():
+        if entry.is_file():
+            (view / entry.name).symlink_to(entry)
+    return view

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_dirs
+from tests.helpers import image_view, run_dirs
 from tests.records import read_records
 
 from .processes import default_signals, niclab, qemus_under, wait_for_line, wait_no_qemu
@@ -136,20 +136,30 @@ def test_guests_hung_under_kvm_fall_back_to_tcg_and_say_so(image, repo, tmp_path
 # -- interrupts: everything gone within 5 s, whatever the moment ------------
 
 MOMENTS = {
-    "booting": ("booting 2 guests", {}),
+    "saving": ("booting a guest to save its state", "fresh"),
+    "restoring": ("restoring 2 guests", {}),
     "kvm-fallback": ("booting 2 guests (kvm", "hung"),
     "benchmark": ("running netperf TCP_STREAM", {}),
 }
 
 
 @pytest.mark.parametrize(
-    "how,moment", [("SIGINT", "booting"), ("SIGINT", "kvm-fallback"), ("SIGINT", "benchmark"), ("SIGTERM", "benchmark")]
+    "how,moment",
+    [
+        ("SIGINT", "saving"),
+        ("SIGINT", "restoring"),
+        ("SIGINT", "kvm-fallback"),
+        ("SIGINT", "benchmark"),
+        ("SIGTERM", "benchmark"),
+    ],
 )
 def test_an_interrupt_at_any_moment_stops_every_guest_within_5_s(image, repo, tmp_path, how, moment):
     line, extra = MOMENTS[moment]
     env = {"NICLAB_IMAGE": str(image.directory)}
     if extra == "hung":
         env.update(hung_kvm(tmp_path), NICLAB_KVM_DEADLINE="120")
+    if extra == "fresh":  # the image seen from a directory of its own: no state saved yet, one is made first
+        env["NICLAB_IMAGE"] = str(image_view(image, tmp_path))
     proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path / "runs"), env=env)
     wait_for_line(proc, line, 300)
     time.sleep(0.5)
@@ -163,6 +173,8 @@ def test_an_interrupt_at_any_moment_stops_every_guest_within_5_s(image, repo, tm
     assert "interrupted; the guests were stopped" in err and "Traceback" not in err
     [run] = run_dirs(tmp_path / "runs")
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+    if extra == "fresh":  # no half-saved state is left to be found
+        assert not [d for d in Path(env["NICLAB_IMAGE"], "states").glob("*") if d.is_dir()]
 
 
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])

@@ -103,7 +103,7 @@ def test_the_qemu_backend_boots_hung_kvm_guests_again_under_tcg(monkeypatch, tmp
 
     monkeypatch.setattr(QemuBackend, "_boot", fake_boot)
     said: list[str] = []
-    with QemuBackend(image=image).realize(two_node_topology, tmp_path, said.append) as rig:  # type: ignore[arg-type]
+    with QemuBackend(image=image, cold_boot=True).realize(two_node_topology, tmp_path, said.append) as rig:  # type: ignore[arg-type]
         fallback = rig.facts.accel_fallback or ""
     assert asked == ["kvm: probed", "tcg: KVM fell back, see the warning"]
     assert marked == ["a: the guest agent did not answer in time"]

@@ -83,6 +83,13 @@ class RigFacts(Facts):
     """The QEMU backend's guest firmware: qboot.rom under TCG where QEMU has it, else seabios (or NICLAB_QBOOT=0)."""
     agent_ready_s: dict[str, float] = Field(default_factory=dict)
     """Per node: seconds from start until its agent answered."""
+    restored: dict[str, str] = Field(default_factory=dict)
+    """The QEMU backend's: per node restored from a saved state, that state's key (empty: the guests booted)."""
+    cold_boot: str | None = None
+    """The QEMU backend's: why its guests booted cold instead of being restored (asked, or what failed)."""
+    cards_plugged_s: dict[str, float] = Field(default_factory=dict)
+    """Per restored node: seconds from its cards' hot-plug until every card's interface was there (the drivers
+    loaded and probed them)."""
     hosts: dict[str, str] | None = None
     """Per node: the lab host it ran on (a run with --lab; its libvirt URI is under `libvirt`). Comparisons
     say when their two sides ran on different hosts."""

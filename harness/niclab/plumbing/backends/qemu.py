@@ -14,21 +14,22 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from niclab.base.errors import NiclabError, UsageError
-from niclab.base.node import Progress
+from niclab.base.node import Node, Progress
 from niclab.base.procs import Child, Supervisor, down
 from niclab.model import nics
 from niclab.model.facts import RigFacts
 from niclab.model.topology import NodeSpec, Topology
 from niclab.plumbing.accel import AccelChoice, choose_accel, now, qemu_binary
-from niclab.plumbing.backends.base import BackendOptions, BackendPlugin, DownRequest, Leftovers, Rig, Say
+from niclab.plumbing.backends.base import BackendOption, BackendOptions, BackendPlugin, DownRequest, Leftovers, Rig, Say
 from niclab.plumbing.backends.boot import (
     DEFAULT_BOOT_TIMEOUT_S,
     BootError,
@@ -39,6 +40,17 @@ from niclab.plumbing.backends.boot import (
 )
 from niclab.plumbing.backends.qemu_cmd import MAX_NICS, NicPlan, VmPlan, mac_address, qemu_argv
 from niclab.plumbing.backends.qemu_nics import emulated_model, stand_ins
+from niclab.plumbing.backends.restore import RestoreError, arrive, resume
+from niclab.plumbing.backends.saved_state import (
+    META,
+    RefusedState,
+    SavedGuestDown,
+    SavedState,
+    StateKey,
+    make_state,
+    module_words,
+    open_state,
+)
 from niclab.plumbing.drivers.layer import driver_images, rig_modules
 from niclab.plumbing.guest import AgentNode, GuestAgent, connect_all
 from niclab.plumbing.image import Image, ensure_image
@@ -113,6 +125,39 @@ def start_switch(supervisor: Supervisor, workdir: Path, sockets: Path, name: str
 
 
 @dataclass(frozen=True)
+class Restore:
+    """How one node is restored: its saved state's key, opened state, and the module parameters set after."""
+
+    key: StateKey
+    params: dict[str, list[str]]
+    saved: SavedState
+
+
+T = TypeVar("T")
+
+
+def each(work: Callable[[str], T], names: Iterable[str]) -> dict[str, T]:
+    """`work` for every node at once (a thread each); the first error raised, after all of them ended."""
+    done: dict[str, T] = {}
+    errors: list[BaseException] = []
+
+    def one(name: str) -> None:
+        try:
+            done[name] = work(name)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(name,), daemon=True) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return done
+
+
+@dataclass(frozen=True)
 class BootPlan:
     """One attempt at booting a run's guests: each node's image, under one accelerator."""
 
@@ -140,16 +185,48 @@ def qemu_firmware(binary: str) -> str | None:
 @functools.cache
 def _qboot_of(binary: str) -> str | None:
     """Where this QEMU's data directories (`-L help`) hold qboot, asked once per binary and process."""
+    return qemu_data_file(binary, QBOOT)
+
+
+@functools.cache
+def _data_dirs(binary: str) -> tuple[Path, ...]:
+    """This QEMU's data directories (`-L help`), asked once per binary and process."""
     try:
         listed = subprocess.run([binary, "-L", "help"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    for directory in listed.splitlines():
-        if (found := Path(directory.strip()) / QBOOT).is_file():
+        return ()
+    return tuple(Path(line.strip()) for line in listed.splitlines() if line.strip())
+
+
+def qemu_data_file(binary: str, name: str) -> str | None:
+    """The file `name` (firmware, an option ROM) where this QEMU finds it, resolved; None if it has none."""
+    for directory in _data_dirs(binary):
+        if (found := directory / name).is_file():
             return str(found.resolve())
     return None
 
 
+def qemu_identity(binary: str) -> tuple[tuple[str, str], ...]:
+    """What of QEMU shapes a guest's saved state: its version, its binary, the firmware and the option ROM a
+    kernel boot runs (their size and time: a package update changes them)."""
+
+    def of(path: str | None) -> str:
+        if path is None:
+            return "none"
+        st = Path(path).stat()
+        return f"{path} {st.st_size}:{st.st_mtime_ns}"
+
+    return (
+        ("version", qemu_version(binary)),
+        ("binary", of(str(Path(binary).resolve()))),
+        *((name, of(qemu_data_file(binary, name))) for name in SAVED_FIRMWARE),
+    )
+
+
+SAVED_FIRMWARE = ("bios-256k.bin", "linuxboot_dma.bin")  # what a saved guest booted with (SeaBIOS), and its ROM
+
+
+@functools.cache
 def qemu_version(binary: str) -> str:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
     return out.splitlines()[0].strip() if out else "unknown"
@@ -158,9 +235,19 @@ def qemu_version(binary: str) -> str:
 class QemuBackend:
     name = "qemu"
 
-    def __init__(self, image: Image | None = None, accel: str | None = None, boot_timeout: float | None = None):
+    def __init__(
+        self,
+        image: Image | None = None,
+        accel: str | None = None,
+        boot_timeout: float | None = None,
+        cold_boot: bool = False,
+    ):
         self._image = image
         self._accel = accel
+        # guests boot cold, not restored from a saved state: asked (--cold-boot, NICLAB_COLD_BOOT=1), or None
+        self.cold_boot = "asked (--cold-boot)" if cold_boot else None
+        if os.environ.get("NICLAB_COLD_BOOT", "0") not in ("", "0"):
+            self.cold_boot = "asked (NICLAB_COLD_BOOT)"
         self.boot_timeout = boot_timeout or env_seconds("NICLAB_BOOT_TIMEOUT", DEFAULT_BOOT_TIMEOUT_S)
         self.kvm_deadline = env_seconds("NICLAB_KVM_DEADLINE", DEFAULT_KVM_DEADLINE_S)
 
@@ -216,6 +303,7 @@ class QemuBackend:
         accel: str,
         attachments: dict[tuple[str, int, int], Attachment],
         firmware: str | None = None,
+        state: Restore | None = None,
     ) -> VmPlan:
         nic_plans = tuple(
             NicPlan(
@@ -237,7 +325,10 @@ class QemuBackend:
             serial_log=f"{spec.name}.serial.log",
             qmp_socket=f"{spec.name}.qmp",
             agent_socket=f"{spec.name}.qga",
-            firmware=firmware,
+            firmware=None if state else firmware,
+            incoming_fd=state.saved.fd if state else None,
+            append=state.key.append if state else None,
+            vmgenid=state is not None,
         )
 
     @contextmanager
@@ -257,7 +348,25 @@ class QemuBackend:
                 chosen = (
                     choice if accel == choice.accel else AccelChoice(accel, "KVM fell back, see the warning", now())
                 )
-                return self._boot(BootPlan(topology, images, binary, chosen, workdir), stack, progress)
+                plan = BootPlan(topology, images, binary, chosen, workdir)
+                cold = self.cold_boot
+                if cold is None and accel != "tcg":
+                    cold = "a KVM guest boots in 1-3 s; guests are restored under TCG"
+                if cold is None:
+                    try:
+                        return self._restore(plan, stack, progress)
+                    except (RestoreError, RefusedState) as exc:
+                        cold = str(exc)
+                    except SavedGuestDown:
+                        raise  # the guest does not boot at all: booted cold, it would not either
+                    except BootError as exc:
+                        cold = f"the restored guests did not answer: {exc.summary}"
+                    stack.close()
+                    set_aside(workdir, topology, "restore")
+                    progress(f"warning: restoring the guests failed ({cold}); booting them cold")
+                rig = self._boot(plan, stack, progress)
+                rig.facts.cold_boot = cold
+                return rig
 
             def undo() -> None:
                 stack.close()
@@ -269,14 +378,53 @@ class QemuBackend:
             rig.facts.accel_fallback = fallback
             yield rig
 
-    def _boot(self, plan: BootPlan, stack: ExitStack, progress: Progress) -> Rig:
+    def _keys(self, plan: BootPlan, progress: Progress) -> dict[str, Restore]:
+        """Each node's saved state, made first where there is none yet; RestoreError where none can be used."""
+        identity = qemu_identity(plan.binary)
+        wanted: dict[str, tuple[StateKey, dict[str, list[str]]]] = {}
+        for spec in plan.topology.nodes:
+            image = plan.images[spec.name]
+            if image.disk is not None:
+                raise RestoreError(f"image {image.id} boots from its disk, whose state a saved guest cannot keep")
+            params, words = module_words(spec.cmdline, image)
+            memory = max(spec.memory_mib, int(image.manifest.get("min_memory_mib", 0)))
+            wanted[spec.name] = (StateKey(image, spec.cpus, memory, plan.choice.accel, identity, words), params)
+        for key in {key.digest: key for key, _ in wanted.values()}.values():
+            if not (key.directory / META).is_file():
+                try:
+                    make_state(key, plan.binary, progress, self.boot_timeout, plan.workdir)
+                except NiclabError as exc:
+                    raise RestoreError(f"no saved state could be made: {exc}") from None
+        return {name: Restore(key, params, self._open(key)) for name, (key, params) in wanted.items()}
+
+    @staticmethod
+    def _open(key: StateKey) -> SavedState:
+        saved = open_state(key)
+        if saved is None:
+            raise RestoreError(f"the saved state {key.directory} went away")
+        return saved
+
+    def _restore(self, plan: BootPlan, stack: ExitStack, progress: Progress) -> Rig:
+        """The rig's guests restored from their saved states (made first where missing), their cards plugged in
+        and their drivers loaded; RestoreError (or BootError) when that did not work."""
+        with ExitStack() as opened:
+            states = self._keys(plan, progress)
+            for state in states.values():
+                opened.callback(os.close, state.saved.fd)
+            rig = self._boot(plan, stack, progress, states)
+        return rig
+
+    def _boot(
+        self, plan: BootPlan, stack: ExitStack, progress: Progress, states: Mapping[str, Restore] | None = None
+    ) -> Rig:
         """Start every node of `plan` under its accelerator and wait for their agents; what it starts goes on
-        `stack`.
+        `stack`. With `states` (node -> its saved state), each guest is restored from it, then given its cards.
 
         Under KVM the wait is short (`kvm_deadline`): a guest that has not answered by then
         is taken to be hung by KVM, not slow.
         """
         topology, images, binary, choice, workdir = plan.topology, plan.images, plan.binary, plan.choice, plan.workdir
+        states = states or {}
         accel = choice.accel
         cleanup = stack.enter_context(ExitStack())
         supervisor = stack.enter_context(Supervisor(workdir))
@@ -285,12 +433,15 @@ class QemuBackend:
             # qboot under TCG only: measured there; under KVM SeaBIOS is quick, and the KVM probe boots with it
             firmware = qemu_firmware(binary) if accel == "tcg" else None
             plans = {
-                spec.name: self._plan(spec, images[spec.name], accel, attachments, firmware) for spec in topology.nodes
+                spec.name: self._plan(spec, images[spec.name], accel, attachments, firmware, states.get(spec.name))
+                for spec in topology.nodes
             }
             started = time.monotonic()
             children: dict[str, Child] = {}
             for name, vm in plans.items():
                 passed = [fd for port in topology.node(name).ports if (fd := attachments[port.key].fd) is not None]
+                if vm.incoming_fd is not None:
+                    passed.append(vm.incoming_fd)
                 try:
                     argv = qemu_argv(binary, vm)
                 except ValueError as exc:
@@ -304,16 +455,31 @@ class QemuBackend:
                 )
         # the QEMUs hold the cable sockets now
         shown = image_facts(images)
-        progress(f"booting {len(plans)} guests ({accel}: {choice.reason}; image {shown['image']})")
         timeout = min(self.boot_timeout, self.kvm_deadline) if accel == "kvm" else self.boot_timeout
+        if states:
+            progress(f"restoring {len(plans)} guests ({accel}: {choice.reason}; image {shown['image']})")
+            deadline = started + timeout
+            each(lambda n: resume(n, workdir / plans[n].qmp_socket, children[n].exit_reason, deadline), plans)
+        else:
+            progress(f"booting {len(plans)} guests ({accel}: {choice.reason}; image {shown['image']})")
         agents = self._connect_agents(children, workdir, started, timeout, accel)
         for agent, _ in agents.values():
             stack.callback(agent.close)
         ready = {name: round(at - started, 2) for name, (_, at) in agents.items()}
-        progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
+        agent_nodes = {name: AgentNode(name, agent) for name, (agent, _) in agents.items()}
+        nodes: dict[str, Node] = dict(agent_nodes)
+        plugged: dict[str, float] = {}
+        if states:
+
+            def plug(name: str) -> float:
+                return arrive(agent_nodes[name], plans[name], workdir / plans[name].qmp_socket, states[name].params)
+
+            plugged = each(plug, plans)
+        cards = f" (restored; their cards in after {', '.join(f'{plugged[n]:.1f}' for n in ready)} s)" if states else ""
+        progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()) + cards)
         return Rig(
             topology=topology,
-            nodes={name: AgentNode(name, agent) for name, (agent, _) in agents.items()},
+            nodes=nodes,
             macs={nic.port.key: nic.mac for plan in plans.values() for nic in plan.nics},
             drivers={nic.port.key: nic.model.driver for plan in plans.values() for nic in plan.nics},
             modules=rig_modules(topology, images),
@@ -323,12 +489,14 @@ class QemuBackend:
                     "accel": accel,
                     "accel_reason": choice.reason,
                     "qemu": qemu_version(binary),
-                    "firmware": Path(firmware).name if firmware else "seabios",
+                    "firmware": "seabios" if states else Path(firmware).name if firmware else "seabios",
                     **shown,
                     "kernel_boot": (  # image.pvh
                         "pvh" if all(i.boot_kernel != i.kernel for i in images.values()) else "bzimage"
                     ),
                     "agent_ready_s": ready,
+                    "restored": {name: state.saved.key for name, state in states.items()},
+                    "cards_plugged_s": plugged,
                 }
             ),
             gone=lambda: {name: why for name, child in children.items() if (why := child.exit_reason())},
@@ -371,7 +539,7 @@ class QemuBackend:
 def _create(options: BackendOptions, **kwargs: Any) -> QemuBackend:
     if options.text("libvirt_uri"):
         raise UsageError("--libvirt-uri is an option of --backend libvirt; the qemu backend starts QEMU itself")
-    return QemuBackend(**kwargs)
+    return QemuBackend(cold_boot=options.flag("cold_boot"), **kwargs)
 
 
 def end_processes(request: DownRequest, say: Say, complain: Say) -> list[str]:
@@ -386,6 +554,13 @@ PLUGIN = BackendPlugin(
     "qemu",
     "QEMU processes with emulated NICs, no root",
     _create,
+    options=(
+        BackendOption(
+            "cold-boot",
+            "guests boot cold instead of being restored from a saved state (also NICLAB_COLD_BOOT=1)",
+            starts_nodes=True,
+        ),
+    ),
     leftovers=Leftovers(end_processes, order=0),
     default=True,
 )

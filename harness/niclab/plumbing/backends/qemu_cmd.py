@@ -60,6 +60,42 @@ class VmPlan:
     # The firmware QEMU starts with (-bios), or None for its default (SeaBIOS): qboot, when the host has it,
     # hands over to the kernel sooner (docs/measurements.md, "Where a boot's time goes").
     firmware: str | None = None
+    # A guest restored from a saved state (backends/saved_state.py): the state file QEMU reads (an fd it
+    # inherits), the exact kernel command line the saved guest booted with, and its cards plugged in after
+    # the restore (their -netdev backends are on the command line, their devices are not).
+    incoming_fd: int | None = None
+    append: str | None = None
+    # QEMU's VM generation ID device: a restored kernel reseeds its RNG when the ID changes (saved states only;
+    # qboot cannot give it the memory it needs)
+    vmgenid: bool = False
+
+    @property
+    def kernel_args(self) -> str:
+        """The kernel command line: the saved guest's for a restore, else the image's, the node's words and its name."""
+        if self.append is not None:
+            return self.append
+        return " ".join([self.cmdline, *self.node.cmdline, f"niclab.node={self.node.name}"])
+
+
+def nic_properties(nic: NicPlan, slot: int) -> dict[str, str]:
+    """The card's -device properties after its device name, on the pc machine's bus 0 at `slot`."""
+    properties = {"netdev": nic.netdev_id, "mac": nic.mac, "bus": "pci.0", "addr": f"{slot:#x}"}
+    for word in nic.qemu.arguments.split(","):
+        key, sep, value = word.partition("=")
+        if sep:
+            properties[key] = value
+    return properties
+
+
+def device_add(nic: NicPlan, slot: int) -> dict[str, str | bool]:
+    """QMP device_add's arguments for the card: -device's, with on/off as JSON booleans (QMP's types are strict)."""
+    typed = {"on": True, "off": False}
+    return {"driver": nic.qemu.device} | {k: typed.get(v, v) for k, v in nic_properties(nic, slot).items()}
+
+
+def nic_slots(plan: VmPlan) -> list[tuple[int, NicPlan]]:
+    """Each card's PCI slot, in the order of the node's ports."""
+    return list(enumerate(plan.nics, start=FIRST_NIC_SLOT))
 
 
 def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
@@ -91,7 +127,7 @@ def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
         "-initrd",
         plan.initrd,
         "-append",
-        " ".join([plan.cmdline, *node.cmdline, f"niclab.node={node.name}"]),
+        plan.kernel_args,
         "-chardev",
         f"file,id=serial0,path={plan.serial_log}",
         "-serial",
@@ -105,11 +141,13 @@ def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
         "-device",
         f"virtserialport,bus=vser0.0,chardev=qga0,name={AGENT_PORT_NAME}",
     ]
-    for slot, nic in enumerate(plan.nics, start=FIRST_NIC_SLOT):
-        argv += [
-            "-netdev",
-            f"{nic.netdev},id={nic.netdev_id}",
-            "-device",
-            f"{nic.qemu.device},netdev={nic.netdev_id},mac={nic.mac},bus=pci.0,addr={slot:#x}{nic.qemu.arguments}",
-        ]
+    if plan.vmgenid:
+        argv += ["-device", "vmgenid,guid=auto"]
+    for slot, nic in nic_slots(plan):
+        argv += ["-netdev", f"{nic.netdev},id={nic.netdev_id}"]
+        if plan.incoming_fd is None:
+            properties = ",".join(f"{k}={v}" for k, v in nic_properties(nic, slot).items())
+            argv += ["-device", f"{nic.qemu.device},{properties}"]
+    if plan.incoming_fd is not None:
+        argv += ["-incoming", f"fd:{plan.incoming_fd}"]
     return argv
