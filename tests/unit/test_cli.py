@@ -11,6 +11,7 @@ VERBS = [
     ["image"],
     ["image", "build"],
     ["image", "info"],
+    ["image", "ls"],
     ["down"],
     ["nics"],
     ["validate"],

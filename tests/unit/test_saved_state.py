@@ -275,3 +275,24 @@ def test_states_of_an_image_are_listed_from_their_records(image):
     assert (info.key, info.cpus, info.memory_mib, info.accel) == (key.digest, 1, 256, "tcg")
     assert info.qemu == "QEMU emulator version 7.2.22"
 
+
+def test_image_ls_lists_each_image_with_its_saved_states(tmp_path, monkeypatch, capsys):
+    from niclab.ui.cli.main import main
+
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    directory = tmp_path / "cache" / "images" / "micro-0123456789abcdef"
+    directory.mkdir(parents=True)
+    for name in ("vmlinuz", "initrd.img"):
+        (directory / name).write_bytes(name.encode())
+    manifest = {"recipe": "micro", "input_hash": "0123456789abcdef", "cmdline": "quiet", "built_at": "2026-11-29"}
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    image = Image("micro", "0123456789abcdef", directory, "quiet", manifest)
+    key = key_of(image)
+    saved(key, b"x" * 3 * 2**20)
+    assert main(["image", "ls"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"micro-0123456789abcdef  built 2026-11-29  {directory}"
+    assert out[1] == f"  saved state {key.digest}  1 vCPU, 256 MiB, tcg  3 MiB  made 2026-11-29T00:00:00Z"
+    assert main(["image", "ls", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["image"] == image.id and [s["key"] for s in listed["states"]] == [key.digest]

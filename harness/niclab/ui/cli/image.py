@@ -1,4 +1,5 @@
-"""`niclab image build|info [RECIPE]`: build a guest image (or an add-on), or say what a built one holds."""
+"""`niclab image build|info [RECIPE]`, `niclab image ls`: build a guest image (or an add-on), say what a built one
+holds, list the built ones with their saved guest states."""
 
 from __future__ import annotations
 
@@ -85,6 +86,53 @@ def cmd_info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_ls(args: argparse.Namespace) -> int:
+    from niclab.plumbing.backends.saved_state import states_of
+    from niclab.plumbing.image.store import load_image, store_dir
+
+    found = []
+    for directory in sorted(store_dir().glob("*")) if store_dir().is_dir() else []:
+        image = load_image(directory)
+        if image is not None:
+            found.append((image, states_of(directory)))
+    if args.json:
+        listed = [
+            {
+                "image": image.id,
+                "directory": str(image.directory),
+                "built_at": image.manifest.get("built_at"),
+                "states": [
+                    {
+                        "key": s.key,
+                        "directory": str(s.directory),
+                        "bytes": s.bytes,
+                        "made_at": s.made_at,
+                        "cpus": s.cpus,
+                        "memory_mib": s.memory_mib,
+                        "accel": s.accel,
+                        "qemu": s.qemu,
+                    }
+                    for s in states
+                ],
+            }
+            for image, states in found
+        ]
+        print(json.dumps(listed, indent=2))
+        return EXIT_OK
+    if not found:
+        print(f"no image is built in {store_dir()}; `niclab image build` builds one", file=sys.stderr)
+        return EXIT_OK
+    for image, states in found:
+        print(f"{image.id}  built {image.manifest.get('built_at', '?')}  {image.directory}")
+        for state in states:
+            print(
+                f"  saved state {state.key}  {state.cpus} vCPU, {state.memory_mib} MiB, {state.accel}  "
+                f"{state.bytes / 2**20:.0f} MiB  made {state.made_at}"
+            )
+    print("a saved state goes with its image; remove one with `rm -r` of its directory (`--json` says where)")
+    return EXIT_OK
+
+
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     image = verbs.add_parser(
         "image",
@@ -110,3 +158,11 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     info.add_argument("recipe", nargs="?", default="micro", metavar="RECIPE", help="micro (default) or debian")
     info.add_argument("--json", action="store_true", help="the whole manifest as JSON")
     info.set_defaults(func=cmd_info)
+    listing = image_verbs.add_parser(
+        "ls",
+        help="list the built images and their saved guest states",
+        description="List the images in the cache, each with the guest states saved from it (a guest of each "
+        "kind boots once; later ones are restored from its saved state).",
+    )
+    listing.add_argument("--json", action="store_true", help="as JSON")
+    listing.set_defaults(func=cmd_ls)
