@@ -459,7 +459,11 @@ class QemuBackend:
         if states:
             progress(f"restoring {len(plans)} guests ({accel}: {choice.reason}; image {shown['image']})")
             deadline = started + timeout
-            each(lambda n: resume(n, workdir / plans[n].qmp_socket, children[n].exit_reason, deadline), plans)
+
+            def go(name: str) -> float:
+                return resume(name, plans[name], workdir / plans[name].qmp_socket, children[name].exit_reason, deadline)
+
+            plugged_at = each(go, plans)
         else:
             progress(f"booting {len(plans)} guests ({accel}: {choice.reason}; image {shown['image']})")
         agents = self._connect_agents(children, workdir, started, timeout, accel)
@@ -471,10 +475,10 @@ class QemuBackend:
         plugged: dict[str, float] = {}
         if states:
 
-            def plug(name: str) -> float:
-                return arrive(agent_nodes[name], plans[name], workdir / plans[name].qmp_socket, states[name].params)
+            def drivers(name: str) -> float:
+                return arrive(agent_nodes[name], plans[name], states[name].params, plugged_at[name])
 
-            plugged = each(plug, plans)
+            plugged = each(drivers, plans)
         cards = f" (restored; their cards in after {', '.join(f'{plugged[n]:.1f}' for n in ready)} s)" if states else ""
         progress("guests answering: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()) + cards)
         return Rig(

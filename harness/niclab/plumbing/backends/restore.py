@@ -25,14 +25,19 @@ class RestoreError(NiclabError):
     """A restore that did not work: the rig boots cold instead, saying why."""
 
 
-def resume(name: str, qmp_socket: Path, alive: Callable[[], str | None], deadline: float) -> None:
-    """Wait until QEMU has read the saved state, then let the guest run (it was saved stopped)."""
+def resume(name: str, plan: VmPlan, qmp_socket: Path, alive: Callable[[], str | None], deadline: float) -> float:
+    """Wait until QEMU has read the saved state, let the guest run (it was saved stopped) and plug its cards in
+    at once: the guest takes them while its agent is reached. Returns when the cards were plugged (monotonic)."""
     try:
         with Qmp(name, qmp_socket, deadline, alive) as qmp:
             qmp.wait_migration(deadline, alive)
             qmp.execute("cont")
+            plugged = time.monotonic()
+            for slot, nic in nic_slots(plan):
+                qmp.execute("device_add", device_add(nic, slot))
     except QmpError as exc:
         raise RestoreError(str(exc)) from None
+    return plugged
 
 
 def arrival_script(
@@ -68,20 +73,12 @@ def arrival_script(
     return "\n".join(lines) + "\n"
 
 
-def arrive(node: AgentNode, plan: VmPlan, qmp_socket: Path, params: Mapping[str, list[str]]) -> float:
-    """Plug the node's cards in and load their drivers; seconds from the first card plugged until every card's
-    interface was there (a card whose driver did not bind is left to the driver check, which says why)."""
-    started = time.monotonic()
-    if plan.nics:
-        try:
-            with Qmp(node.name, qmp_socket, started + 10) as qmp:
-                for slot, nic in nic_slots(plan):
-                    qmp.execute("device_add", device_add(nic, slot))
-        except QmpError as exc:
-            raise RestoreError(str(exc)) from None
+def arrive(node: AgentNode, plan: VmPlan, params: Mapping[str, list[str]], plugged: float) -> float:
+    """Load the drivers of the node's cards (plugged at `plugged`, monotonic); seconds from then until every
+    card's interface was there (a card whose driver did not bind is left to the driver check, which says why)."""
     script = arrival_script(node.name, plan, params, round(time.time()), secrets.token_hex(32))
     result = node.run(["/bin/sh", "-c", script], timeout=CARDS_TIMEOUT_S * 2 + 30, check=False)
     if result.returncode != 0 or "missing=" not in result.stdout:
         told = (result.stderr or result.stdout).strip()[-300:]
         raise RestoreError(f"{node.name}: the restored guest could not take its cards: {told or result.returncode}")
-    return round(time.monotonic() - started, 2)
+    return round(time.monotonic() - plugged, 2)
