@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """How much of a run is booting: time from `niclab run` start to both guests answering.
 
-Runs `niclab run` on a scenario (default: scenarios/two-node.yaml) N times and
-prints, per run and as medians, the time until every guest's agent answered,
-the whole run's wall time, and the boot's share of it. Ratios measured in one
-go, since this machine is shared and absolute times drift.
+Runs `niclab run` on a scenario (default: scenarios/two-node.yaml) N times
+with its guests booted cold (--cold-boot) and N times restored from their
+saved state (niclab's default), alternating, and prints per run and as
+medians the time until every guest answered with its cards in (the rig
+ready) and until the network was up and checked, each restored figure's
+share of the cold one, and last, for the restored runs: the boot, the whole
+run's wall time, and the boot's share of it. Ratios measured in one go,
+since this machine is shared and absolute times drift. For eight nodes on
+one segment: bench/eight-node-switch.yaml.
 
 With --sweep, what a shared boot buys: the five e1000 cells of
 scenarios/mtu-sweep.yaml as one run (one boot, the network reset between
@@ -40,9 +45,19 @@ from common import REPO, TWO_NODE, medians, timed_run
 def one_run(
     scenario: Path, out: Path, image: Path | None = None, env_extra: dict[str, str] | None = None
 ) -> tuple[float, float]:
+    boot, _, wall = ready_run(scenario, out, image, env_extra)
+    return boot, wall
+
+
+def ready_run(
+    scenario: Path, out: Path, image: Path | None = None, env_extra: dict[str, str] | None = None
+) -> tuple[float, float, float]:
+    """Seconds from the harness's start until the rig answered, until its network was up and checked, and the
+    run's wall time."""
     run = timed_run(scenario, out, env={**({"NICLAB_IMAGE": str(image)} if image else {}), **(env_extra or {})})
     cells = [r for r in run.records() if r["type"] == "cell"]
-    return cells[0]["timings"]["agents_ready_since_start_s"], run.wall
+    timings = cells[0]["timings"]
+    return timings["agents_ready_since_start_s"], timings["agents_ready_since_start_s"] + timings["network_s"], run.wall
 
 
 SWEEP = REPO / "scenarios" / "mtu-sweep.yaml"
@@ -137,17 +152,33 @@ def main() -> None:
     if args.bzimage:
         compare_bzimage(Path(args.scenario), args.runs)
         return
-    boots, walls = [], []
+    cold: list[tuple[float, float]] = []
+    restored: list[tuple[float, float]] = []
+    walls: list[float] = []
+    cold_env = {"NICLAB_COLD_BOOT": "1"}
     with tempfile.TemporaryDirectory(prefix="niclab-bench-boot-") as out:
+        ready_run(Path(args.scenario), Path(out) / "first")  # the saved state made, if it is not yet
         for n in range(1, args.runs + 1):
-            boot, wall = one_run(Path(args.scenario), Path(out))
-            boots.append(boot)
+            boot, up, _ = ready_run(Path(args.scenario), Path(out) / "cold", env_extra=cold_env)
+            cold.append((boot, up))
+            boot, up, wall = ready_run(Path(args.scenario), Path(out) / "restored")
+            restored.append((boot, up))
             walls.append(wall)
-            print(f"run {n}: guests answering after {boot:5.1f} s of a {wall:5.1f} s run ({boot / wall:5.1%})")
-    boot, wall = medians(boots, walls)
+            print(
+                f"run {n}: rig ready after {cold[-1][0]:5.1f} s cold / {boot:5.1f} s restored; "
+                f"network up and checked after {cold[-1][1]:5.1f} s / {up:5.1f} s",
+                flush=True,
+            )
+    cold_boot, boot = medians([c[0] for c in cold], [r[0] for r in restored])
+    cold_up, up = medians([c[1] for c in cold], [r[1] for r in restored])
+    print(
+        f"median: rig ready {cold_boot:.1f} s cold, {boot:.1f} s restored ({boot / cold_boot:.0%} of the time); "
+        f"up and checked {cold_up:.1f} s cold, {up:.1f} s restored ({up / cold_up:.0%})"
+    )
+    (wall,) = medians(walls)
     print(
         f"median: boot {boot:.1f} s, run {wall:.1f} s, boot share {boot / wall:.1%} "
-        f"(harness start to every agent answering; first cell)"
+        f"(harness start to every agent answering, cards in; first cell; restored)"
     )
 
 
