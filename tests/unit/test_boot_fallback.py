@@ -15,6 +15,8 @@ from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.backends.boot import BootError, boot_falling_back
 from niclab.plumbing.backends.qemu import QemuBackend
 from niclab.plumbing.backends.qemu_cmd import port_macs
+from niclab.plumbing.backends.restore import RestoreError
+from niclab.plumbing.backends.saved_state import RefusedState, SavedGuestDown
 from tests.helpers import FakeImage
 
 
@@ -118,3 +120,45 @@ def two_node_topology():
 
     text = "name: t\nnodes: [a, b]\nlinks:\n  - between: [a, b]\n    nic: e1000\n"
     return parse(text, "t.yaml").cells[0].topology
+
+
+def test_a_guest_that_does_not_boot_to_be_saved_fails_the_cell_and_is_not_booted_cold(
+    monkeypatch, tmp_path: Path, two_node_topology
+):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(qemu, "qemu_binary", lambda: "/usr/bin/qemu-system-x86_64")
+    monkeypatch.setattr(qemu, "choose_accel", lambda image_, progress: AccelChoice("tcg", "probed", "now"))
+    booted: list[str] = []
+    monkeypatch.setattr(QemuBackend, "_boot", lambda self, plan, stack, progress, states=None: booted.append("cold"))
+
+    def keys(self, plan, progress):
+        raise SavedGuestDown("guest(s) did not come up: saved: exited", "saved: exited")
+
+    monkeypatch.setattr(QemuBackend, "_keys", keys)
+    with pytest.raises(BootError, match="did not come up"):
+        with QemuBackend(image=FakeImage()).realize(two_node_topology, tmp_path, print):  # type: ignore[arg-type]
+            pass
+    assert booted == []
+
+
+@pytest.mark.parametrize(
+    "failure", [RestoreError("a: QEMU's migration failed: load"), RefusedState("saved state X: not loaded: …")]
+)
+def test_a_restore_that_fails_boots_the_rig_cold_and_says_why(monkeypatch, tmp_path: Path, two_node_topology, failure):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(qemu, "qemu_binary", lambda: "/usr/bin/qemu-system-x86_64")
+    monkeypatch.setattr(qemu, "choose_accel", lambda image_, progress: AccelChoice("tcg", "probed", "now"))
+
+    def restore(self, plan, stack, progress):
+        raise failure
+
+    def cold(self, plan, stack, progress, states=None):
+        assert states is None
+        return Rig(topology=plan.topology, nodes={}, macs=port_macs(plan.topology))
+
+    monkeypatch.setattr(QemuBackend, "_restore", restore)
+    monkeypatch.setattr(QemuBackend, "_boot", cold)
+    said: list[str] = []
+    with QemuBackend(image=FakeImage()).realize(two_node_topology, tmp_path, said.append) as rig:  # type: ignore[arg-type]
+        assert rig.facts.cold_boot == str(failure)
+    assert said == [f"warning: restoring the guests failed ({failure}); booting them cold"]

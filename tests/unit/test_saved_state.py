@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from dataclasses import replace
@@ -87,10 +88,11 @@ def test_a_state_lives_in_its_images_directory_and_boots_with_a_neutral_node_nam
 
 
 def test_module_parameters_move_to_after_the_restore_other_words_stay_in_the_key(image):
-    words = ("e1000.InterruptThrottleRate=8000", "ne2k-pci.debug=1", "af_packet.x=1", "nokaslr")
-    moved, kept = module_words(words, image)
+    words = ("e1000.InterruptThrottleRate=8000", "ne2k-pci.debug=1", "af_packet.x=1", "printk.time=1", "nokaslr")
+    moved, kept = module_words(words, replace(image, manifest={"modules": ["e1000", "ne2k-pci", "8390"]}))
     assert moved == {"e1000": ["InterruptThrottleRate=8000"], "ne2k_pci": ["debug=1"]}
-    assert kept == ("af_packet.x=1", "nokaslr")  # a built-in module's parameter only works on the command line
+    # not a module of the image (built in, or the kernel's own words): only the command line sets them
+    assert kept == ("af_packet.x=1", "printk.time=1", "nokaslr")
 
 
 def test_a_state_not_made_yet_is_none_and_a_whole_one_is_opened_for_qemu(image):
@@ -119,8 +121,8 @@ def test_a_state_copied_or_touched_but_the_same_is_loaded(image):
     [
         (lambda d: (d / STATE).write_bytes(b"QEVM other"), "its state is not the one saved"),
         (lambda d: (d / META).write_text("{"), f"{META} is unreadable or incomplete"),
-        (lambda d: os.chmod(d / STATE, 0o666), "others may write it (mode 666)"),
-        (lambda d: os.chmod(d, 0o777), "others may write it (mode 777)"),
+        (lambda d: os.chmod(d / STATE, 0o666), f"{STATE} may be written by others (mode 666)"),
+        (lambda d: os.chmod(d, 0o777), "may be written by others (mode 777)"),
         (lambda d: ((d / STATE).unlink(), (d / STATE).symlink_to("/etc/passwd")), "Too many levels of symbolic links"),
     ],
     ids=["damaged", "record broken", "writable by others", "directory writable by others", "planted symlink"],
@@ -135,6 +137,45 @@ def test_a_damaged_or_planted_state_is_refused_in_one_line_naming_it_and_the_fix
     assert message.startswith(f"saved state {directory}: not loaded: ") and why in message, message
     assert message.endswith(f"remove {directory} (niclab makes it again), or boot cold (--cold-boot)")
     assert "\n" not in message
+
+
+def test_a_states_folder_others_may_write_is_named_with_its_own_fix(image):
+    key = key_of(image)
+    saved(key)
+    os.chmod(key.directory.parent, 0o775)
+    with pytest.raises(RefusedState) as refused:
+        open_state(key)
+    assert str(refused.value).endswith(
+        f"{key.directory.parent} may be written by others (mode 775); chmod go-w {key.directory.parent} if it is "
+        "yours, or remove it"
+    )
+
+
+def test_states_go_in_the_users_cache_when_the_image_is_not_theirs(image, tmp_path, monkeypatch):
+    monkeypatch.setenv("NICLAB_CACHE", str(tmp_path / "cache"))
+    assert saved_state.states_root(image) == image.directory / "states"
+    monkeypatch.setattr(saved_state.os, "geteuid", lambda: 12345)
+    assert saved_state.states_root(image) == tmp_path / "cache" / "states" / image.directory.name
+
+
+def test_a_guest_that_does_not_boot_to_be_saved_is_a_boot_error_and_the_states_folder_is_kept_private(
+    image, tmp_path, monkeypatch
+):
+    old = os.umask(0o002)  # a umask that makes group-writable folders: open_state would refuse them
+    try:
+        with pytest.raises(saved_state.SavedGuestDown) as down:
+            saved_state.make_state(key_of(image), "/bin/false", lambda m: None, 5, tmp_path / "work")
+    finally:
+        os.umask(old)
+    assert str(down.value).startswith("guest(s) did not come up: saved: process qemu-saved")
+    assert f"--- the end of {tmp_path / 'work' / 'saving' / 'saved.serial.log'}" in str(down.value)
+    assert stat.S_IMODE((image.directory / "states").stat().st_mode) == 0o755
+    assert [p.name for p in (image.directory / "states").iterdir()] == [f".{key_of(image).digest}.lock"]
+
+
+def test_module_parameters_of_modules_the_saved_guest_loaded_cannot_be_set_after(image):
+    state = saved_state.SavedState("k", -1, {"modules": ["virtio_pci", "virtio-console"]})
+    assert saved_state.loaded_before(state, {"virtio_console": ["x=1"], "e1000": ["y=2"]}) == ["virtio_console"]
 
 
 def test_a_state_recorded_for_another_key_is_refused(image):
@@ -152,7 +193,7 @@ def test_a_state_of_another_user_is_refused(image):
     key = key_of(image)
     directory = saved(key)
     os.chown(directory / STATE, 65534, 65534)
-    with pytest.raises(RefusedState, match="it belongs to uid 65534, not to this user"):
+    with pytest.raises(RefusedState, match=f"{STATE} belongs to uid 65534, not to this user"):
         open_state(key)
 
 
@@ -224,7 +265,13 @@ class FakeQemu:
             for line in stream:
                 asked = json.loads(line)
                 self.asked.append(asked)
-                stream.write(b'{"event": "RESUME"}\n' + self.answers.get(asked["execute"], b'{"return": {}}\n'))
+                reply = self.answers.get(asked["execute"], b'{"return": {}}\n')
+                try:  # QEMU answers with the command's id
+                    reply = json.dumps({**json.loads(reply), "id": asked.get("id")}).encode() + b"\n"
+                except ValueError:
+                    pass
+                stale = b'{"return": {}, "id": -1}\n'  # a late answer to an earlier command is passed over
+                stream.write(b'{"event": "RESUME"}\n' + stale + reply)
                 stream.flush()
 
 

@@ -47,6 +47,7 @@ from niclab.plumbing.backends.saved_state import (
     SavedGuestDown,
     SavedState,
     StateKey,
+    loaded_before,
     make_state,
     module_words,
     open_state,
@@ -378,8 +379,10 @@ class QemuBackend:
             rig.facts.accel_fallback = fallback
             yield rig
 
-    def _keys(self, plan: BootPlan, progress: Progress) -> dict[str, Restore]:
-        """Each node's saved state, made first where there is none yet; RestoreError where none can be used."""
+    def _keys(self, plan: BootPlan, progress: Progress) -> dict[str, tuple[StateKey, dict[str, list[str]]]]:
+        """Each node's saved state's key and the module parameters set after its restore; the states made first
+        where there are none yet. RestoreError where none can be used; SavedGuestDown (a BootError) where the
+        guest does not boot at all."""
         identity = qemu_identity(plan.binary)
         wanted: dict[str, tuple[StateKey, dict[str, list[str]]]] = {}
         for spec in plan.topology.nodes:
@@ -393,26 +396,36 @@ class QemuBackend:
             if not (key.directory / META).is_file():
                 try:
                     make_state(key, plan.binary, progress, self.boot_timeout, plan.workdir)
+                except SavedGuestDown:
+                    raise
                 except NiclabError as exc:
                     raise RestoreError(f"no saved state could be made: {exc}") from None
-        return {name: Restore(key, params, self._open(key)) for name, (key, params) in wanted.items()}
-
-    @staticmethod
-    def _open(key: StateKey) -> SavedState:
-        saved = open_state(key)
-        if saved is None:
-            raise RestoreError(f"the saved state {key.directory} went away")
-        return saved
+        return wanted
 
     def _restore(self, plan: BootPlan, stack: ExitStack, progress: Progress) -> Rig:
         """The rig's guests restored from their saved states (made first where missing), their cards plugged in
         and their drivers loaded; RestoreError (or BootError) when that did not work."""
         with ExitStack() as opened:
-            states = self._keys(plan, progress)
-            for state in states.values():
-                opened.callback(os.close, state.saved.fd)
-            rig = self._boot(plan, stack, progress, states)
-        return rig
+            states: dict[str, Restore] = {}
+            for name, (key, params) in self._keys(plan, progress).items():
+                saved = open_state(key)
+                if saved is None:
+                    raise RestoreError(f"the saved state {key.directory} went away")
+                opened.callback(os.close, saved.fd)
+                if early := loaded_before(saved, params):
+                    raise RestoreError(
+                        f"node {name}'s module parameters are for {', '.join(early)}, which its saved guest had "
+                        "loaded already"
+                    )
+                states[name] = Restore(key, params, saved)
+            try:
+                return self._boot(plan, stack, progress, states)
+            except RestoreError as exc:
+                if "migration failed" in str(exc):  # QEMU could not load a state that is whole: it is of no use
+                    for state in {s.key.digest: s for s in states.values()}.values():
+                        shutil.rmtree(state.key.directory, ignore_errors=True)
+                    raise RestoreError(f"{exc}; its saved state was removed, the next run saves a new one") from None
+                raise
 
     def _boot(
         self, plan: BootPlan, stack: ExitStack, progress: Progress, states: Mapping[str, Restore] | None = None

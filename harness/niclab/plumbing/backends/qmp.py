@@ -7,6 +7,7 @@ cards in (plumbing/backends/saved_state.py, restore.py).
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ class Qmp:
     def __init__(self, node: str, path: Path, deadline: float, alive: Callable[[], str | None] = lambda: None):
         self.node = node
         self._buffer = b""
+        self._sent = 0
         while True:
             try:
                 self._sock = unix_connect(path, timeout=1.0)
@@ -38,6 +40,8 @@ class Qmp:
                 if time.monotonic() > deadline:
                     raise QmpError(f"{node}: QEMU's monitor did not open {path}") from None
                 time.sleep(0.01)
+            except OSError as exc:
+                raise QmpError(f"{node}: QEMU's monitor at {path}: {exc.strerror or exc}") from None
         try:
             self._line(deadline)  # the greeting
             self.execute("qmp_capabilities", timeout=max(1.0, deadline - time.monotonic()))
@@ -54,16 +58,27 @@ class Qmp:
     def close(self) -> None:
         self._sock.close()
 
-    def execute(self, command: str, arguments: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:
-        """The command's `return`; QmpError naming the node and the command when QEMU says it failed."""
-        message = {"execute": command, **({"arguments": arguments} if arguments else {})}
+    def execute(
+        self, command: str, arguments: dict[str, Any] | None = None, timeout: float = 10.0, fd: int | None = None
+    ) -> Any:
+        """The command's `return`; QmpError naming the node and the command when QEMU says it failed. `fd` goes
+        along with the command (SCM_RIGHTS), for `getfd`. Each command has an id: a late answer to an earlier
+        one is not taken for its."""
+        self._sent += 1
+        message = {"execute": command, "id": self._sent, **({"arguments": arguments} if arguments else {})}
+        data = json.dumps(message).encode() + b"\n"
         try:
-            self._sock.sendall(json.dumps(message).encode() + b"\n")
+            if fd is None:
+                self._sock.sendall(data)
+            else:
+                socket.send_fds(self._sock, [data], [fd])
         except OSError as exc:
             raise QmpError(f"{self.node}: QEMU's monitor is gone ({exc.strerror}) at {command}") from None
         deadline = time.monotonic() + timeout
         while True:
             answer = self._line(deadline)
+            if answer.get("id") != self._sent:
+                continue  # an event, or the late answer to an earlier command
             if "return" in answer:
                 return answer["return"]
             if "error" in answer:
@@ -94,6 +109,10 @@ class Qmp:
         except ValueError:
             raise QmpError(f"{self.node}: QEMU's monitor sent something that is not JSON") from None
         return parsed if isinstance(parsed, dict) else {}
+
+    def send_fd(self, name: str, fd: int) -> None:
+        """Hand QEMU an open file as `name` (for `migrate fd:NAME`)."""
+        self.execute("getfd", {"fdname": name}, fd=fd)
 
     def wait_migration(self, deadline: float, alive: Callable[[], str | None] = lambda: None) -> dict:
         """Poll `query-migrate` until it says completed (its answer) or failed (QmpError with QEMU's reason)."""

@@ -77,7 +77,10 @@ def arrive(node: AgentNode, plan: VmPlan, params: Mapping[str, list[str]], plugg
     """Load the drivers of the node's cards (plugged at `plugged`, monotonic); seconds from then until every
     card's interface was there (a card whose driver did not bind is left to the driver check, which says why)."""
     script = arrival_script(node.name, plan, params, round(time.time()), secrets.token_hex(32))
-    result = node.run(["/bin/sh", "-c", script], timeout=CARDS_TIMEOUT_S * 2 + 30, check=False)
+    try:
+        result = node.run(["/bin/sh", "-c", script], timeout=CARDS_TIMEOUT_S * 2 + 30, check=False)
+    except NiclabError as exc:  # the agent gone, or the command not done in time
+        raise RestoreError(f"{node.name}: the restored guest did not take its cards: {exc}") from None
     if result.returncode != 0 or "missing=" not in result.stdout:
         told = (result.stderr or result.stdout).strip()[-300:]
         raise RestoreError(f"{node.name}: the restored guest could not take its cards: {told or result.returncode}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import stat
 import subprocess
@@ -93,10 +92,12 @@ class StateKey:
 
 def states_root(image: Image) -> Path:
     """Where an image's saved states live: beside it, so they go with it; in this user's cache when the image's
-    directory is not this user's to write (an image another user built, NICLAB_IMAGE elsewhere)."""
-    if os.access(image.directory, os.W_OK):
-        return image.directory / "states"
-    return cache_dir() / "states" / image.directory.name
+    directory is not this user's (an image another user built, NICLAB_IMAGE elsewhere)."""
+    try:
+        own = image.directory.stat().st_uid == os.geteuid() and os.access(image.directory, os.W_OK)
+    except OSError:
+        own = False
+    return image.directory / "states" if own else cache_dir() / "states" / image.directory.name
 
 
 @dataclass(frozen=True)
@@ -109,20 +110,27 @@ class SavedState:
 
 
 def module_words(cmdline: tuple[str, ...], image: Image) -> tuple[dict[str, list[str]], tuple[str, ...]]:
-    """The node's kernel words split: `module.param=value` words of loadable modules (module -> "param=value",
-    set in /etc/modprobe.d after the restore, before the cards' drivers load), and the rest (kept on the
-    command line, in the key)."""
-    builtin = {m.replace("-", "_") for m in image.manifest.get("builtin_modules", []) or []}
+    """The node's kernel words split: `module.param=value` words of the image's loadable modules (module ->
+    "param=value", set in /etc/modprobe.d after the restore, before the cards' drivers load), and the rest (kept
+    on the command line, so in the key: a built-in's parameter, a kernel word like `printk.time=1`)."""
+    loadable = {m.replace("-", "_") for m in image.manifest.get("modules", []) or []}
+    loadable |= {m.replace("-", "_") for m in image.manifest.get("drivers", {}) or {}}
     moved: dict[str, list[str]] = {}
     kept: list[str] = []
     for word in cmdline:
         name, sep, value = word.partition("=")
         module, dot, param = name.partition(".")
-        if sep and dot and module and param and module.replace("-", "_") not in builtin:
+        if sep and dot and param and module.replace("-", "_") in loadable:
             moved.setdefault(module.replace("-", "_"), []).append(f"{param}={value}")
         else:
             kept.append(word)
     return moved, tuple(kept)
+
+
+def loaded_before(saved: SavedState, params: dict[str, list[str]]) -> list[str]:
+    """The modules among `params` that the saved guest had loaded already: their parameters cannot be set."""
+    loaded = {str(m).replace("-", "_") for m in saved.meta.get("modules", [])}
+    return sorted(set(params) & loaded)
 
 
 # -- loading --------------------------------------------------------------------------------------------------
@@ -131,9 +139,9 @@ def module_words(cmdline: tuple[str, ...], image: Image) -> tuple[dict[str, list
 def _trusted(path: Path, st: os.stat_result) -> str | None:
     """Why `path` may not be loaded by this user (None if it may): another owner, or writable by others."""
     if st.st_uid not in (os.geteuid(), 0):
-        return f"it belongs to uid {st.st_uid}, not to this user"
+        return f"belongs to uid {st.st_uid}, not to this user"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"others may write it (mode {stat.S_IMODE(st.st_mode):o})"
+        return f"may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
 
 
@@ -167,7 +175,8 @@ def open_state(key: StateKey) -> SavedState | None:
         except OSError:
             return None
         if stat.S_ISLNK(st.st_mode) or (why := _trusted(path, st)) is not None:
-            raise RefusedState(f"saved state {directory}: not loaded: {why or 'a symbolic link'}; {fix}")
+            cure = fix if path != directory.parent else f"chmod go-w {path} if it is yours, or remove it"
+            raise RefusedState(f"saved state {directory}: not loaded: {path} {why or 'is a symbolic link'}; {cure}")
     try:
         meta = json.loads((directory / META).read_text())
         recorded = meta["sha256"], list(meta["stat"]), meta["fields"]
@@ -182,10 +191,14 @@ def open_state(key: StateKey) -> SavedState | None:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (why := _trusted(directory / STATE, st)) is not None:
-            raise RefusedState(f"saved state {directory}: not loaded: {why or 'not a regular file'}; {fix}")
+            where = directory / STATE
+            raise RefusedState(f"saved state {directory}: not loaded: {where} {why or 'is not a regular file'}; {fix}")
         identity = tuple(_identity(st))
         if list(identity) != recorded[1] and _verified.get(identity) is None:
-            _verified[identity] = sha256_of(fd)  # changed since it was made (copied, touched): read it whole
+            try:  # changed since it was made (copied, touched): read it whole
+                _verified[identity] = sha256_of(fd)
+            except OSError as exc:
+                raise RefusedState(f"saved state {directory}: not loaded: reading it: {exc.strerror}; {fix}") from None
         found = recorded[0] if list(identity) == recorded[1] else _verified[identity]
         if found != recorded[0]:
             raise RefusedState(
@@ -233,6 +246,9 @@ def make_state(key: StateKey, binary: str, progress: Progress, boot_timeout: flo
 
 def _make_state(key: StateKey, binary: str, progress: Progress, boot_timeout: float, workdir: Path) -> None:
     directory = key.directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    if directory.parent.stat().st_uid == os.geteuid():
+        os.chmod(directory.parent, 0o755)  # whatever the umask: open_state refuses a states/ others may write
     with locked(directory.parent / f".{key.digest}.lock"):
         if (directory / META).is_file():
             return
@@ -287,10 +303,31 @@ def _make_state(key: StateKey, binary: str, progress: Progress, boot_timeout: fl
         # the stat open_state compares with is the file's where it is now
         meta["stat"] = _identity((directory / STATE).stat())
         write_text(directory / META, json.dumps(meta, indent=2) + "\n")
+        os.chmod(directory / META, 0o644)
+        stale = _prune(key)
         progress(
             f"saved a guest's state for image {key.image.id} ({key.cpus} vCPU, {key.memory_mib} MiB, {key.accel}): "
             f"{meta['bytes'] / 2**20:.0f} MiB in {time.monotonic() - started:.1f} s, key {key.digest}"
+            + (f"; removed {stale} saved for another QEMU" if stale else "")
         )
+
+
+def _prune(key: StateKey) -> int:
+    """Remove this user's states of the key's image saved for another QEMU (its update left them unusable);
+    how many. Run under the new state's lock, after it was made."""
+    removed = 0
+    for directory in key.directory.parent.iterdir():
+        try:
+            if directory == key.directory or not directory.is_dir() or directory.stat().st_uid != os.geteuid():
+                continue
+            fields = json.loads((directory / META).read_text())["fields"]
+            if fields.get("qemu") == dict(key.qemu):
+                continue
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 def _boot_and_save(alive: Callable[[], str | None], running: Path, target: Path, deadline: float) -> tuple[float, str]:
@@ -309,14 +346,21 @@ def _boot_and_save(alive: Callable[[], str | None], running: Path, target: Path,
         raise NiclabError(str(exc)) from None
     finally:
         agent.close()
+    # QEMU writes the state into a file niclab opened and handed it (getfd): the migration is complete when QEMU
+    # says so (an `exec:` writer can be ended by QEMU before it flushed)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         with Qmp(SAVED_NODE, running / "saved.qmp", time.monotonic() + 10, alive) as qmp:
             qmp.execute("stop")
-            qmp.execute("migrate", {"uri": f"exec:cat > {shlex.quote(str(target))}"})
+            qmp.send_fd("state", fd)
+            qmp.execute("migrate", {"uri": "fd:state"})
             qmp.wait_migration(time.monotonic() + SAVE_TIMEOUT_S, alive)
             qmp.execute("quit")
+        os.fsync(fd)
     except QmpError as exc:
         raise NiclabError(f"saving its state failed: {exc}") from None
+    finally:
+        os.close(fd)
     return booted, modules
 
 
