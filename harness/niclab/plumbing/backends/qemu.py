@@ -180,12 +180,6 @@ def qemu_firmware(binary: str) -> str | None:
     """
     if os.environ.get("NICLAB_QBOOT", "1") == "0":
         return None
-    return _qboot_of(binary)
-
-
-@functools.cache
-def _qboot_of(binary: str) -> str | None:
-    """Where this QEMU's data directories (`-L help`) hold qboot, asked once per binary and process."""
     return qemu_data_file(binary, QBOOT)
 
 
