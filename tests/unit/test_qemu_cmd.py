@@ -71,6 +71,14 @@ def test_one_device_and_netdev_per_port_in_slot_order():
     ]
 
 
+def test_the_serial_line_is_a_socket_to_attach_to_and_a_log_all_the_same():
+    argv = qemu_argv("qemu", dataclasses.replace(plan(), serial_socket="a.serial"))
+    assert "socket,id=serial0,path=a.serial,server=on,wait=off,logfile=a.serial.log" in option_values(argv, "-chardev")
+    assert option_values(argv, "-serial") == ["chardev:serial0"]
+    # a guest being saved has no console to attach to: its serial line is its log
+    assert "file,id=serial0,path=a.serial.log" in option_values(qemu_argv("qemu", plan()), "-chardev")
+
+
 def test_mac_is_locally_administered_and_unique_per_port():
     macs = {mac_address(n, link, lane) for n in range(3) for link in range(3) for lane in range(3)}
     assert len(macs) == 27

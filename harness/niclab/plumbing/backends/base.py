@@ -49,6 +49,8 @@ class Rig:
     # node -> the PID of the host process that runs it (QEMU), for nodes on this host: niclab.plumbing.contention
     host_pids: Callable[[], dict[str, int]] = _no_host_pids
     console: Callable[[str], str] = _no_console  # node -> the end of its serial console (a crash's oops or panic)
+    # node -> the unix socket that carries its serial line (`niclab console`), for backends that give one
+    serial_sockets: dict[str, Path] = field(default_factory=dict)
 
     def node(self, name: str) -> Node:
         return self.nodes[name]

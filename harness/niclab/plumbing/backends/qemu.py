@@ -68,7 +68,7 @@ def set_aside(workdir: Path, topology: Topology, attempt: str) -> None:
             log = workdir / f"{spec.name}.{kind}.log"
             if log.exists():
                 log.replace(workdir / f"{spec.name}.{kind}.{attempt}.log")
-        for sock in ("qga", "qmp"):
+        for sock in ("qga", "qmp", "serial"):
             (workdir / f"{spec.name}.{sock}").unlink(missing_ok=True)
 
 
@@ -318,6 +318,7 @@ class QemuBackend:
             cmdline=image.cmdline,
             nics=nic_plans,
             serial_log=f"{spec.name}.serial.log",
+            serial_socket=f"{spec.name}.serial",
             qmp_socket=f"{spec.name}.qmp",
             agent_socket=f"{spec.name}.qga",
             firmware=None if state else firmware,
@@ -513,6 +514,7 @@ class QemuBackend:
             gone=lambda: {name: why for name, child in children.items() if (why := child.exit_reason())},
             host_pids=lambda: {name: child.pid for name, child in children.items()},
             console=lambda name: console_end(workdir / f"{name}.serial.log"),
+            serial_sockets={name: workdir / plan.serial_socket for name, plan in plans.items() if plan.serial_socket},
         )
 
     def _connect_agents(

@@ -57,6 +57,9 @@ class VmPlan:
     serial_log: str
     qmp_socket: str
     agent_socket: str
+    # The serial console's socket (`niclab console` attaches to it; its output goes to serial_log all the
+    # same), or None: the serial line is the log alone (a guest being saved).
+    serial_socket: str | None = None
     # The firmware QEMU starts with (-bios), or None for its default (SeaBIOS): qboot, when the host has it,
     # hands over to the kernel sooner (docs/measurements.md, "Where a boot's time goes").
     firmware: str | None = None
@@ -129,7 +132,11 @@ def qemu_argv(binary: str, plan: VmPlan) -> list[str]:
         "-append",
         plan.kernel_args,
         "-chardev",
-        f"file,id=serial0,path={plan.serial_log}",
+        (
+            f"socket,id=serial0,path={plan.serial_socket},server=on,wait=off,logfile={plan.serial_log}"
+            if plan.serial_socket
+            else f"file,id=serial0,path={plan.serial_log}"
+        ),
         "-serial",
         "chardev:serial0",
         "-qmp",
