@@ -84,3 +84,12 @@ def cell_table(scenario: str, cell: CellOutcome | CellView) -> str:
         lines.append(f"expectations: {met} met, {len(outcome.expectations) - met} missed")
         lines += [f"MISSED {said}" for passed, said in outcome.expectations if not passed]
     return "\n".join(lines)
+
+
+def plain_table(header: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell, two spaces apart, the header first."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(f"{cell!s:<{width}}" for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )

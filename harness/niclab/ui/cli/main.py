@@ -17,7 +17,9 @@ from niclab.base.errors import NiclabError, describe_exception
 from niclab.ui.cli import (
     accel,
     compare,
+    console,
     down,
+    execute,
     export,
     image,
     lab,
@@ -27,12 +29,33 @@ from niclab.ui.cli import (
     report,
     run,
     show,
+    status,
+    up,
     vagrant,
     validate,
 )
 from niclab.ui.console import EXIT_BUG, EXIT_FAILED, terminal_streams
 
-VERBS = (run, show, image, accel, down, nics, report, compare, export, metrics, plan, validate, lab, vagrant)
+VERBS = (
+    run,
+    up,
+    status,
+    execute,
+    console,
+    down,
+    show,
+    image,
+    accel,
+    nics,
+    report,
+    compare,
+    export,
+    metrics,
+    plan,
+    validate,
+    lab,
+    vagrant,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +73,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] | None = None
+    if words[:1] == ["exec"] and "--" in words:  # what follows `--` is the node's command, whatever its words
+        at = words.index("--")
+        words, command = words[:at], words[at + 1 :]
+    args = build_parser().parse_args(words)
+    if command is not None:
+        args.command = command
+    args.argv = words  # `up` runs its keeper with the same words
     from niclab.base.procs import raise_interrupt
 
     signal.signal(signal.SIGTERM, raise_interrupt)
