@@ -15,12 +15,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from niclab.base import jsonbound
 from niclab.base.errors import NiclabError
 from niclab.base.node import Command, CommandResult, GuestCommandError, as_argv
+from niclab.base.threads import at_once
 
 # How long `wait` sleeps between asking whether a command ended: an eighth of how long it has run, from 10 ms
 # to 200 ms. A command is seen ended at most ~12 % after it did (the half-second scripts that set up a cell's
@@ -407,22 +409,19 @@ def connect_all(
     agents: dict[str, GuestAgent], deadline: float, alive: dict[str, Callable[[], str | None]]
 ) -> tuple[dict[str, float], dict[str, str]]:
     """Connect every agent at once: when each answered, and why the others did not (those are closed)."""
-    answered: dict[str, float] = {}
-    failures: dict[str, str] = {}
 
-    def connect(name: str) -> None:
+    def connect(name: str) -> float:
         try:
-            answered[name] = agents[name].connect(deadline, alive[name])
-        except AgentError as exc:
+            return agents[name].connect(deadline, alive[name])
+        except AgentError:
             agents[name].close()
-            failures[name] = str(exc)
+            raise
 
-    threads = [threading.Thread(target=connect, args=(name,), daemon=True) for name in agents]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return answered, failures
+    answered, errors = at_once({name: partial(connect, name) for name in agents})
+    unexpected = [exc for exc in errors.values() if not isinstance(exc, AgentError)]
+    if unexpected:  # a bug, or Ctrl-C: raised as itself
+        raise unexpected[0]
+    return answered, {name: str(exc) for name, exc in errors.items()}
 
 
 class AgentProcess:

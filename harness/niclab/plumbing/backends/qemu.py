@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Node, Progress
 from niclab.base.procs import Child, Supervisor, down
+from niclab.base.threads import at_once
 from niclab.model import nics
 from niclab.model.facts import RigFacts
 from niclab.model.topology import NodeSpec, Topology
@@ -138,23 +138,10 @@ T = TypeVar("T")
 
 
 def each(work: Callable[[str], T], names: Iterable[str]) -> dict[str, T]:
-    """`work` for every node at once (a thread each); the first error raised, after all of them ended."""
-    done: dict[str, T] = {}
-    errors: list[BaseException] = []
-
-    def one(name: str) -> None:
-        try:
-            done[name] = work(name)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=one, args=(name,), daemon=True) for name in names]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    """`work` for every node at once (a thread each); the first node's error raised, after all of them ended."""
+    done, errors = at_once({name: functools.partial(work, name) for name in names})
     if errors:
-        raise errors[0]
+        raise next(iter(errors.values()))
     return done
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import shlex
 import statistics
-import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from functools import partial
@@ -17,6 +16,7 @@ from typing import TypeVar
 
 from niclab.base.errors import NiclabError
 from niclab.base.node import Node, Progress
+from niclab.base.threads import at_once
 from niclab.model import offloads
 from niclab.model.facts import NetworkFacts, PlannedInterface
 from niclab.plumbing.backends.base import Rig
@@ -63,21 +63,8 @@ def ping_script(source: Iface, targets: list[Iface]) -> str:
 def parallel(jobs: dict[str, Callable[[], T]]) -> dict[str, T]:
     """Run one job per node at once. Failures are raised in the caller's thread, all of them, in node order
     (so the message does not depend on which thread lost the race)."""
-    results: dict[str, T] = {}
-    errors: dict[str, BaseException] = {}
-
-    def run(key: str, job: Callable[[], T]) -> None:
-        try:
-            results[key] = job()
-        except BaseException as exc:
-            errors[key] = exc
-
-    threads = [threading.Thread(target=run, args=item, daemon=True) for item in jobs.items()]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    failed = [(key, errors[key]) for key in jobs if key in errors]
+    results, errors = at_once(jobs)
+    failed = list(errors.items())
     unexpected = [(key, exc) for key, exc in failed if not isinstance(exc, NiclabError)]
     if unexpected:  # a bug (or Ctrl-C) is raised as itself, with its traceback, not dressed as a known failure
         key, exc = unexpected[0]
