@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -269,12 +270,13 @@ def parallel_run_losing_l1b(nested: NestedLab, out: Path) -> tuple[int, str, str
         if early and (died := guest_died(nested, out, HOSTS)):
             proc.terminate()  # niclab stops its domains as on Ctrl-C; `down` ends any it could not
             proc.communicate(timeout=300)
-            subprocess.run(
-                [sys.executable, "-m", "niclab", "down", "--lab", str(nested.lab)],
-                env={**os.environ, **nested.env},
-                capture_output=True,
-                timeout=300,
-            )
+            with tempfile.TemporaryDirectory(prefix="niclab-rt-") as runtime:  # no developer's rig is stopped
+                subprocess.run(
+                    [sys.executable, "-m", "niclab", "down", "--lab", str(nested.lab)],
+                    env={**os.environ, **nested.env, "XDG_RUNTIME_DIR": runtime},
+                    capture_output=True,
+                    timeout=300,
+                )
             return proc.returncode, "".join(seen), died, None
         assert all(any(mark in line for line in seen) for mark in last_two), "".join(seen)
         killed_at = time.time()

@@ -11,6 +11,7 @@ and no domain may outlive the run, nor a killed run after `niclab down`.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -97,7 +98,14 @@ def test_niclab_down_destroys_the_domains_of_a_killed_run(libvirtd, repo, tmp_pa
         proc.kill()
         proc.wait()
     assert domains() == left, "a killed harness's domains keep running: that is what niclab down is for"
-    down = subprocess.run([sys.executable, "-m", "niclab", "down"], capture_output=True, text=True, timeout=120)
+    (tmp_path / "rt").mkdir(mode=0o700)  # no rig a developer holds is stopped
+    down = subprocess.run(
+        [sys.executable, "-m", "niclab", "down"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "rt")},
+    )
     assert down.returncode == 0, down.stderr
     assert sorted(down.stdout.splitlines()) == sorted(
         f"destroyed libvirt domain {name} on qemu:///system" for name in left

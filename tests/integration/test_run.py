@@ -113,9 +113,16 @@ def test_guest_that_never_answers_times_out_and_is_stopped(image, repo, tmp_path
 
 
 def test_killed_harness_leaves_no_guest(image, repo, tmp_path):
-    # A cache of its own, so `niclab down` below sees only this harness's records.
+    # A cache and a runtime directory of its own, so `niclab down` below sees only this harness's records
+    # (and stops no rig a developer holds).
     cache = tmp_path / "cache"
-    env = {"NICLAB_IMAGE": str(image.directory), "NICLAB_CACHE": str(cache), "NICLAB_ACCEL": choose_accel(image).accel}
+    (tmp_path / "rt").mkdir(mode=0o700)
+    env = {
+        "NICLAB_IMAGE": str(image.directory),
+        "NICLAB_CACHE": str(cache),
+        "NICLAB_ACCEL": choose_accel(image).accel,
+        "XDG_RUNTIME_DIR": str(tmp_path / "rt"),
+    }
     proc = niclab("run", str(repo / "scenarios" / "two-node.yaml"), "--out", str(tmp_path / "runs"), env=env)
     wait_for_line(proc, "guests answering", 180)
     proc.kill()  # SIGKILL: no cleanup code runs in the harness

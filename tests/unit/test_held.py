@@ -38,6 +38,7 @@ def record(name="r", pid=None, state="up", **extra) -> held.HeldRig:
         name=name,
         pid=pid,
         start_time=process_start_time(pid) or 1,
+        where=held.here(),
         scenario="two-node.yaml",
         cell="nic=e1000",
         backend="qemu",
@@ -92,8 +93,8 @@ def test_a_rig_whose_keeper_is_gone_is_cleared_when_its_name_is_claimed_again():
 @pytest.mark.parametrize(
     ("make", "said"),
     [
-        (lambda p: p.mkdir(mode=0o755), "only you can open"),
-        (lambda p: (p.parent.parent / "x").mkdir(mode=0o700) or p.symlink_to(p.parent.parent / "x"), "only you"),
+        (lambda p: p.mkdir(mode=0o755), "others may open the rig's directory"),
+        (lambda p: (p.parent.parent / "x").mkdir(mode=0o700) or p.symlink_to(p.parent.parent / "x"), "not a directory"),
         (lambda p: p.mkdir(mode=0o700) or (p / "rig.json").write_text("{not json"), "not a rig's record"),
         (lambda p: p.mkdir(mode=0o700) or (p / "rig.json").write_text('{"name": "r"}'), "not a rig's record"),
         (lambda p: p.mkdir(mode=0o700), "no rig.json"),
@@ -236,7 +237,7 @@ def test_a_backend_without_a_console_socket_says_where_the_console_goes(capsys):
     assert "gives no console to attach to: node a's console is copied to /w/a.serial.log" in err
 
 
-def test_exec_sends_one_word_as_a_shell_line_and_several_quoted_and_exits_with_the_commands_status(monkeypatch, capsys):
+def test_exec_sends_one_word_as_a_shell_line_and_several_quoted_and_exits_with_the_commands_status(monkeypatch, capfd):
     asked = []
 
     def ask(path, request, timeout):
@@ -249,7 +250,7 @@ def test_exec_sends_one_word_as_a_shell_line_and_several_quoted_and_exits_with_t
     assert main(["exec", "a", "--", "echo", "a b", "$HOME"]) == 3
     assert main(["exec", "a", "--rig", "r", "--timeout", "5", "--", "ip", "-br", "--", "addr"]) == 3
     assert asked == ["ip -s link | head", "echo 'a b' '$HOME'", "ip -br -- addr"]
-    assert capsys.readouterr().out == "out\nout\nout\n"
+    assert capfd.readouterr().out == "out\nout\nout\n"  # as the node printed it: stdout is not a terminal
 
 
 def test_down_by_name_stops_only_that_rig_and_clears_one_whose_keeper_is_gone(capsys):
@@ -326,3 +327,50 @@ def test_a_rig_directory_path_of_any_length_takes_a_control_socket(tmp_path, mon
         with pytest.raises(held.HeldRigError, match=r"did not reply|closed the connection"):
             held.ask(path, {"op": "status"}, 0.5)
     assert Path(path / held.CONTROL).exists()
+
+
+def test_a_keeper_whose_directory_is_taken_away_stops_its_rig(monkeypatch):
+    monkeypatch.setattr(keeper, "CHECK_S", 0.1)
+    path = held.claim("r")
+    with keeper.listening(path / held.CONTROL) as server:
+        started = time.monotonic()
+        keeper.serve(server, session(a=FakeNode("a")), still_ours=lambda: False)  # a logout removed it
+    assert time.monotonic() - started < 3
+
+
+def test_a_fifo_in_place_of_the_record_is_refused_without_waiting_on_it():
+    path = held.claim("r")
+    os.mkfifo(path / held.RECORD)
+    with pytest.raises(held.HeldRigError, match="is not a file of yours"):
+        held.read_record(path)
+
+
+def test_an_exec_output_too_large_to_send_is_cut_to_its_end_and_says_so():
+    huge = "x" * (keeper.MAX_OUTPUT + 10) + "the end\n"
+    reply = keeper.answer(
+        {"op": "exec", "node": "a", "command": "cat"}, session(a=FakeNode("a", {"cat": answer(huge)}))
+    )
+    assert reply["stdout"].startswith("[niclab: the first 18 characters are left out]\n")
+    assert reply["stdout"].endswith("the end\n") and len(json.dumps(reply)) < held.MAX_MESSAGE
+
+
+def test_exec_keeps_the_words_on_both_sides_of_the_dashes_and_refuses_a_timeout_that_is_not_one(monkeypatch, capsys):
+    asked = []
+    held.write_record(held.claim("r"), record())
+    monkeypatch.setattr(held, "ask", lambda path, request, timeout: asked.append(request["command"]) or {"exit": 0})
+    assert main(["exec", "a", "ls", "--", "-l"]) == 0
+    assert asked == ["ls -l"]
+    for bad in ("nan", "inf", "-1", "0", "soon"):
+        with pytest.raises(SystemExit):
+            main(["exec", "a", "--timeout", bad, "--", "true"])
+    assert "is not a number of seconds" in capsys.readouterr().err
+
+
+def test_a_second_console_on_a_node_is_refused_while_one_is_attached(tmp_path):
+    lock = tmp_path / "console.a.lock"
+    with console.attached(lock, "a"):
+        with pytest.raises(held.HeldRigError, match="node a's console is attached elsewhere"):
+            with console.attached(lock, "a"):
+                pass
+    with console.attached(lock, "a"):  # free again once the first has left
+        pass

@@ -8,6 +8,7 @@ runtime directory); a record that is not the user's, or not what a keeper writes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from niclab.base import jsonbound
 from niclab.base.atomic import write_text
 from niclab.base.errors import NiclabError, UsageError
 from niclab.base.paths import runtime_dir
-from niclab.base.procs import process_start_time
+from niclab.base.procs import pid_namespace, process_start_time
 from niclab.base.text import said
 from niclab.plumbing.guest import unix_connect
 
@@ -48,6 +49,7 @@ class HeldRig(BaseModel):
     name: str
     pid: int  # the keeper's
     start_time: int  # the keeper's, in clock ticks since boot: a PID reused by another process is not it
+    where: str = ""  # the keeper's host, PID namespace and boot: elsewhere its PID names another process
     scenario: str  # the scenario file, as given
     cell: str
     backend: str
@@ -60,7 +62,20 @@ class HeldRig(BaseModel):
 
     @property
     def alive(self) -> bool:
-        return process_start_time(self.pid) == self.start_time
+        return self.where == here() and process_start_time(self.pid) == self.start_time
+
+    @property
+    def elsewhere(self) -> bool:
+        """Kept by a keeper of another host, PID namespace or boot (a runtime directory others share)."""
+        return self.where != here()
+
+
+def here() -> str:
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "?"
+    return f"{pid_namespace()}/{boot}"
 
 
 @dataclass(frozen=True)
@@ -91,13 +106,21 @@ def default_name(scenario_name: str) -> str:
     return name if NAME.fullmatch(name) else "rig"
 
 
-def _own_dir(path: Path, what: str) -> None:
+def _own_dir(path: Path, what: str, fix: str = "") -> None:
     """Refuse a directory that is a symlink, not the user's, or open to others."""
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        raise HeldRigError(f"{path}: {what} is gone") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise HeldRigError(f"{path}: {what} is not a directory; {fix or f'remove it (rm {path})'}")
+    if info.st_uid != os.geteuid():
         raise HeldRigError(
-            f"{path}: {what} is not a directory of yours that only you can open; remove it (rm -r {path})"
+            f"{path}: {what} belongs to uid {info.st_uid}, not you; run niclab as that user"
+            + (f", or {fix}" if fix else "")
         )
+    if info.st_mode & 0o077:
+        raise HeldRigError(f"{path}: others may open {what}; {fix or f'remove it (rm -r {path})'}")
 
 
 def read_record(path: Path) -> HeldRig:
@@ -105,14 +128,15 @@ def read_record(path: Path) -> HeldRig:
     _own_dir(path, "the rig's directory")
     file = path / RECORD
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO there does not hang us
     except FileNotFoundError:
         raise HeldRigError(f"{path}: no {RECORD} (a keeper that did not start); `niclab down` removes it") from None
     except OSError as exc:
         raise HeldRigError(f"{file}: {exc.strerror}; remove {path}") from None
     with os.fdopen(fd, "rb") as source:
-        if os.fstat(source.fileno()).st_uid != os.geteuid():
-            raise HeldRigError(f"{file} is not yours; remove {path}")
+        info = os.fstat(source.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            raise HeldRigError(f"{file} is not a file of yours; remove {path}")
         data = source.read(1 << 20)
     try:
         return HeldRig.model_validate(jsonbound.loads(data))
@@ -134,6 +158,8 @@ def found() -> list[Found]:
     result = []
     for name in names:
         path = root / name
+        if not path.exists() and not path.is_symlink():
+            continue  # removed meanwhile (a keeper that ended)
         try:
             result.append(Found(name, path, read_record(path)))
         except HeldRigError as exc:
@@ -146,19 +172,24 @@ def claim(name: str) -> Path:
     one whose keeper is gone is cleared first."""
     root = rigs_dir()
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _own_dir(root, "the rigs' directory")
+    _own_dir(root, "the rigs' directory", "set XDG_RUNTIME_DIR to a directory of yours")
     path = root / check_name(name)
     if path.exists() or path.is_symlink():
         try:
             record = read_record(path)
         except HeldRigError:
             record = None
+        if record is not None and record.elsewhere:
+            raise UsageError(f"a rig named {name} is held elsewhere ({record.where}): choose another with --name")
         if record is not None and record.alive:
             raise UsageError(
                 f"a rig named {name} is {record.state} (cell {record.cell}): `niclab down {name}`, or `up --name`"
             )
         remove(path)
-    path.mkdir(mode=0o700)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        raise UsageError(f"a rig named {name} is starting: `niclab down {name}`, or `up --name`") from None
     return path
 
 
@@ -241,22 +272,38 @@ def read_message(sock: socket.socket) -> dict[str, Any] | None:
 def end(record: HeldRig, path: Path, grace: float = 60.0) -> bool:
     """Ask the keeper to stop its rig and wait for it to be gone (SIGTERM if it does not answer, SIGKILL to
     its process group after `grace`: its guests die with it). False if it was already gone."""
+    if record.elsewhere:
+        raise HeldRigError(f"rig {record.name} is held elsewhere ({record.where}): stop it there")
     if not record.alive:
         remove(path)
         return False
     try:
         ask(path, {"op": "down"}, timeout=10.0)
     except HeldRigError:
-        os.kill(record.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while record.alive and time.monotonic() < deadline:
         time.sleep(0.1)
     if record.alive:
-        os.killpg(record.pid, signal.SIGKILL)
-        while record.alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(record.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while record.alive and time.monotonic() < deadline:
             time.sleep(0.05)
+        if record.alive:
+            raise HeldRigError(f"rig {record.name}: its keeper (pid {record.pid}) does not end, even killed")
+        remove(path)
+        raise KeeperKilled(
+            f"rig {record.name}: its keeper did not stop in {grace:.0f} s and was killed: its QEMUs die with it; "
+            "a lab's domains may be left: `niclab down --lab LAB_YAML`"
+        )
     remove(path)
     return True
+
+
+class KeeperKilled(HeldRigError):
+    """The keeper had to be killed: what it started itself died with it, a lab's domains may not have."""
 
 
 class RigStatus(BaseModel):
@@ -265,7 +312,7 @@ class RigStatus(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    state: Literal["starting", "up", "gone", "not answering", "unreadable"]
+    state: Literal["starting", "up", "gone", "not answering", "unreadable", "elsewhere"]
     cell: str = ""
     scenario: str = ""
     backend: str = ""
@@ -286,7 +333,7 @@ def status() -> list[RigStatus]:
             continue
         shown = RigStatus(
             name=record.name,
-            state=record.state if record.alive else "gone",
+            state="elsewhere" if record.elsewhere else record.state if record.alive else "gone",
             cell=record.cell,
             scenario=record.scenario,
             backend=record.backend,

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,11 +24,13 @@ from niclab.base.procs import process_start_time
 from niclab.base.text import said
 from niclab.model.scenario import Cell
 from niclab.plumbing.backends import Backend
-from niclab.run.held import CONTROL, HeldRig, read_message, remove, write_record
+from niclab.run.held import CONTROL, HeldRig, HeldRigError, here, read_message, read_record, remove, write_record
 from niclab.run.session import Session
 
 Tell = Callable[[str, str], None]  # what, text: ("progress", a line), ("ready", the record as JSON)
 MAX_EXEC_S = 24 * 3600.0
+MAX_OUTPUT = 1 << 20  # characters of each stream of an exec's output (at most 4 bytes each in UTF-8)
+CHECK_S = 5.0  # how often a keeper with nothing to do checks that its directory is still its own
 
 
 def keep(cell: Cell, backend: Backend, path: Path, scenario: str, tell: Tell) -> None:
@@ -36,6 +39,7 @@ def keep(cell: Cell, backend: Backend, path: Path, scenario: str, tell: Tell) ->
         name=path.name,
         pid=os.getpid(),
         start_time=process_start_time(os.getpid()) or 0,
+        where=here(),
         scenario=scenario,
         cell=cell.id,
         backend=backend.name,
@@ -62,10 +66,21 @@ def keep(cell: Cell, backend: Backend, path: Path, scenario: str, tell: Tell) ->
                 }
             )
             write_record(path, record)
+            came_up = True
             tell("ready", record.model_dump_json())
-            serve(server, session)
+            serve(server, session, lambda: _still_ours(path))
     finally:
-        remove(path)
+        if came_up:  # else `up` reads keeper.log (why it did not come up), then removes the directory
+            remove(path)
+
+
+def _still_ours(path: Path) -> bool:
+    """The rig's directory is still there and names this keeper (a logout that removed the runtime
+    directory, or a person, may have taken it: nothing could find the rig any more)."""
+    try:
+        return read_record(path).pid == os.getpid()
+    except HeldRigError:
+        return False
 
 
 @contextlib.contextmanager
@@ -86,29 +101,44 @@ def listening(path: Path) -> Any:
         server.close()
 
 
-def serve(server: socket.socket, session: Session) -> None:
-    """Answer requests until one is `down`."""
-    while True:
-        conn, _ = server.accept()
-        with conn:
-            conn.settimeout(10.0)  # a client that says nothing does not hold the rig
-            try:
-                request = read_message(conn)
-            except (OSError, ValueError) as exc:
-                _reply(conn, {"error": f"a request that is not one: {said(str(exc), 120)}"})
-                continue
-            if request is None:
-                continue
-            reply = answer(request, session)
-            _reply(conn, reply)
-            if reply.get("down"):
-                return
+def serve(server: socket.socket, session: Session, still_ours: Callable[[], bool] = lambda: True) -> None:
+    """Answer requests, each in a thread of its own (an `exec` that runs long holds up no other), until one
+    is `down` or the rig's directory is no longer this keeper's (checked every CHECK_S)."""
+    down = threading.Event()
+    server.settimeout(0.5)  # a `down` answered in a thread is seen soon
+    checked = time.monotonic()
+    while not down.is_set():
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            if time.monotonic() - checked > CHECK_S:
+                checked = time.monotonic()
+                if not still_ours():
+                    return
+            continue
+        threading.Thread(target=_one, args=(conn, session, down), daemon=True).start()
+
+
+def _one(conn: socket.socket, session: Session, down: threading.Event) -> None:
+    with conn:
+        conn.settimeout(10.0)  # a client that says nothing does not hold a thread
+        try:
+            request = read_message(conn)
+        except (OSError, ValueError) as exc:
+            _reply(conn, {"error": f"a request that is not one: {said(str(exc), 120)}"})
+            return
+        if request is None:
+            return
+        reply = answer(request, session)
+        _reply(conn, reply)
+        if reply.get("down"):
+            down.set()
 
 
 def _reply(conn: socket.socket, reply: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):
         conn.settimeout(30.0)
-        conn.sendall(json.dumps(reply).encode() + b"\n")
+        conn.sendall(json.dumps(reply, ensure_ascii=False).encode() + b"\n")
 
 
 def answer(request: dict[str, Any], session: Session) -> dict[str, Any]:
@@ -135,4 +165,12 @@ def answer(request: dict[str, Any], session: Session) -> dict[str, Any]:
         result: CommandResult = session.node(node).run(command, timeout=float(timeout), check=False)
     except NiclabError as exc:
         return {"error": f"node {node}: {exc}"}
-    return {"exit": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
+    return {"exit": result.returncode, "stdout": _capped(result.stdout), "stderr": _capped(result.stderr)}
+
+
+def _capped(text: str) -> str:
+    """At most MAX_OUTPUT characters of a command's output (its end), saying so: the reply stays under
+    held.MAX_MESSAGE whatever the guest printed."""
+    if len(text) <= MAX_OUTPUT:
+        return text
+    return f"[niclab: the first {len(text) - MAX_OUTPUT} characters are left out]\n" + text[-MAX_OUTPUT:]

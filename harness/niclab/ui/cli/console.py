@@ -9,26 +9,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import select
+import socket
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from niclab.base.errors import UsageError
+from niclab.base.errors import NiclabError, UsageError
 from niclab.ui.console import EXIT_OK
 
 LEAVE = b"\x1d"  # Ctrl-], as telnet and virsh console
 QUIET_S = 1.0
 QUIET_LIMIT_S = 30.0
+WRITE_LIMIT_S = 10.0
+RESET = b"\x1b[0m"  # on leaving: colours or hidden text a guest left on do not stay on the user's terminal
 
 
 def cmd_console(args: argparse.Namespace) -> int:
-    from niclab.plumbing.guest import unix_connect
     from niclab.run.held import HeldRigError, find
 
-    record, _ = find(args.rig)
+    record, path = find(args.rig)
     if args.node not in record.nodes:
         raise UsageError(f"rig {record.name} has no node {args.node!r} (nodes: {', '.join(record.nodes)})")
     where = record.consoles.get(args.node)
@@ -38,26 +41,49 @@ def cmd_console(args: argparse.Namespace) -> int:
             f"console is copied to {record.serial_logs.get(args.node, 'its serial log')}; "
             f"`niclab exec {args.node} -- sh -c ...` runs commands in it"
         )
-    try:
-        sock = unix_connect(Path(where), 5.0)
-    except OSError as exc:
-        raise HeldRigError(f"node {args.node}'s console at {where}: {exc.strerror or exc}") from None
-    with sock:
+    with attached(path / f"console.{args.node}.lock", args.node), _connect(Path(where), args.node) as sock:
         sock.setblocking(False)
         if os.isatty(sys.stdin.fileno()):
             with raw_terminal(sys.stdin.fileno()):
-                print(
+                os.write(
+                    2,
                     f"node {args.node} of rig {record.name}: its serial console; Ctrl-] leaves it, "
-                    "Enter shows a prompt",
-                    end="\r\n",
-                    file=sys.stderr,
-                    flush=True,
+                    "Enter shows a prompt\r\n".encode(),
                 )
-                relay(sock.fileno(), sys.stdin.fileno(), sys.stdout.fileno(), interactive=True)
-            print(file=sys.stderr)
+                try:
+                    relay(sock.fileno(), sys.stdin.fileno(), sys.stdout.fileno(), interactive=True)
+                finally:
+                    os.write(1, RESET)
+            os.write(2, b"\n")
         else:
             relay(sock.fileno(), sys.stdin.fileno(), sys.stdout.fileno(), interactive=False)
     return EXIT_OK
+
+
+def _connect(where: Path, node: str) -> socket.socket:
+    from niclab.plumbing.guest import unix_connect
+    from niclab.run.held import HeldRigError
+
+    try:
+        return unix_connect(where, 5.0)
+    except OSError as exc:
+        raise HeldRigError(f"node {node}'s console at {where}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def attached(lock: Path, node: str) -> Iterator[None]:
+    """One console per node: QEMU serves one client, and a second would wait unseen, its keys sent later."""
+    from niclab.run.held import HeldRigError
+
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HeldRigError(f"node {node}'s console is attached elsewhere; Ctrl-] there leaves it") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -108,12 +134,20 @@ def relay(line: int, stdin: int, stdout: int, interactive: bool) -> None:
 
 
 def _write_all(fd: int, data: bytes) -> None:
+    """Write it all; a side that takes nothing for WRITE_LIMIT_S (a guest that stopped reading) is given up."""
     view = memoryview(data)
+    deadline = time.monotonic() + WRITE_LIMIT_S
     while view:
         try:
             view = view[os.write(fd, view) :]
         except BlockingIOError:
-            select.select([], [fd], [], 5.0)
+            if time.monotonic() > deadline:
+                raise ConsoleStuck(f"the console took nothing for {WRITE_LIMIT_S:.0f} s; left it") from None
+            select.select([], [fd], [], 1.0)
+
+
+class ConsoleStuck(NiclabError):
+    """The serial line (or the terminal) stopped taking what was written to it."""
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -32,7 +32,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def end_rigs(names: list[str]) -> list[str]:
     """Stop the rigs named (every one held, without names), each said; a name no rig has is an error."""
-    from niclab.run.held import HeldRigError, check_name, end, found, read_record, remove, rigs_dir
+    from niclab.run.held import HeldRigError, KeeperKilled, check_name, end, found, read_record, remove, rigs_dir
 
     if names:
         paths = []
@@ -52,7 +52,15 @@ def end_rigs(names: list[str]) -> list[str]:
                 rigs.append((rig.path, rig.record))
     ended = []
     for path, record in rigs:
-        if end(record, path):
+        if record.elsewhere and not names:
+            print(f"left rig {record.name}: it is held elsewhere ({record.where})")
+            continue
+        try:
+            stopped = end(record, path)
+        except KeeperKilled as exc:
+            print(f"niclab: {exc}", file=sys.stderr)
+            stopped = True
+        if stopped:
             print(f"stopped rig {record.name} (cell {record.cell}; nodes {', '.join(record.nodes) or 'not up yet'})")
         else:
             print(f"cleared rig {record.name}: its keeper (pid {record.pid}) was gone")

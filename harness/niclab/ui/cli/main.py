@@ -79,8 +79,8 @@ def _main(argv: list[str] | None) -> int:
         at = words.index("--")
         words, command = words[:at], words[at + 1 :]
     args = build_parser().parse_args(words)
-    if command is not None:
-        args.command = command
+    if command is not None:  # words before `--` too (`exec a ls -- -l`)
+        args.command = [*args.command, *command]
     args.argv = words  # `up` runs its keeper with the same words
     from niclab.base.procs import raise_interrupt
 

@@ -51,26 +51,58 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _start_keeper(args: argparse.Namespace, name: str, path: Path) -> int:
-    from niclab.base.procs import raise_interrupt
+    import niclab
+    from niclab.base.procs import process_start_time, raise_interrupt
     from niclab.plumbing.backends.boot import tail
-    from niclab.run.held import HeldRig, remove
+    from niclab.run.held import HeldRig, here, remove, write_record
 
     progress = ProgressLines(args.quiet)
     read_end, write_end = os.pipe()
-    argv = [sys.executable, "-m", "niclab", *args.argv, "--name", name, "--keeper-fd", str(write_end)]
-    with (path / "keeper.log").open("ab") as log:
-        keeper = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(write_end,),
-            start_new_session=True,  # no terminal: one that closes after `up` does not end the rig
-        )
-    os.close(write_end)
-    signal.signal(signal.SIGHUP, raise_interrupt)  # a terminal gone before the rig is up ends it, as Ctrl-C
+    # the keeper is this command again, with its pipe and name right after the verb (before any `--`)
+    argv = [
+        sys.executable,
+        *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
+        "-m",
+        "niclab",
+        "up",
+        f"--keeper-fd={write_end}",
+        f"--name={name}",
+        *args.argv[1:],
+    ]
+    package_root = str(Path(niclab.__file__).resolve().parents[1])  # found as this process found it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    hangup = signal.getsignal(signal.SIGHUP)
+    if hangup != signal.SIG_IGN:  # under nohup a hangup is ignored, and so the rig outlives the terminal
+        signal.signal(signal.SIGHUP, raise_interrupt)  # else a terminal gone before the rig is up ends it
+    keeper: subprocess.Popen[bytes] | None = None
     told: list[str] = []
     try:
+        with (path / "keeper.log").open("ab") as log:
+            keeper = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_end,),
+                env=env,
+                start_new_session=True,  # no terminal: one that closes after `up` does not end the rig
+            )
+        os.close(write_end)
+        # the directory is the keeper's from now on (the keeper writes its own record as it starts)
+        write_record(
+            path,
+            HeldRig(
+                name=name,
+                pid=keeper.pid,
+                start_time=process_start_time(keeper.pid) or 0,
+                where=here(),
+                scenario=args.scenario,
+                cell="",
+                backend="",
+                state="starting",
+                since=time.time(),
+            ),
+        )
         with os.fdopen(read_end, "r", encoding="utf-8", errors="replace") as lines:
             for line in lines:
                 what, _, said = line.partition(" ")
@@ -84,10 +116,20 @@ def _start_keeper(args: argparse.Namespace, name: str, path: Path) -> int:
                     told.append(text)
         keeper.wait()
     except KeyboardInterrupt:
-        _stop(keeper)
-        remove(path)
+        try:
+            if keeper is not None:
+                _stop(keeper)
+        finally:
+            remove(path)
         print(f"niclab: interrupted; rig {name} was stopped", file=sys.stderr)
         return EXIT_FAILED
+    except BaseException:
+        try:
+            if keeper is not None:
+                _stop(keeper)
+        finally:
+            remove(path)
+        raise
     ending = tail(path / "keeper.log", 20)
     remove(path)
     if told:
