@@ -38,10 +38,12 @@ def wait_no_qemu(directory: Path, seconds: float = 15) -> list[int]:
 
 
 def default_signals() -> None:
-    """In the child: SIGINT as a terminal would deliver it. A job started with `&` by a
-    non-interactive shell (`nohup make test &`) inherits SIGINT ignored, and Python keeps
-    it so; a test that interrupts its child must not depend on how the suite was started."""
+    """In the child: SIGINT and SIGHUP as a terminal would deliver them. A job started with `&` by a
+    non-interactive shell (`nohup make test &`) inherits SIGINT ignored (and, under nohup, SIGHUP),
+    and Python keeps them so; a test that interrupts its child must not depend on how the suite was
+    started."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def niclab(*args: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
