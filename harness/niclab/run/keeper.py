@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,7 @@ def _still_ours(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def listening(path: Path) -> Any:
+def listening(path: Path) -> Iterator[socket.socket]:
     """The control socket, only the user's (the directory is 0700; the socket too)."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dir_fd = os.open(path.parent, os.O_PATH)

@@ -106,7 +106,7 @@ def relay(line: int, stdin: int, stdout: int, interactive: bool) -> None:
 
     shown = TerminalFilter()
     reading = True
-    quiet_since = ended = 0.0
+    ended = 0.0  # when stdin ended
     while True:
         wait = [line] + ([stdin] if reading else [])
         timeout = None if reading else QUIET_S
@@ -118,8 +118,7 @@ def relay(line: int, stdin: int, stdout: int, interactive: bool) -> None:
             if not data:
                 return
             _write_all(stdout, shown.feed(data))
-            quiet_since = time.monotonic()
-        if not reading and quiet_since and time.monotonic() - ended > QUIET_LIMIT_S:
+        if not reading and time.monotonic() - ended > QUIET_LIMIT_S:
             return
         if stdin in ready:
             data = os.read(stdin, 4096)
@@ -128,7 +127,6 @@ def relay(line: int, stdin: int, stdout: int, interactive: bool) -> None:
                 return
             if not data:
                 reading, ended = False, time.monotonic()
-                quiet_since = ended
                 continue
             _write_all(line, data)
 
