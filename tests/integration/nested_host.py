@@ -38,8 +38,11 @@ host, and every later run there boots L2 under TCG inside TCG: four times
 slower, enough for the kernel's selftests to time out. On this rig KVM works
 in every L1 (kvm_amd loads at boot), so a run whose nodes fell back to TCG
 on an L1 is the emulated SVM's doing too: `kvm_lost()` finds them in the
-run's records, `forget_kvm()` drops those verdicts from the controller's
-cache, and the command runs once more.
+run's records, that L1 boots again, and the command runs once more. An L1
+booted again has its cached TCG verdict dropped (`forget_kvm()`): a run that
+failed as its L1 crashed can leave one with no record to show it (the CI run
+of 6ced9e5 kept l1a's that way; its later probes there said TCG too, and the
+verdict's reason is now in the failure's message).
 """
 
 from __future__ import annotations
@@ -412,18 +415,27 @@ class NestedLab:
         probe = find_image()
         for name in sorted(names):
             cached = cached_host_choice(host_uri(name), probe) if probe is not None else None
-            if probe is None or (only_tcg and cached is not None and cached.accel == "kvm"):
+            if probe is None or cached is None or (only_tcg and cached.accel == "kvm"):
                 continue
             if why:
                 print(f"\n[nested] {why} on {name}: its KVM verdict is forgotten", file=sys.stderr)
             host_cache_file(host_uri(name), probe).unlink(missing_ok=True)
 
+    def kvm_verdict(self, name: str) -> str:
+        """The controller's cached KVM verdict for an L1 and why, as niclab wrote it."""
+        probe = find_image()
+        cached = cached_host_choice(host_uri(name), probe) if probe is not None else None
+        return f"{cached.accel}: {cached.reason}" if cached is not None else "no verdict cached"
+
     def reboot(self, name: str, why: str) -> None:
-        """Boot a fresh L1 (its disk is a snapshot: nothing of the dead one is left), and say why."""
+        """Boot a fresh L1 (its disk is a snapshot: nothing of the dead one is left), and say why. A TCG verdict
+        of the dead one is forgotten with it: a run that failed as its L1 crashed may have left one, with no
+        record saying that its nodes ran under TCG."""
         print(f"\n[nested] {why}\n[nested] the emulated SVM's crash: {name} boots again", file=sys.stderr)
         host = self.hosts[name]
         self._launch(host)
         self._ready(host)
+        self.forget_kvm([name], "it booted again", only_tcg=True)
 
     def kill(self, name: str) -> None:
         """Pull the plug on an L1 (its QEMU ends at once), as a lab host that goes away."""

@@ -57,35 +57,52 @@ def nested(tmp_path_factory):
 def niclab_here(lab: NestedLab, args: list[str], timeout: float) -> subprocess.CompletedProcess:
     """niclab on this machine, the controller, with the lab's ssh set-up; once more after the emulated SVM's
     crash: a failure with an L1 that shows it, or a run whose nodes fell back to TCG on an L1 (nested_host.py).
-    The first attempt's run directories go to `<out>-attempt0`, so `--out` holds the last attempt's only."""
+    Either L1 boots again, so the second attempt has fresh hosts. `timeout` is for both attempts: a test's
+    own limit is above it, so niclab is stopped (and stops its domains) before pytest ends the test. The first
+    attempt's run directories go to `<out>-attempt0`, so `--out` holds the last attempt's only."""
     out = Path(args[args.index("--out") + 1]) if "--out" in args else None
+    deadline = time.monotonic() + timeout
     for attempt in range(2):
         before = set(runs_in(out))
-        result = subprocess.run(
-            [sys.executable, "-m", "niclab", *args],
-            env={**os.environ, **lab.env},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        result = niclab_until(lab, args, deadline)
         made = [run for run in runs_in(out) if run not in before]
         lost = lab.kvm_lost([r for run in made for r in records(run)])
         crashed = lab.crashed() if result.returncode != 0 or lost else []
         if not (lost or crashed):
             return result
+        why = {name: lab.kvm_verdict(name) for name in sorted(lost)}
         if attempt == 1:
-            assert not lost, f"the emulated SVM took KVM from {sorted(lost)} twice in a row\n{result.stderr[-3000:]}"
+            assert not lost, f"the emulated SVM took KVM from {why} twice in a row\n{result.stderr[-3000:]}"
             return result
-        why = f"`niclab {' '.join(args)}` failed" if result.returncode != 0 else f"`niclab {' '.join(args)}`"
+        said = f"`niclab {' '.join(args)}` failed" if result.returncode != 0 else f"`niclab {' '.join(args)}`"
         for name in crashed:
-            lab.reboot(name, f"{why} and {name} shows the emulated SVM's crash")
-        lab.forget_kvm(lost, "a run fell back to TCG (the emulated SVM's crash killed its KVM probe's guest)")
+            lab.reboot(name, f"{said} and {name} shows the emulated SVM's crash")
+        for name in sorted(lost - set(crashed)):
+            lab.reboot(name, f"{said} fell back to TCG on {name} ({why[name]})")
         if out is not None:
             aside = out.with_name(f"{out.name}-attempt0")
             aside.mkdir(exist_ok=True)
             for run in made:
                 run.rename(aside / run.name)
     raise AssertionError("unreachable")
+
+
+def niclab_until(lab: NestedLab, args: list[str], deadline: float) -> subprocess.CompletedProcess:
+    """One `niclab ARGS` on the controller; at `deadline` it is stopped as on Ctrl-C (its domains with it)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "niclab", *args],
+        env={**os.environ, **lab.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        stdout, stderr = proc.communicate(timeout=300)
+        stderr += f"\n[nested] stopped at the test's time limit: `niclab {' '.join(args)}`"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def runs_in(out: Path | None) -> list[Path]:
@@ -129,12 +146,13 @@ def test_the_doctor_checks_both_hosts_from_the_controller(nested):
     assert out.count("guest driver") == 2 and "e1000" in out, out
 
 
+@pytest.mark.timeout(1500 + 600)  # two attempts, and an L1 booted again between them
 def test_two_node_runs_across_the_two_hosts_over_the_cable_between_their_cards(nested, tmp_path):
     started = time.monotonic()
     result = niclab_here(
         nested,
         ["run", str(SCENARIOS / "two-node.yaml"), "--lab", str(nested.lab), "--out", str(tmp_path)],
-        timeout=1800,
+        timeout=1500,
     )
     took = time.monotonic() - started
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-6000:]
@@ -162,6 +180,7 @@ def test_two_node_runs_across_the_two_hosts_over_the_cable_between_their_cards(n
         nothing_held(nested, name)
 
 
+@pytest.mark.timeout(1200 + 600)
 def test_an_emulated_cell_too_big_for_one_host_spreads_over_both_with_a_tunnel_between_them(nested, tmp_path):
     result = niclab_here(
         nested,
@@ -183,6 +202,7 @@ def test_an_emulated_cell_too_big_for_one_host_spreads_over_both_with_a_tunnel_b
         nothing_held(nested, name)
 
 
+@pytest.mark.timeout(1800 + 600)
 def test_the_kernels_driver_selftests_run_on_the_passed_through_cards_under_a_driver_built_out_of_tree(
     nested, tmp_path
 ):
@@ -192,7 +212,7 @@ def test_the_kernels_driver_selftests_run_on_the_passed_through_cards_under_a_dr
     result = niclab_here(
         nested,
         ["run", str(HERE / "lab-selftests.yaml"), "--lab", str(nested.lab), "--out", str(tmp_path)],
-        timeout=2400,
+        timeout=1800,
     )
     took = time.monotonic() - started
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-6000:]
