@@ -178,6 +178,13 @@ def test_lmbench_counters_parse(data_dir):
     assert before["Tcp.MaxConn"] == -1 and after["Udp.InDatagrams"] == 64779
 
 
+@pytest.mark.parametrize("odd", ["nan", "9" * 5000, "1e3"])
+def test_a_counter_that_is_no_number_is_left_out_not_a_traceback(odd):
+    """A guest's /proc/net/snmp is untrusted: int() of "nan", or of more than 4300 digits, raised."""
+    text = "Udp: InDatagrams NoPorts InErrors\nUdp: 64779 ODD 0\n".replace("ODD", odd)
+    assert lmbench.snapshots(text) == [{"Udp.InDatagrams": 64779, "Udp.InErrors": 0}]
+
+
 @pytest.mark.parametrize(
     "name, message",
     [

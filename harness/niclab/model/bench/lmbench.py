@@ -31,6 +31,7 @@ PORTS = {"bw_tcp": (31236, "tcp"), "lat_tcp": (31234, "tcp"), "lat_udp": (34298,
 MIN_INTERVAL_S = {"lat_tcp": 2.0, "lat_udp": 1.0}  # benchmp's floor: MEDIUM, SHORT
 DEFAULT_WARMUP_S = {"bw_tcp": 7.5}
 SNMP = "grep -E '^(Tcp|Udp):' /proc/net/snmp"
+COUNT = re.compile(r"-?\d{1,20}")  # a counter of /proc/net/snmp (64 bits at most)
 # lmbench processes still alive after the stop: killed by PID, and named in the raw output
 SWEEP = (
     f"for p in /proc/[0-9]*; do case $(readlink $p/exe 2>/dev/null) in {BIN}/*) "
@@ -109,10 +110,14 @@ def snapshots(text: str) -> list[dict[str, int]]:
         fields = rest.split()
         if not sep or proto not in ("Tcp", "Udp") or not fields:
             continue
-        if not re.fullmatch(r"-?\d+", fields[0]):
+        if not COUNT.fullmatch(fields[0]):
             headers[proto] = fields
             continue
-        values = {f"{proto}.{key}": int(value) for key, value in zip(headers.get(proto, []), fields, strict=False)}
+        values = {
+            f"{proto}.{key}": int(value)
+            for key, value in zip(headers.get(proto, []), fields, strict=False)
+            if COUNT.fullmatch(value)  # a guest's "nan" or 5000 digits is no count (int() would raise)
+        }
         if not found or values.keys() & found[-1].keys():
             found.append({})
         found[-1].update(values)
