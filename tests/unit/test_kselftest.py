@@ -99,9 +99,12 @@ class Rig:
     raw: dict[str, str] = field(default_factory=dict)
     said: list[str] = field(default_factory=list)
     accel: str = "tcg"
+    addresses6: tuple[str | None, str | None] = ("2001:2::1", "2001:2::2")
 
     def ends(self) -> Endpoints:
-        return Endpoints(self.client, self.server, "198.18.0.1", "198.18.0.2", 0, None, "link0", "link0")
+        return Endpoints(
+            self.client, self.server, "198.18.0.1", "198.18.0.2", 0, None, "link0", "link0", *self.addresses6
+        )
 
     def restart(self) -> Endpoints:
         self.boots += 1
@@ -167,6 +170,8 @@ def test_the_tests_run_on_the_client_with_the_server_as_their_ssh_remote(tmp_pat
         "NETIF=link0",
         "LOCAL_V4=198.18.0.1",
         "REMOTE_V4=198.18.0.2",
+        "LOCAL_V6=2001:2::1",  # the link is dual-stack: the tests' IPv6 cases run
+        "REMOTE_V6=2001:2::2",
         "REMOTE_TYPE=ssh",
         "REMOTE_ARGS=root@198.18.0.2",
     ]
@@ -176,6 +181,13 @@ def test_the_tests_run_on_the_client_with_the_server_as_their_ssh_remote(tmp_pat
     assert "KSFT_MACHINE_SLOW=yes" in test  # under TCG
     assert "cd /opt/niclab-kselftest/drivers/net" in test
     assert not any("./stats.py" in c for c in client.commands)
+
+
+def test_a_link_without_ipv6_gives_the_selftests_no_v6_addresses(tmp_path):
+    client = Guest("a")
+    rig = Rig(tmp_path, client, Guest("b"), bundle(tmp_path, TESTS), addresses6=(None, None))
+    PLUGIN.run(rig.ctx(), KselftestOptions(targets=["drivers/net"], tests=["ping.py"]))
+    assert "_V6" not in client.files["/opt/niclab-kselftest/drivers/net/net.config"].decode()
 
 
 def test_a_program_that_kills_the_guest_is_a_crash_and_the_next_runs_after_a_reboot(tmp_path):

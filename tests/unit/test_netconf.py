@@ -123,20 +123,23 @@ def test_node_script_names_ports_by_mac_and_sets_everything_in_few_ip_runs(tmp_p
         "link set dev link2p2 down",
         "link set dev link2p2 master bond2",
         "link set dev bond2 mtu 1500",
-        "addr flush dev link0",
+        "addr flush dev link0 scope global",  # the IPv6 link-local address stays
         "addr add 198.18.0.1/24 dev link0",
+        "addr add 2001:2::1/64 dev link0 nodad",  # dual-stack by default, from RFC 5180's range
         "link set dev link0 up",
         "tc qdisc del dev link0 root",
         "tc qdisc add dev link0 root netem delay 10ms loss 1%",
         "ip -batch -",
-        "addr flush dev bond2",
+        "addr flush dev bond2 scope global",
         "addr add 198.18.3.1/24 dev bond2",
+        "addr add 2001:2:0:3::1/64 dev bond2 nodad",
         "link set dev link2p0 up",
         "link set dev link2p1 up",
         "link set dev link2p2 up",
         "link set dev bond2 up",
-        "addr flush dev link3",
+        "addr flush dev link3 scope global",
         "addr add 198.18.4.1/24 dev link3",
+        "addr add 2001:2:0:4::1/64 dev link3 nodad",
         "link set dev link3 up",
     ]
     # b's end of link 0 has its own netem: 5 ms, no loss.
@@ -169,6 +172,10 @@ def test_a_port_without_carrier_fails_the_node_script_naming_it(tmp_path):
 
 
 STATE = """\
+[addresses]
+addr.link0.198.18.0.1/24=
+addr.link0.2001:2::1/64=dadfailed tentative
+addr.bond2.198.18.3.1/24=
 [iface bond2]
 mtu=1500
 carrier=1
@@ -200,10 +207,12 @@ def test_read_back_reports_every_difference():
     net = plan()
     problems = verify.mismatches("a", [net.find("a", 0), net.find("a", 2)], verify.parse_state(STATE))
     assert problems == [
+        "a/link0: address 2001:2::1/64 is dadfailed tentative",
         "a/link0: MTU is 1400, asked 1500",
         "a/link0: netem loss: asked 1%, installed 2%",
         "a/link0: driver 8139too is bound, the e1000 model needs e1000",
         "a/link0 (e1000): offload tso: asked off, is on (fixed by the driver)",
+        "a/bond2: has no address 2001:2:0:3::1/64",
         "a/bond2: bond port link2p2 is down",
         "a/link2p1: no carrier",
         "a/link2p1: driver none is bound, the e1000 model needs e1000",
@@ -277,12 +286,12 @@ def test_the_reset_undoes_bonds_netem_addresses_and_changed_offloads_back_to_the
     assert script.splitlines() == [
         "set -e",  # a step that fails fails the reset, and the cell
         "tc qdisc del dev link0 root >/dev/null 2>&1 || true",
-        "ip addr flush dev link0",
+        "ip addr flush dev link0 scope global",
         # as the driver had them, not as asked; every part, also those a short name changed without naming them
         "ethtool -K link0 tx-tcp-segmentation on tx-tcp-mangleid-segmentation off gro off >/dev/null 2>&1 || true",
         "ip link del bond2 >/dev/null 2>&1 || true",  # its ports get their own MACs back
         "tc qdisc del dev link3 root >/dev/null 2>&1 || true",
-        "ip addr flush dev link3",
+        "ip addr flush dev link3 scope global",
     ]
 
 

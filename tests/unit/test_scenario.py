@@ -67,6 +67,34 @@ def test_mtu_above_the_model_maximum():
     ]
 
 
+ONE_CELL = (
+    GOOD.replace("${nic}", "e1000")
+    .replace("${mtu}", "1500")
+    .replace("matrix:\n  nic: [e1000, virtio]\n  mtu: [1500, 4000]\n", "")
+)
+
+
+def test_a_link_is_dual_stack_by_default_and_ipv4_alone_when_asked():
+    assert parse(ONE_CELL, "s.yaml").cells[0].scenario.links[0].ip == [4, 6]
+    asked = ONE_CELL.replace("    mtu: 1500\n", "    mtu: 1500\n    ip: 4\n")
+    assert parse(asked, "s.yaml").cells[0].scenario.links[0].ip == [4]
+    below = ONE_CELL.replace("mtu: 1500", "mtu: 1000")  # IPv6 needs 1280: such a link is IPv4 only
+    assert parse(below, "s.yaml").cells[0].scenario.links[0].ip == [4]
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        ("mtu: 1500\n    ip: 6", "a link without IPv4 is not supported yet"),
+        ("mtu: 1500\n    ip: [5]", "ip is [5]; give 4, or [4, 6] (the default)"),
+        ("mtu: 1000\n    ip: [4, 6]", "IPv6 needs an MTU of 1280 or more, and this link's is 1000; use ip: 4"),
+    ],
+)
+def test_an_ip_a_link_cannot_have_is_one_line_naming_the_fix(words, said):
+    [line] = error_lines(ONE_CELL.replace("mtu: 1500", words))
+    assert line.startswith("s.yaml:") and said in line
+
+
 def test_bad_yaml_and_unknown_benchmark():
     assert error_lines("name: [x\n")[0].startswith("s.yaml:2:1: (top level): not valid YAML")
     lines = error_lines(GOOD.replace("netperf: {test: TCP_RR, seconds: 3}", "netpref: {}"))

@@ -50,7 +50,7 @@ def test_every_misspelt_key_gets_what_was_meant_in_one_pass_in_file_order(tmp_pa
         "7:5: links[0].mut: unknown key; did you mean 'mtu'?",
         "8:13: links[0].netem.dealy: unknown key; did you mean 'delay'?",
         "9:5: links[0].speed: unknown key; the keys here are: between, bond, coalesce, count, driver, "
-        "module_params, mtu, netem, nic, offloads, queues, rings, switch",
+        "ip, module_params, mtu, netem, nic, offloads, queues, rings, switch",
         "11:33: benchmarks[0].netperf.duration: unknown key; niclab calls it 'seconds'",
         "12:33: benchmarks[1].netperf.-l: unknown key; niclab calls it 'seconds'",
     ]

@@ -134,6 +134,8 @@ class PlannedInterface(Facts):
     """Its ports' card model."""
     address: str | None = None
     """Its address, with the prefix length (`198.18.0.1/24`)."""
+    address6: str | None = None
+    """Its IPv6 address, with the prefix length (`2001:2::1/64`), on a link with IPv6 (`ip: [4, 6]`)."""
     mtu: int | None = None
     """Its MTU."""
     link: int | None = None

@@ -19,7 +19,7 @@ from niclab.base.errors import NiclabError, UsageError
 from niclab.base.node import Node, NodeGone, Progress
 from niclab.base.problems import Problems
 from niclab.model import bench as benchmarks
-from niclab.model.bench.base import LOOPBACK, BenchContext, Endpoints, Measurement, PartialRun, TestOutcome
+from niclab.model.bench.base import LOOPBACK, LOOPBACK6, BenchContext, Endpoints, Measurement, PartialRun, TestOutcome
 from niclab.model.facts import BootFacts, HostFacts, NetworkFacts, NicFacts, NicSummary, NodeFacts, RigFacts
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.model.scenario.model import benchmark_problems, benchmark_spec
@@ -187,19 +187,25 @@ class Session:
         options = spec.options
         link = self.scenario.links[options.link]
         client = options.from_ or link.between[0]
+        v6 = options.family == 6
         if options.peer == "self":
             node = self.node(client)
-            return Endpoints(node, node, LOOPBACK, LOOPBACK, options.link, peer="self")
+            loopback = LOOPBACK6 if v6 else LOOPBACK
+            return Endpoints(node, node, loopback, loopback, options.link, peer="self")
         server = options.to or next(n for n in link.between if n != client)
         near, far = self.net.find(client, options.link), self.net.find(server, options.link)
+        if v6 and (near.address6 is None or far.address6 is None):  # the scenario's check refuses it first
+            raise NiclabError(f"{spec.tool}: family 6 on link {options.link}, which has no IPv6 (ip: 4)")
         return Endpoints(
             client=self.node(client),
             server=self.node(server),
-            client_address=near.address,
-            server_address=far.address,
+            client_address=(near.address6 or "") if v6 else near.address,
+            server_address=(far.address6 or "") if v6 else far.address,
             link=options.link,
             client_ifname=near.name,
             server_ifname=far.name,
+            client_address6=near.address6,
+            server_address6=far.address6,
         )
 
     def nic_summary(self, node: str, link: int, loopback: bool = False) -> NicSummary:

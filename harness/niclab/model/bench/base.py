@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal, Protocol
+from typing import ClassVar, Literal, Protocol, Self
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from niclab.base.errors import NiclabError
 from niclab.base.node import CommandResult, GuestCommandError, GuestProcess, Node
@@ -37,6 +37,19 @@ class BenchOptions(BaseModel):
         "the reference the link's figure is read against",
     )
     repeat: int | None = Field(None, ge=1, le=100, description="runs of this benchmark (default: the scenario's)")
+    family: Literal[4, 6] | None = Field(
+        None, description="the IP version it runs over: 4 (the default) or 6, on a link with IPv6 (ip: [4, 6])"
+    )
+
+    # the IP versions the tool speaks, and why not the others (a benchmark given another is refused)
+    FAMILIES: ClassVar[tuple[int, ...]] = (4, 6)
+    NOT_FAMILY: ClassVar[str] = ""
+
+    @model_validator(mode="after")
+    def _family_spoken(self) -> Self:
+        if self.family is not None and self.family not in self.FAMILIES:
+            raise ValueError(f"family {self.family}: {self.NOT_FAMILY}")
+        return self
 
     def recorded(self) -> dict[str, JsonValue]:
         """The options as a `run` record keeps them: their JSON form (tuples as lists, models as mappings), by
@@ -46,6 +59,7 @@ class BenchOptions(BaseModel):
 
 
 LOOPBACK = "127.0.0.1"  # both ends' address in a `peer: self` run
+LOOPBACK6 = "::1"  # and with family: 6
 
 
 @dataclass(frozen=True)
@@ -65,10 +79,18 @@ class Endpoints:
     peer: Literal["self"] | None = None
     client_ifname: str = ""  # the link's interface in each guest (link0, bond0): the selftests' NETIF
     server_ifname: str = ""
+    # their IPv6 addresses, on a link with IPv6 (`ip: [4, 6]`, the default): the selftests' LOCAL_V6, REMOTE_V6
+    client_address6: str | None = None
+    server_address6: str | None = None
 
     @property
     def loopback(self) -> bool:
         return self.peer == "self"
+
+    @property
+    def family(self) -> int:
+        """The IP version of client_address and server_address."""
+        return 6 if ":" in self.server_address else 4
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,8 @@ COUNTS = {"pass": "passed", "fail": "failed", "skip": "skipped", "xfail": "xfail
 
 
 class KselftestOptions(BenchOptions):
+    FAMILIES = ()
+    NOT_FAMILY = "the selftests are given both addresses of their link (LOCAL_V4 and LOCAL_V6): drop family"
     targets: list[str] = Field(
         default_factory=lambda: ["drivers/net"],
         min_length=1,
@@ -226,6 +228,11 @@ def _prepare(ctx: BenchContext, ends: Endpoints, bundle: SelftestBundle, options
             f"NETIF={ends.client_ifname}",
             f"LOCAL_V4={ends.client_address}",
             f"REMOTE_V4={ends.server_address}",
+            *(
+                [f"LOCAL_V6={ends.client_address6}", f"REMOTE_V6={ends.server_address6}"]
+                if ends.client_address6 and ends.server_address6
+                else []
+            ),
             "REMOTE_TYPE=ssh",
             f"REMOTE_ARGS={remote}",
             "",

@@ -55,6 +55,8 @@ Test = Literal["bw_tcp", "lat_tcp", "lat_udp", "lat_connect"]
 
 
 class LmbenchOptions(BenchOptions):
+    FAMILIES = (4,)
+    NOT_FAMILY = "lmbench's programs resolve their peer as IPv4 only (gethostbyname); measure over IPv4"
     test: Test = Field(description="the lmbench program")
     message_size: int | None = Field(
         None, ge=1, le=10 << 20, description="bytes per read/write (-m); bw_tcp 65536, lat_tcp 1, lat_udp 4"

@@ -142,7 +142,8 @@ def client_argv(options: NetperfOptions, server_address: str) -> list[str]:
 
 
 def server_argv(server_address: str) -> list[str]:
-    return ["netserver", "-D", "-p", str(PORT), "-L", f"{server_address},inet"]
+    family = "inet6" if ":" in server_address else "inet"
+    return ["netserver", "-D", "-p", str(PORT), "-L", f"{server_address},{family}"]
 
 
 def _declared() -> list[MetricInfo]:

@@ -28,6 +28,8 @@ Row = tuple[int, float, float]  # bytes, NPtcp Mbps (2^20 bit/s), seconds (one w
 
 
 class NetpipeOptions(BenchOptions):
+    FAMILIES = (4,)
+    NOT_FAMILY = "NetPIPE's NPtcp resolves its peer as IPv4 only (gethostbyname); measure over IPv4"
     start: int = Field(1, ge=1, le=1 << 26, description="smallest message, bytes (-l)")
     end: int = Field(1 << 20, ge=1, le=1 << 26, description="largest message, bytes (-u)")
     perturbation: int = Field(

@@ -45,6 +45,9 @@ def size_bytes(size: str) -> int:
 class ShareOptions(BenchOptions):
     """The NFS share's options, which every benchmark on the share takes (`share`)."""
 
+    FAMILIES = (4,)
+    NOT_FAMILY = "the NFS share is mounted over IPv4 only so far; measure over IPv4"
+
     nfs_version: Literal["4.0", "4.1", "4.2"] = Field("4.2", description="NFS version the client mounts (vers=)")
     export_size: str = Field("128m", pattern=SIZE, description="size of the tmpfs the server exports (in its RAM)")
 

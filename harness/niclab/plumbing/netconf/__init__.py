@@ -22,7 +22,7 @@ from niclab.model.facts import NetworkFacts, PlannedInterface
 from niclab.plumbing.backends.base import Rig
 from niclab.plumbing.guestsh import sections
 from niclab.plumbing.netconf import clock, modules, pairs, params, verify
-from niclab.plumbing.netconf.plan import PREFIX, Iface, NetconfError, NetPlan, plan, subnet
+from niclab.plumbing.netconf.plan import PREFIX, PREFIX6, Iface, NetconfError, NetPlan, plan, subnet
 from niclab.plumbing.netconf.script import CARRIER_TIMEOUT_S, features_script, knobs_script, node_script, reset_script
 
 PING_TIMEOUT_S = 20
@@ -57,6 +57,12 @@ def ping_script(source: Iface, targets: list[Iface]) -> str:
             f"{{ ok=1; break; }}; done; [ -n \"$ok\" ] || {{ echo 'unreachable {target.address}'; exit 1; }}; "
             f"echo 'target {target.address}'; ping -n -q -c 3 -i 0.05 -W 1 {via} | tail -n 1"
         )
+        if source.address6 and target.address6:  # IPv6 too, once it answers (no figure: the RTT is IPv4's)
+            via6 = f"-6 -I {shlex.quote(source.name)} {target.address6}"
+            lines.append(
+                f"ok=''; for i in $(seq {PING_TIMEOUT_S}); do ping -n -q -c 1 -W 1 {via6} >/dev/null && "
+                f"{{ ok=1; break; }}; done; [ -n \"$ok\" ] || {{ echo 'unreachable {target.address6}'; exit 1; }}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -100,9 +106,11 @@ def probe(rig: Rig, source: Iface, target: Iface) -> float | None:
     rtt = None
     for line in result.stdout.splitlines():
         if line.startswith("unreachable "):
+            v6 = line.split()[-1] == target.address6
+            mine, theirs = (source.address6, target.address6) if v6 else (source.address, target.address)
             raise NetconfError(
-                f"link {source.link}: {source.node}/{source.name} ({source.address}) cannot reach "
-                f"{target.node}/{target.name} ({target.address}) over {source.ports[0].model} within {PING_TIMEOUT_S} s"
+                f"link {source.link}: {source.node}/{source.name} ({mine}) cannot reach "
+                f"{target.node}/{target.name} ({theirs}) over {source.ports[0].model} within {PING_TIMEOUT_S} s"
             )
         if match := RTT_RE.search(line):
             rtt = float(match[1])
@@ -274,6 +282,7 @@ def configure(
             f"{i.node}/{i.name}": PlannedInterface(
                 model=i.ports[0].model,
                 address=f"{i.address}/{PREFIX}",
+                address6=f"{i.address6}/{PREFIX6}" if i.address6 else None,
                 mtu=i.mtu,
                 link=i.link,
                 lane=i.lane,

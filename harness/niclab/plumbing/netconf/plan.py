@@ -3,7 +3,9 @@
 Addresses come from 198.18.0.0/15 (RFC 2544's benchmarking range): each
 cable or segment (a link lane), or each bond (all lanes of a bonded link), is
 its own /24, numbered in link order; a node's host number is its position in
-the link's `between` list, plus one.
+the link's `between` list, plus one. A link with `ip: [4, 6]` (the default)
+gets IPv6 addresses too, from 2001:2::/48 (RFC 5180's benchmarking range): the
+same segment's /64 (`2001:2:0:N::/64`) and host number.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from niclab.model.topology import Port, Topology
 
 BASE = ipaddress.IPv4Network("198.18.0.0/15")
 PREFIX = 24
+BASE6 = ipaddress.IPv6Network("2001:2::/48")
+PREFIX6 = 64
 
 
 class NetconfError(NiclabError):
@@ -38,6 +42,7 @@ class Iface:
     bond: Bond | None = None
     netem: Netem | None = None
     offloads: dict[str, bool] = field(default_factory=dict)
+    address6: str | None = None  # its IPv6 address (without the prefix length), on a link with ip: [4, 6]
 
     @property
     def segment(self) -> tuple[int, int | None]:
@@ -72,6 +77,11 @@ def subnet(index: int) -> ipaddress.IPv4Network:
     return ipaddress.IPv4Network((int(BASE.network_address) + index * size, PREFIX))
 
 
+def subnet6(index: int) -> ipaddress.IPv6Network:
+    """The segment's /64 in 2001:2::/48: its number is the 4th group, as the /24's is the IPv4 address's 3rd."""
+    return ipaddress.IPv6Network((int(BASE6.network_address) + (index << 64), PREFIX6))
+
+
 def plan(scenario: Scenario, topology: Topology | None = None) -> NetPlan:
     """Addresses and settings of every interface; `topology` is the scenario's, when the caller has it already."""
     topology = topology or scenario.topology()
@@ -80,7 +90,7 @@ def plan(scenario: Scenario, topology: Topology | None = None) -> NetPlan:
     for link_index, link in enumerate(scenario.links):
         lanes = [None] if link.bond else list(range(link.count))
         for lane in lanes:
-            net = subnet(index)
+            net, net6 = subnet(index), subnet6(index)
             index += 1
             for host, node in enumerate(link.between, start=1):
                 ports = tuple(
@@ -98,6 +108,7 @@ def plan(scenario: Scenario, topology: Topology | None = None) -> NetPlan:
                         bond=link.bond,
                         netem=link.netem.get(node),
                         offloads=link.offloads.get(node, {}),
+                        address6=str(net6.network_address + host) if 6 in link.ip else None,
                     )
                 )
     return NetPlan(tuple(ifaces))

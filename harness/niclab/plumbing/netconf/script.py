@@ -14,7 +14,7 @@ from niclab.model import knobs, nics, offloads
 from niclab.model.scenario import Bond
 from niclab.model.topology import Port
 from niclab.plumbing.guestsh import BY_MAC
-from niclab.plumbing.netconf.plan import PREFIX, Iface
+from niclab.plumbing.netconf.plan import PREFIX, PREFIX6, Iface
 
 CARRIER_TIMEOUT_S = 20
 Unchanged = frozenset[tuple[str, str, str]]  # (port, kind, name) of knobs already at their value
@@ -107,7 +107,12 @@ def _bond_script(iface: Iface, bond: Bond) -> list[str]:
 
 def _l3_script(iface: Iface) -> list[str]:
     name = _name(iface.name)
-    lines = [_ip(f"addr flush dev {name}", f"addr add {iface.address}/{PREFIX} dev {name}")]
+    # global scope only: the IPv6 link-local address stays (it comes back only when the link goes down and up)
+    addresses = [f"addr flush dev {name} scope global", f"addr add {iface.address}/{PREFIX} dev {name}"]
+    if iface.address6 is not None:
+        # nodad: the plan gives each address once per segment, and DAD would hold it tentative for a second
+        addresses.append(f"addr add {iface.address6}/{PREFIX6} dev {name} nodad")
+    lines = [_ip(*addresses)]
     up = dict.fromkeys([*(port.ifname for port in iface.ports), iface.name])  # a plain port is its own interface
     lines.append(_ip(*(f"link set dev {_name(n)} up" for n in up)))
     if iface.netem is not None:
@@ -166,7 +171,10 @@ def reset_script(ifaces: list[Iface], baseline: dict[str, dict[str, bool]]) -> s
         if iface.bond is not None:
             lines.append(f"ip link del {name} >/dev/null 2>&1 || true")  # its ports get their own MACs back
         else:
-            lines += [f"tc qdisc del dev {name} root >/dev/null 2>&1 || true", f"ip addr flush dev {name}"]
+            lines += [
+                f"tc qdisc del dev {name} root >/dev/null 2>&1 || true",
+                f"ip addr flush dev {name} scope global",
+            ]
         for port in iface.ports:
             if iface.offloads and baseline.get(port.ifname):  # every feature, not just those named: tso has parts
                 lines.append(_offloads_line(port.ifname, baseline[port.ifname]))

@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from niclab.model import knobs, nics, offloads
 from niclab.model import netem as netem_mod
 from niclab.plumbing.guestsh import KV, sections
-from niclab.plumbing.netconf.plan import Iface
+from niclab.plumbing.netconf.plan import PREFIX, PREFIX6, Iface
 from niclab.plumbing.netconf.script import port_knobs
 
 # ethtool -k lines as feature.NAME=VALUE, and the indented parts of a group as
@@ -25,8 +25,15 @@ FEATURE_AWK = (
 )
 
 
+# `ip -o addr show scope global` lines as addr.DEV.ADDRESS/PREFIX=FLAGS (tentative, dadfailed: none when usable)
+ADDR_AWK = (
+    '{ dev = $2; sub(/@.*/, "", dev); flags = ""; for (i = 5; i <= NF && $i != "valid_lft"; i++) '
+    'if ($i == "tentative" || $i == "dadfailed") flags = flags $i " "; print "addr." dev "." $4 "=" flags }'
+)
+
+
 def state_script(ifaces: list[Iface]) -> str:
-    lines = [KV]
+    lines = [KV, "echo '[addresses]'", f"ip -o addr show scope global | awk '{ADDR_AWK}'"]
     for iface in ifaces:
         q = shlex.quote(iface.name)
         lines += [
@@ -150,9 +157,16 @@ def mismatches(
         same boot may have changed (niclab.run.rigs.Booted.baseline). `proven`: ports whose module was checked
     already (netconf.modules: a scenario's `driver:`), whose driver name is not the NIC model's."""
     problems = []
+    addresses = state.get("addresses", {})
     for iface in ifaces:
         seen = state.get(f"iface {iface.name}", {})
         where = f"{node}/{iface.name}"
+        for address in filter(None, (f"{iface.address}/{PREFIX}", iface.address6 and f"{iface.address6}/{PREFIX6}")):
+            flags = addresses.get(f"addr.{iface.name}.{address}")
+            if flags is None:
+                problems.append(f"{where}: has no address {address}")
+            elif flags.strip():
+                problems.append(f"{where}: address {address} is {flags.strip()}")
         if _int(seen.get("mtu")) != iface.mtu:
             problems.append(f"{where}: MTU is {seen.get('mtu') or 'unknown'}, asked {iface.mtu}")
         if seen.get("carrier") != "1":
