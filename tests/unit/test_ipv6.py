@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from niclab.base.problems import ScenarioError
+from niclab.model.bench import nfs
 from niclab.model.bench.netperf import server_argv
 from niclab.model.scenario import load_scenario
 from niclab.plumbing import netconf
@@ -50,7 +51,6 @@ def test_each_segment_gets_the_64_of_its_number_and_each_end_its_host_number(tmp
         ("ping: {family: 6, link: 2}", "its MTU 1000 being below 1280"),
         ("netpipe: {family: 6}", "NetPIPE's NPtcp resolves its peer as IPv4 only"),
         ("lmbench: {test: lat_tcp, family: 6}", "lmbench's programs resolve their peer as IPv4 only"),
-        ("nfs: {family: 6}", "mounted over IPv4 only so far"),
         ("kselftest: {family: 6}", "given both addresses of their link"),
         ("ping: {family: 5}", "family"),
     ],
@@ -74,6 +74,15 @@ def test_the_session_gives_a_family_6_benchmark_the_ends_ipv6_addresses(tmp_path
     assert (v4.client_address6, v4.server_address6) == ("2001:2::1", "2001:2::2")  # the selftests' LOCAL_V6
     assert loopback.server_address == "::1"
     assert facts is not None and facts.network.interfaces["a/link0"].address6 == "2001:2::1/64"
+
+
+def test_the_nfs_share_is_exported_and_mounted_at_an_ipv6_address_in_brackets():
+    options = nfs.NfsOptions(family=6)
+    export = dict(nfs.server_setup(options, "2001:2::2", "2001:2::1"))["export the tmpfs"]
+    mount = dict(nfs.client_mount(options, "2001:2::2"))["mount the export"]
+    assert export.endswith(f" '[2001:2::1]:{nfs.EXPORT_DIR}'")
+    assert "[2001:2::2]:/" in mount
+    assert "198.18.0.2:/" in dict(nfs.client_mount(options, "198.18.0.2"))["mount the export"]
 
 
 def test_netserver_listens_on_the_family_of_its_address():

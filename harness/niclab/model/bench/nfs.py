@@ -45,9 +45,6 @@ def size_bytes(size: str) -> int:
 class ShareOptions(BenchOptions):
     """The NFS share's options, which every benchmark on the share takes (`share`)."""
 
-    FAMILIES = (4,)
-    NOT_FAMILY = "the NFS share is mounted over IPv4 only so far; measure over IPv4"
-
     nfs_version: Literal["4.0", "4.1", "4.2"] = Field("4.2", description="NFS version the client mounts (vers=)")
     export_size: str = Field("128m", pattern=SIZE, description="size of the tmpfs the server exports (in its RAM)")
 
@@ -161,6 +158,11 @@ def _mounted(path: str) -> str:
     return f"grep -q ' {path} ' /proc/mounts"
 
 
+def bracketed(address: str) -> str:
+    """An address as exportfs and mount.nfs take it before `:/PATH`: an IPv6 one in brackets."""
+    return f"[{address}]" if ":" in address else address
+
+
 def server_setup(options: ShareOptions, server_address: str, client_address: str) -> list[tuple[str, str]]:
     """(step, shell command) to run on the server before rpc.mountd starts."""
     export = "rw,fsid=0,no_subtree_check,no_root_squash"
@@ -172,7 +174,7 @@ def server_setup(options: ShareOptions, server_address: str, client_address: str
             f"mkdir -p {EXPORT_DIR} /var/lib/nfs/v4recovery && "
             f"mount -t tmpfs -o size={options.export_size},mode=0755 niclab-nfs {EXPORT_DIR}",
         ),
-        ("export the tmpfs", quote(["exportfs", "-i", "-o", export, f"{client_address}:{EXPORT_DIR}"])),
+        ("export the tmpfs", quote(["exportfs", "-i", "-o", export, f"{bracketed(client_address)}:{EXPORT_DIR}"])),
     ]
 
 
@@ -193,7 +195,7 @@ def client_mount(options: ShareOptions, server_address: str) -> list[tuple[str, 
         (
             "mount the export",
             f"mkdir -p {MOUNT_DIR} && "
-            + quote(["mount.nfs", f"{server_address}:/", MOUNT_DIR, "-o", f"vers={options.nfs_version}"]),
+            + quote(["mount.nfs", f"{bracketed(server_address)}:/", MOUNT_DIR, "-o", f"vers={options.nfs_version}"]),
         ),
     ]
 
