@@ -204,3 +204,29 @@ def test_an_offload_the_driver_cannot_change_stops_the_cell(image, tmp_path):
             pass
     assert "a/link0 (virtio): offload tso: asked on, is off (fixed by the driver)" in str(caught.value)
     assert wait_no_qemu(tmp_path, seconds=2) == []
+
+
+@pytest.mark.measures
+def test_packet_rate_sends_with_pktgen_and_counts_at_the_receiver_over_both_families(image, repo, tmp_path):
+    cells = [
+        "nic=e1000,frame_size=64,family=4",
+        "nic=e1000,frame_size=64,family=6",
+        "nic=virtio,frame_size=1518,family=6",
+    ]
+    proc = niclab("run", str(repo / "scenarios" / "packet-rate.yaml"), "--out", str(tmp_path), "-q", "--repeat", "1",
+                  *[w for c in cells for w in ("--cell", c)])  # fmt: skip
+    _out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err
+    records = read_records(run_dirs(tmp_path)[0] / "results.jsonl")
+    found = {
+        (r["cell"], r["name"]): r for r in records if r["type"] == "measurement" and r["name"].startswith("pktgen.")
+    }
+    for cell in cells:
+        sent, received = found[(cell, "pktgen.tx_pps")], found[(cell, "pktgen.rx_pps")]
+        assert sent["value"] > 100 and received["value"] > 100, (sent, received)
+        assert received["extra"]["received"] <= sent["extra"]["sent"] * 1.01  # counted at the receiver
+        assert 0 <= found[(cell, "pktgen.loss_pct")]["value"] < 100
+    runs = {r["cell"]: r for r in records if r["type"] == "run"}
+    assert runs["nic=e1000,frame_size=64,family=6"]["options"]["family"] == 6
+    assert runs["nic=virtio,frame_size=1518,family=6"]["options"]["frame_size"] == 1518
+    assert wait_no_qemu(tmp_path, seconds=2) == []

@@ -189,8 +189,8 @@ def run_through_the_fake(benchmarks: list[tuple[str, dict[str, Any]]]) -> None:
             assert any(r["type"] == "measurement" and r["run"] == run["run"] for r in found)
 
 
-#: Options a plug-in refuses whatever their value: the NFS share and the selftests take no `peer: self`.
-REFUSED = {("bonnie", "peer"), ("kselftest", "peer"), ("nfs", "peer")}
+#: Options a plug-in refuses whatever their value: the NFS share, the selftests and pktgen take no `peer: self`.
+REFUSED = {("bonnie", "peer"), ("kselftest", "peer"), ("nfs", "peer"), ("pktgen", "peer")}
 FIELDS = [(tool, name) for tool in TOOLS for name in bench.get(tool).Options.model_fields]
 FIELDS = [field for field in FIELDS if field not in REFUSED]
 

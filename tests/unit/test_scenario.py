@@ -100,7 +100,7 @@ def test_bad_yaml_and_unknown_benchmark():
     lines = error_lines(GOOD.replace("netperf: {test: TCP_RR, seconds: 3}", "netpref: {}"))
     assert lines == [
         "s.yaml:13:5: benchmarks[0].netpref: unknown benchmark 'netpref'; did you mean "
-        "'netperf'? benchmarks are: bonnie, iperf3, kselftest, lmbench, netperf, netpipe, nfs, ping"
+        "'netperf'? benchmarks are: bonnie, iperf3, kselftest, lmbench, netperf, netpipe, nfs, ping, pktgen"
     ]
 
 

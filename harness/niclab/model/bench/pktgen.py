@@ -1,0 +1,167 @@
+"""pktgen (the kernel's packet generator): packets per second at a frame size, sent and received.
+
+The client's kernel sends UDP frames of one size as fast as its driver takes them (`/proc/net/pktgen`, one
+thread, `clone_skb 0`: a fresh buffer per frame, which every driver takes) for `seconds`; the server's
+interface counters (`rx_packets`, `rx_bytes`) say what arrived, so a card or driver that drops shows it.
+`frame_size` is the Ethernet frame on the wire with its 4-byte FCS, as RFC 2544 counts it (64 … MTU + 18):
+pktgen is given 4 bytes less. Under TCG the rate is the emulated CPU's, not the card's
+(docs/benchmarks.md, "Packet rate").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from niclab.base.errors import NiclabError
+from niclab.base.text import said
+from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo
+from niclab.model.bench.declare import GuestNeeds, KernelModule, Row, Shows
+
+FCS = 4  # bytes the card adds to what pktgen is given
+PROC = "/proc/net/pktgen"
+RESULT = re.compile(
+    r"Result: OK: ([0-9]{1,15})\(c[0-9]{1,15}\+d[0-9]{1,15}\) usec, ([0-9]{1,15}) \(([0-9]{1,6})byte,[0-9]{1,3}frags\)"
+    r"\s+([0-9]{1,15})pps ([0-9]{1,15})Mb/sec \(([0-9]{1,18})bps\) errors: ([0-9]{1,15})"
+)
+COUNTERS = re.compile(r"^(rx_packets|rx_bytes|rx_dropped|rx_missed_errors)=([0-9]{1,20})$", re.MULTILINE)
+SETTLE_S = 0.5  # after the stop, for the last frames to reach the server's counters
+
+
+class PktgenOptions(BenchOptions):
+    frame_size: int = Field(
+        64, ge=64, le=9018, description="bytes of each Ethernet frame on the wire, FCS included (RFC 2544: 64 … 1518)"
+    )
+    seconds: float = Field(5.0, gt=0, le=3600, description="how long it sends")
+
+    @model_validator(mode="after")
+    def _through_a_card(self) -> PktgenOptions:
+        if self.peer == "self":
+            raise ValueError("pktgen sends through the link's card: it takes no peer: self")
+        return self
+
+
+def setup_script(ifname: str, options: PktgenOptions, dst: str, dst_mac: str, family: int) -> str:
+    """Load pktgen and give its first thread the client's interface, sending to the server until stopped."""
+    device = f"{PROC}/{ifname}"
+    settings = [
+        "count 0",  # until stopped
+        "clone_skb 0",
+        f"pkt_size {options.frame_size - FCS}",
+        "delay 0",
+        f"{'dst6' if family == 6 else 'dst'} {dst}",
+        f"dst_mac {dst_mac}",
+    ]
+    lines = [
+        "set -e",
+        "modprobe pktgen",
+        f"echo reset > {PROC}/pgctrl",
+        f"echo rem_device_all > {PROC}/kpktgend_0",
+        f"echo 'add_device {ifname}' > {PROC}/kpktgend_0",
+    ]
+    lines += [f"echo '{setting}' > {device}" for setting in settings]
+    lines.append(f"grep -q 'Result: OK' {device} || {{ grep Result: {device} >&2; exit 1; }}")
+    return "\n".join(lines) + "\n"
+
+
+def counters_script(ifname: str) -> str:
+    stats = f"/sys/class/net/{ifname}/statistics"
+    return "".join(
+        f"echo {name}=$(cat {stats}/{name})\n" for name in ("rx_packets", "rx_bytes", "rx_dropped", "rx_missed_errors")
+    )
+
+
+def parse_counters(text: str) -> dict[str, int]:
+    found = dict(COUNTERS.findall(text))
+    if "rx_packets" not in found or "rx_bytes" not in found:
+        raise BenchmarkError(f"pktgen: the server's counters are not readable: {said(text)}")
+    return {name: int(value) for name, value in found.items()}
+
+
+def parse(result: str, before: dict[str, int], after: dict[str, int], frame_size: int) -> list[Measurement]:
+    """pktgen's Result line on the client, and the server's counters before and after."""
+    found = RESULT.search(result)
+    if found is None:
+        raise BenchmarkError(f"pktgen printed no result: {said(result)}")
+    usec, sent, pps, mbps, errors = int(found[1]), int(found[2]), int(found[4]), int(found[5]), int(found[7])
+    if usec <= 0 or sent <= 0:
+        raise BenchmarkError(f"pktgen sent {sent} frames in {usec} us: {said(found[0])}")
+    received = after["rx_packets"] - before["rx_packets"]
+    received_bytes = after["rx_bytes"] - before["rx_bytes"]
+    if received < 0 or received_bytes < 0:
+        raise BenchmarkError("pktgen: the server's counters went back (its interface was reset meanwhile)")
+    seconds = usec / 1e6
+    dropped = sum(after.get(k, 0) - before.get(k, 0) for k in ("rx_dropped", "rx_missed_errors"))
+    extra = {"sent": sent, "received": received, "frame_size": frame_size, "seconds": round(seconds, 3)}
+    rx_bits = received_bytes * 8  # counted as the stack sees them: without the FCS
+    return [
+        Measurement("pktgen", None, "tx_pps", float(pps), "/s", extra),
+        Measurement("pktgen", None, "tx_mbps", float(mbps), "Mbit/s", extra, headline=False),
+        Measurement("pktgen", None, "rx_pps", received / seconds, "/s", extra),
+        Measurement("pktgen", None, "rx_mbps", rx_bits / seconds / 1e6, "Mbit/s", extra, headline=False),
+        Measurement("pktgen", None, "loss_pct", max(0.0, 100.0 * (sent - received) / sent), "%", extra),
+        Measurement("pktgen", None, "rx_dropped", float(max(0, dropped)), "frames", extra, headline=False),
+        Measurement("pktgen", None, "tx_errors", float(errors), "frames", extra, headline=False),
+    ]
+
+
+class Pktgen:
+    name: ClassVar[str] = "pktgen"
+    Options: ClassVar[type[PktgenOptions]] = PktgenOptions
+    guest: ClassVar[GuestNeeds] = GuestNeeds(
+        modules=(KernelModule("pktgen", "NET_PKTGEN", "the pktgen benchmark's sender", ("NET", "PROC_FS")),)
+    )
+    shows: ClassVar[Shows] = Shows(rows=(Row("pktgen.rx_pps", "pktgen"),))
+
+    def metrics(self) -> list[MetricInfo]:
+        return [
+            MetricInfo("pktgen.tx_pps", "/s", "frames the client's driver took per second", "higher", pace="rate"),
+            MetricInfo("pktgen.tx_mbps", "Mbit/s", "what the client sent, pktgen's count", "higher", pace="rate"),
+            MetricInfo("pktgen.rx_pps", "/s", "frames the server's interface counted per second", "higher", "rate"),
+            MetricInfo("pktgen.rx_mbps", "Mbit/s", "bytes the server's interface counted, as bits", "higher", "rate"),
+            MetricInfo("pktgen.loss_pct", "%", "frames sent that the server's interface did not count", "lower"),
+            MetricInfo("pktgen.rx_dropped", "frames", "the server's rx_dropped and rx_missed_errors", "lower"),
+            MetricInfo("pktgen.tx_errors", "frames", "frames pktgen could not hand the driver", "lower"),
+        ]
+
+    def describe(self, options: PktgenOptions) -> str:
+        return f"pktgen {options.frame_size}B"
+
+    def estimate_seconds(self, options: PktgenOptions) -> float:
+        return options.seconds + 3
+
+    def run(self, ctx: BenchContext, options: PktgenOptions) -> list[Measurement]:
+        ends = ctx.ends
+        client, server = ends.client, ends.server
+        mac = server.run(f"cat /sys/class/net/{ends.server_ifname}/address", timeout=30).stdout.strip()
+        setup = setup_script(ends.client_ifname, options, ends.server_address, mac, ends.family)
+        done = client.run(setup, timeout=60, check=False)
+        if not done.ok:
+            raise BenchmarkError(f"pktgen could not be set up on {client.name}: {said(done.stderr or done.stdout)}")
+        before = parse_counters(server.run(counters_script(ends.server_ifname), timeout=30).stdout)
+        sending = client.spawn(f"echo start > {PROC}/pgctrl")  # returns once stopped
+        try:
+            time.sleep(options.seconds)
+            client.run(f"echo stop > {PROC}/pgctrl", timeout=30, check=False)
+            sending.wait(timeout=30)
+            time.sleep(SETTLE_S)
+            after = parse_counters(server.run(counters_script(ends.server_ifname), timeout=30).stdout)
+            result = client.run(f"cat {PROC}/{ends.client_ifname}", timeout=30).stdout
+        finally:  # whatever failed, the sender stops: the next benchmark has the link to itself
+            with contextlib.suppress(NiclabError):  # a guest that died: the cause is raised, not this
+                client.run(f"echo stop > {PROC}/pgctrl; echo reset > {PROC}/pgctrl", timeout=30, check=False)
+        path = ctx.save_raw(
+            f"pktgen-{options.frame_size}",
+            f"$ {setup}{result}\n# server counters before: {before}\n# after: {after}\n",
+        )
+        try:
+            return parse(result, before, after, options.frame_size)
+        except BenchmarkError as exc:
+            raise type(exc)(f"{exc} (raw output: {path})") from None
+
+
+PLUGIN = Pktgen()
