@@ -210,7 +210,7 @@ def test_an_offload_the_driver_cannot_change_stops_the_cell(image, tmp_path):
 def test_packet_rate_sends_with_pktgen_and_counts_at_the_receiver_over_both_families(image, repo, tmp_path):
     cells = [
         "nic=e1000,frame_size=64,family=4",
-        "nic=e1000,frame_size=64,family=6",
+        "nic=e1000,frame_size=128,family=6",
         "nic=virtio,frame_size=1518,family=6",
     ]
     proc = niclab("run", str(repo / "scenarios" / "packet-rate.yaml"), "--out", str(tmp_path), "-q", "--repeat", "1",
@@ -224,9 +224,15 @@ def test_packet_rate_sends_with_pktgen_and_counts_at_the_receiver_over_both_fami
     for cell in cells:
         sent, received = found[(cell, "pktgen.tx_pps")], found[(cell, "pktgen.rx_pps")]
         assert sent["value"] > 100 and received["value"] > 100, (sent, received)
-        assert received["extra"]["received"] <= sent["extra"]["sent"] * 1.01  # counted at the receiver
-        assert 0 <= found[(cell, "pktgen.loss_pct")]["value"] < 100
+        counted = received["extra"]
+        assert counted["received"] <= counted["sent"] * 1.01  # counted at the receiver
+        loss = 100 * (counted["sent"] - counted["received"]) / counted["sent"]
+        assert found[(cell, "pktgen.loss_pct")]["value"] == pytest.approx(max(0.0, loss))
+        # the frames arrived at the size asked: the server's bytes per frame, with its FCS or without
+        size = counted["frame_size"]
+        mean = counted["rx_bytes"] / counted["received"]
+        assert abs(mean - size) <= 2 or abs(mean - (size - 4)) <= 2, counted
     runs = {r["cell"]: r for r in records if r["type"] == "run"}
-    assert runs["nic=e1000,frame_size=64,family=6"]["options"]["family"] == 6
+    assert runs["nic=e1000,frame_size=128,family=6"]["options"]["family"] == 6
     assert runs["nic=virtio,frame_size=1518,family=6"]["options"]["frame_size"] == 1518
     assert wait_no_qemu(tmp_path, seconds=2) == []

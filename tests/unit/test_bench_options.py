@@ -41,9 +41,11 @@ from tests.helpers import LO_COUNTERS, LO_COUNTERS_READ, harness, options_entrie
 
 TOOLS = sorted(bench.REGISTRY)
 
-#: What only a plug-in knows of its free-text options: kselftest takes only the targets it knows.
+#: What only a plug-in knows of its free-text options: kselftest takes only the targets it knows; pktgen's frames
+#: fit the scenario's link (MTU 1500: 1518 bytes on the wire).
 EXTRA: dict[str, dict[str, st.SearchStrategy]] = {
     "kselftest": {"targets": st.lists(st.sampled_from(TARGETS), min_size=1, max_size=len(TARGETS))},
+    "pktgen": {"frame_size": st.integers(64, 1518)},
 }
 
 SETTINGS = dict(

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from niclab.model.bench import bonnie, iperf3, ktap, lmbench, netpipe, nfs, ping
+from niclab.model.bench import bonnie, iperf3, ktap, lmbench, netpipe, nfs, ping, pktgen
 from niclab.model.bench.base import BenchmarkError, Measurement
 from niclab.model.bench.netperf_parse import REQUEST_RESPONSE, STREAMS, measurements, parse_keyvals
 from niclab.model.facts import NodeFacts
@@ -195,6 +195,18 @@ PING = [path.read_text() for path in sorted((DATA / "ping").glob("*.txt"))]
 @given(text=st.sampled_from(PING).flatmap(mutated) | st.text(max_size=200))
 def test_ping(text):
     total(ping.parse, text)
+
+
+PKTGEN = sorted(path.read_text() for path in (DATA / "pktgen").glob("*.txt"))
+COUNTS = st.integers(-(2**64), 2**64)
+
+
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_pktgen(data):
+    text = data.draw(st.sampled_from(PKTGEN).flatmap(mutated) | st.text(max_size=300))
+    before, after = ({"rx_packets": data.draw(COUNTS), "rx_bytes": data.draw(COUNTS)} for _ in range(2))
+    total(pktgen.parse, text, before, after, data.draw(st.integers(64, 9018)))
 
 
 def test_ping_of_no_packets_is_pings_error():

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
-from niclab.model.bench.base import BenchmarkError
+from niclab.base.problems import ScenarioError
+from niclab.model.bench import pktgen
+from niclab.model.bench.base import BenchContext, BenchmarkError
 from niclab.model.bench.pktgen import PktgenOptions, counters_script, parse, parse_counters, setup_script
+from niclab.model.scenario import load_scenario
+from tests.helpers import FakeNode, answer, bench_context
 
 RESULT = """\
 Params: count 0  min_pkt_size: 60  max_pkt_size: 60
@@ -21,12 +28,55 @@ AFTER = {"rx_packets": 91000, "rx_bytes": 100000 + 90000 * 60, "rx_dropped": 100
 
 def test_the_sent_rate_is_pktgens_and_the_received_rate_the_servers_counters():
     found = {m.metric: m for m in parse(RESULT, BEFORE, AFTER, 64)}
-    assert found["tx_pps"].value == 20000 and found["tx_mbps"].value == 9
+    assert found["tx_pps"].value == 20000
+    assert found["tx_mbps"].value == pytest.approx(100000 * 64 * 8 / 5 / 1e6)  # whole frames, FCS included
     assert found["rx_pps"].value == pytest.approx(18000)  # 90000 frames in 5.0 s
-    assert found["rx_mbps"].value == pytest.approx(90000 * 60 * 8 / 5 / 1e6)
+    assert found["rx_mbps"].value == pytest.approx(90000 * 64 * 8 / 5 / 1e6)
     assert found["loss_pct"].value == pytest.approx(10.0)  # 100000 sent, 90000 counted
     assert found["rx_dropped"].value == 1007 and found["tx_errors"].value == 2
-    assert found["rx_pps"].extra == {"sent": 100000, "received": 90000, "frame_size": 64, "seconds": 5.0}
+    assert found["rx_pps"].extra == {
+        "sent": 100000,
+        "received": 90000,
+        "rx_bytes": 90000 * 60,
+        "frame_size": 64,
+        "seconds": 5.0,
+    }
+
+
+def test_the_received_bit_rate_does_not_depend_on_whether_the_driver_counts_the_fcs():
+    with_fcs = {**AFTER, "rx_bytes": 100000 + 90000 * 64}
+    assert {m.metric: m.value for m in parse(RESULT, BEFORE, with_fcs, 64)}["rx_mbps"] == pytest.approx(
+        {m.metric: m.value for m in parse(RESULT, BEFORE, AFTER, 64)}["rx_mbps"]
+    )
+
+
+def test_a_result_line_of_another_size_than_asked_is_refused():
+    with pytest.raises(BenchmarkError, match="frames of 82 bytes, not the 64 asked"):
+        parse(RESULT.replace("(60byte", "(78byte"), BEFORE, AFTER, 64)
+
+
+def counted(before: tuple[int, int], after: tuple[int, int]) -> tuple[dict[str, int], dict[str, int]]:
+    return (dict(zip(("rx_packets", "rx_bytes"), before, strict=True)),
+            dict(zip(("rx_packets", "rx_bytes"), after, strict=True)))  # fmt: skip
+
+
+def test_a_guests_result_and_its_servers_counters_read_as_rates(data_dir):
+    """e1000, IPv4, 64 bytes, as a micro guest printed it and the server counted (without the FCS)."""
+    result = (data_dir / "pktgen" / "ipv4-64.txt").read_text()
+    found = {m.metric: m.value for m in parse(result, *counted((9, 776), (116529, 6991994)), 64)}
+    assert found["tx_pps"] == 43172
+    assert found["rx_pps"] == pytest.approx(116520 / 3.039473)
+    assert found["loss_pct"] == pytest.approx(100 * (131221 - 116520) / 131221)
+
+
+def test_frames_the_kernel_enlarged_are_refused_by_what_the_server_counted(data_dir):
+    """A 64-byte IPv6 frame has no room for pktgen's own header: the kernel sent 82-byte frames and its Result
+    line still said 60 bytes (captured in a micro guest before IPv6 frames below 82 bytes were refused). The
+    server's 78 bytes per frame give it away."""
+    result = (data_dir / "pktgen" / "ipv6-64-enlarged.txt").read_text()
+    assert "(60byte" in result
+    with pytest.raises(BenchmarkError, match=r"the server counted 78.0 bytes per frame, not the 64 asked"):
+        parse(result, *counted((112498, 6750290), (242865, 16918888)), 64)
     assert [m.metric for m in parse(RESULT, BEFORE, AFTER, 64) if m.headline] == ["tx_pps", "rx_pps", "loss_pct"]
 
 
@@ -73,3 +123,86 @@ def test_a_frame_size_outside_ethernets_is_refused(size):
 def test_pktgen_over_loopback_is_refused():
     with pytest.raises(ValueError, match="no peer: self"):
         PktgenOptions(peer="self")
+
+
+def test_an_ipv6_frame_below_82_bytes_is_refused_and_82_taken():
+    with pytest.raises(ValueError, match="smallest IPv6 frame is 82 bytes"):
+        PktgenOptions(frame_size=81, family=6)
+    assert PktgenOptions(frame_size=82, family=6).frame_size == 82
+    assert PktgenOptions(frame_size=64, family=4).frame_size == 64
+
+
+def test_a_run_shorter_than_a_second_is_refused():
+    """pktgen's thread takes the start a moment after the write returns: a stop before it would count nothing."""
+    with pytest.raises(ValueError, match="seconds"):
+        PktgenOptions(seconds=0.5)
+
+
+def load(tmp_path: Path, link: str, benchmark: str):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\nnodes: [a, b]\nlinks:\n  - {link}\nbenchmarks:\n  - pktgen: {benchmark}\n")
+    return load_scenario(path)
+
+
+def test_a_frame_larger_than_the_links_mtu_carries_is_refused_with_the_largest_it_takes(tmp_path):
+    with pytest.raises(ScenarioError, match=r"frame_size 1519 is more than link 0 carries .*frame_size <= 1518"):
+        load(tmp_path, "{between: [a, b], nic: e1000}", "{frame_size: 1519}")
+    assert load(tmp_path, "{between: [a, b], nic: e1000, mtu: 9000}", "{frame_size: 9018}")
+
+
+def test_netem_on_the_senders_end_is_refused_since_pktgens_frames_pass_it_by(tmp_path):
+    with pytest.raises(ScenarioError, match="past the qdisc, so the netem on a's end"):
+        load(tmp_path, "{between: [a, b], nic: e1000, netem: {a: {delay: 10ms}}}", "{}")
+    assert load(tmp_path, "{between: [a, b], nic: e1000, netem: {a: {delay: 10ms}}}", "{from: b}")
+
+
+def on_link0(client: FakeNode, server: FakeNode, raw: list) -> BenchContext:
+    ctx = bench_context(client, server, raw)
+    return replace(ctx, ends=replace(ctx.ends, client_ifname="link0", server_ifname="link0"))
+
+
+COUNTERS = "rx_packets={}\nrx_bytes={}\nrx_dropped=0\nrx_missed_errors=0\n"
+
+
+def test_a_run_sets_up_the_sender_reads_the_servers_counters_around_it_then_stops_and_resets_it(monkeypatch):
+    monkeypatch.setattr(pktgen.time, "sleep", lambda seconds: None)
+    log: list = []
+    client = FakeNode("a", {"cat /proc/net/pktgen/link0": answer(RESULT)}, log=log)
+    server = FakeNode(
+        "b",
+        {
+            "/address": answer("02:4e:4c:01:00:01\n"),
+            "statistics": [answer(COUNTERS.format(1000, 60000)), answer(COUNTERS.format(91000, 60000 + 90000 * 60))],
+        },
+        log=log,
+    )
+    ctx = on_link0(client, server, raw := [])
+    found = {m.metric: m.value for m in pktgen.PLUGIN.run(ctx, PktgenOptions(seconds=5))}
+    assert found["rx_pps"] == pytest.approx(18000) and found["loss_pct"] == pytest.approx(10.0)
+    steps = [(kind, node, str(command).splitlines()[-1]) for kind, node, command in log]
+    assert steps == [
+        ("run", "b", "cat /sys/class/net/link0/address"),
+        (
+            "run",
+            "a",
+            "grep -q 'Result: OK' /proc/net/pktgen/link0 || { grep Result: /proc/net/pktgen/link0 >&2; exit 1; }",
+        ),
+        ("run", "b", "echo rx_missed_errors=$(cat /sys/class/net/link0/statistics/rx_missed_errors)"),
+        ("spawn", "a", "echo start > /proc/net/pktgen/pgctrl"),
+        ("run", "a", "echo stop > /proc/net/pktgen/pgctrl"),
+        ("stop", "a", "echo start > /proc/net/pktgen/pgctrl"),
+        ("run", "b", "echo rx_missed_errors=$(cat /sys/class/net/link0/statistics/rx_missed_errors)"),
+        ("run", "a", "cat /proc/net/pktgen/link0"),
+        ("run", "a", "echo stop > /proc/net/pktgen/pgctrl; echo reset > /proc/net/pktgen/pgctrl"),
+    ]
+    assert raw[0][0] == "pktgen-64" and "Result: OK" in raw[0][1]
+
+
+def test_the_sender_is_stopped_and_reset_when_the_server_cannot_be_read(monkeypatch):
+    monkeypatch.setattr(pktgen.time, "sleep", lambda seconds: None)
+    client = FakeNode("a", {"cat /proc/net/pktgen/link0": answer(RESULT)})
+    server = FakeNode("b", {"statistics": [answer(COUNTERS.format(1, 60)), answer("cat: no such file\n", 1)]})
+    ctx = on_link0(client, server, [])
+    with pytest.raises(BenchmarkError, match="counters are not readable"):
+        pktgen.PLUGIN.run(ctx, PktgenOptions(seconds=5))
+    assert client.commands[-1] == "echo stop > /proc/net/pktgen/pgctrl; echo reset > /proc/net/pktgen/pgctrl"

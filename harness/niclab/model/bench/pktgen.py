@@ -3,9 +3,11 @@
 The client's kernel sends UDP frames of one size as fast as its driver takes them (`/proc/net/pktgen`, one
 thread, `clone_skb 0`: a fresh buffer per frame, which every driver takes) for `seconds`; the server's
 interface counters (`rx_packets`, `rx_bytes`) say what arrived, so a card or driver that drops shows it.
-`frame_size` is the Ethernet frame on the wire with its 4-byte FCS, as RFC 2544 counts it (64 … MTU + 18):
-pktgen is given 4 bytes less. Under TCG the rate is the emulated CPU's, not the card's
-(docs/benchmarks.md, "Packet rate").
+`frame_size` is the Ethernet frame on the wire with its 4-byte FCS, as RFC 2544 counts it (64 … MTU + 18;
+82 over IPv6, whose headers leave pktgen no room for its own below that): pktgen is given 4 bytes less, and a
+Result line of another size is refused. Frames go to the driver past the client's qdisc, so a link with netem
+on the client's end is refused. Under TCG the rate is the emulated CPU's, not the card's (docs/benchmarks.md,
+"Packet rate").
 """
 
 from __future__ import annotations
@@ -13,16 +15,22 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import ClassVar, Protocol
 
 from pydantic import Field, model_validator
 
 from niclab.base.errors import NiclabError
+from niclab.base.problems import Problem
 from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo
 from niclab.model.bench.declare import GuestNeeds, KernelModule, Row, Shows
 
 FCS = 4  # bytes the card adds to what pktgen is given
+ETHERNET = 14 + FCS  # a frame's header and FCS around the link's MTU
+# the smallest IPv6 frame pktgen sends as asked: Ethernet 14, IPv6 40, UDP 8, pktgen's own header 16, FCS 4
+# (below, fill_packet_ipv6 enlarges the payload to hold its header: a 64-byte cell would measure 82)
+MIN_FRAME_V6 = 14 + 40 + 8 + 16 + FCS
 PROC = "/proc/net/pktgen"
 RESULT = re.compile(
     r"Result: OK: ([0-9]{1,15})\(c[0-9]{1,15}\+d[0-9]{1,15}\) usec, ([0-9]{1,15}) \(([0-9]{1,6})byte,[0-9]{1,3}frags\)"
@@ -30,18 +38,34 @@ RESULT = re.compile(
 )
 COUNTERS = re.compile(r"^(rx_packets|rx_bytes|rx_dropped|rx_missed_errors)=([0-9]{1,20})$", re.MULTILINE)
 SETTLE_S = 0.5  # after the stop, for the last frames to reach the server's counters
+SIZE_SLACK = 2.0  # bytes by which the server's mean frame may differ from the size asked (a few other frames)
+SIZE_CHECKED_FROM = 100  # frames received, below which the mean size says too little to be checked
+
+
+class Link(Protocol):
+    """What pktgen's check reads of the scenario's link (niclab.model.scenario.model.Link)."""
+
+    @property
+    def mtu(self) -> int: ...
+    @property
+    def netem(self) -> Mapping[str, object]: ...
 
 
 class PktgenOptions(BenchOptions):
     frame_size: int = Field(
         64, ge=64, le=9018, description="bytes of each Ethernet frame on the wire, FCS included (RFC 2544: 64 … 1518)"
     )
-    seconds: float = Field(5.0, gt=0, le=3600, description="how long it sends")
+    seconds: float = Field(5.0, ge=1, le=3600, description="how long it sends")
 
     @model_validator(mode="after")
     def _through_a_card(self) -> PktgenOptions:
         if self.peer == "self":
             raise ValueError("pktgen sends through the link's card: it takes no peer: self")
+        if self.family == 6 and self.frame_size < MIN_FRAME_V6:
+            raise ValueError(
+                f"frame_size {self.frame_size} over IPv6: pktgen's smallest IPv6 frame is {MIN_FRAME_V6} bytes "
+                f"(its headers and its own 16); give frame_size >= {MIN_FRAME_V6}, or exclude the cell"
+            )
         return self
 
 
@@ -83,26 +107,44 @@ def parse_counters(text: str) -> dict[str, int]:
 
 
 def parse(result: str, before: dict[str, int], after: dict[str, int], frame_size: int) -> list[Measurement]:
-    """pktgen's Result line on the client, and the server's counters before and after."""
+    """pktgen's Result line on the client, and the server's counters before and after. Both rates in Mbit/s
+    are of whole frames (`frame_size`, FCS included), whether or not a driver counts the FCS in rx_bytes."""
     found = RESULT.search(result)
     if found is None:
         raise BenchmarkError(f"pktgen printed no result: {said(result)}")
-    usec, sent, pps, mbps, errors = int(found[1]), int(found[2]), int(found[4]), int(found[5]), int(found[7])
+    usec, sent, pps, size, errors = int(found[1]), int(found[2]), int(found[4]), int(found[3]), int(found[7])
     if usec <= 0 or sent <= 0:
         raise BenchmarkError(f"pktgen sent {sent} frames in {usec} us: {said(found[0])}")
+    if size != frame_size - FCS:
+        raise BenchmarkError(f"pktgen sent frames of {size + FCS} bytes, not the {frame_size} asked: {said(found[0])}")
     received = after["rx_packets"] - before["rx_packets"]
     received_bytes = after["rx_bytes"] - before["rx_bytes"]
     if received < 0 or received_bytes < 0:
         raise BenchmarkError("pktgen: the server's counters went back (its interface was reset meanwhile)")
+    # the kernel may send larger frames than pkt_size and still print it in the Result line (an IPv6 frame
+    # with no room for pktgen's header): what arrived says the size that was measured
+    if received >= SIZE_CHECKED_FROM:
+        mean = received_bytes / received
+        if all(abs(mean - size) > SIZE_SLACK for size in (frame_size - FCS, frame_size)):
+            raise BenchmarkError(
+                f"the server counted {mean:.1f} bytes per frame, not the {frame_size} asked "
+                f"({frame_size - FCS} without the FCS): the frames were sent at another size"
+            )
     seconds = usec / 1e6
     dropped = sum(after.get(k, 0) - before.get(k, 0) for k in ("rx_dropped", "rx_missed_errors"))
-    extra = {"sent": sent, "received": received, "frame_size": frame_size, "seconds": round(seconds, 3)}
-    rx_bits = received_bytes * 8  # counted as the stack sees them: without the FCS
+    extra = {
+        "sent": sent,
+        "received": received,
+        "rx_bytes": received_bytes,  # as the server's driver counts them: with the FCS or without
+        "frame_size": frame_size,
+        "seconds": round(seconds, 3),
+    }
+    bits = frame_size * 8
     return [
         Measurement("pktgen", None, "tx_pps", float(pps), "/s", extra),
-        Measurement("pktgen", None, "tx_mbps", float(mbps), "Mbit/s", extra, headline=False),
+        Measurement("pktgen", None, "tx_mbps", sent * bits / seconds / 1e6, "Mbit/s", extra, headline=False),
         Measurement("pktgen", None, "rx_pps", received / seconds, "/s", extra),
-        Measurement("pktgen", None, "rx_mbps", rx_bits / seconds / 1e6, "Mbit/s", extra, headline=False),
+        Measurement("pktgen", None, "rx_mbps", received * bits / seconds / 1e6, "Mbit/s", extra, headline=False),
         Measurement("pktgen", None, "loss_pct", max(0.0, 100.0 * (sent - received) / sent), "%", extra),
         Measurement("pktgen", None, "rx_dropped", float(max(0, dropped)), "frames", extra, headline=False),
         Measurement("pktgen", None, "tx_errors", float(errors), "frames", extra, headline=False),
@@ -120,13 +162,38 @@ class Pktgen:
     def metrics(self) -> list[MetricInfo]:
         return [
             MetricInfo("pktgen.tx_pps", "/s", "frames the client's driver took per second", "higher", pace="rate"),
-            MetricInfo("pktgen.tx_mbps", "Mbit/s", "what the client sent, pktgen's count", "higher", pace="rate"),
+            MetricInfo("pktgen.tx_mbps", "Mbit/s", "frames sent, as bits (FCS included)", "higher", pace="rate"),
             MetricInfo("pktgen.rx_pps", "/s", "frames the server's interface counted per second", "higher", "rate"),
-            MetricInfo("pktgen.rx_mbps", "Mbit/s", "bytes the server's interface counted, as bits", "higher", "rate"),
+            MetricInfo(
+                "pktgen.rx_mbps", "Mbit/s", "frames the server counted, as bits (FCS included)", "higher", "rate"
+            ),
             MetricInfo("pktgen.loss_pct", "%", "frames sent that the server's interface did not count", "lower"),
             MetricInfo("pktgen.rx_dropped", "frames", "the server's rx_dropped and rx_missed_errors", "lower"),
             MetricInfo("pktgen.tx_errors", "frames", "frames pktgen could not hand the driver", "lower"),
         ]
+
+    def link_problems(self, options: PktgenOptions, link: Link, client: str) -> list[Problem]:
+        """A frame larger than the link carries, and netem on the client's end, which pktgen's frames pass by."""
+        problems = []
+        if options.frame_size > link.mtu + ETHERNET:
+            problems.append(
+                Problem(
+                    ("frame_size",),
+                    f"frame_size {options.frame_size} is more than link {options.link} carries "
+                    f"(its MTU {link.mtu} + {ETHERNET}: {link.mtu + ETHERNET})",
+                    f"give frame_size <= {link.mtu + ETHERNET}, or the link mtu: {options.frame_size - ETHERNET}",
+                )
+            )
+        if client in link.netem:
+            problems.append(
+                Problem(
+                    ("from",),
+                    f"pktgen hands its frames to {client}'s driver past the qdisc, so the netem on {client}'s "
+                    f"end of link {options.link} would not touch them",
+                    "measure from the other end, or drop that end's netem for this benchmark's cells",
+                )
+            )
+        return problems
 
     def describe(self, options: PktgenOptions) -> str:
         return f"pktgen {options.frame_size}B"
