@@ -5,8 +5,8 @@ import pytest
 from niclab.model.expect import ExpectationError, evaluate, parse
 
 
-def summary(name, mean, n=3, link=0, client="a", server="b", peer=None):
-    return SimpleNamespace(name=name, mean=mean, n=n, link=link, client=client, server=server, peer=peer)
+def summary(name, mean, n=3, link=0, client="a", server="b", peer=None, family=4):
+    return SimpleNamespace(name=name, mean=mean, n=n, link=link, client=client, server=server, peer=peer, family=family)
 
 
 def test_parse_with_units_and_selectors():

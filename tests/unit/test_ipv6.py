@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from niclab.base.problems import ScenarioError
 from niclab.model.bench import nfs
 from niclab.model.bench.netperf import server_argv
+from niclab.model.expect import ExpectationError, evaluate, parse
 from niclab.model.scenario import load_scenario
 from niclab.plumbing import netconf
+from niclab.run.reader import read_results
 from niclab.run.session import Session
+from niclab.ui.report.data import load_run
+from niclab.ui.report.tables import summary_table
+from niclab.ui.table import cell_table
 from tests.fakes import FakeBackend, Replay
+from tests.helpers import NETPERF_RR, harness
 
 TWO_LINKS = """\
 name: s
@@ -52,7 +60,7 @@ def test_each_segment_gets_the_64_of_its_number_and_each_end_its_host_number(tmp
         ("netpipe: {family: 6}", "NetPIPE's NPtcp resolves its peer as IPv4 only"),
         ("lmbench: {test: lat_tcp, family: 6}", "lmbench's programs resolve their peer as IPv4 only"),
         ("kselftest: {family: 6}", "given both addresses of their link"),
-        ("ping: {family: 5}", "family"),
+        ("ping: {family: 5}", "ping.family: 5 is not one of 4 or 6"),
     ],
 )
 def test_a_family_the_link_or_the_tool_cannot_take_is_refused_naming_why(tmp_path, benchmark, said):
@@ -88,3 +96,66 @@ def test_the_nfs_share_is_exported_and_mounted_at_an_ipv6_address_in_brackets():
 def test_netserver_listens_on_the_family_of_its_address():
     assert server_argv("198.18.0.2")[-1] == "198.18.0.2,inet"
     assert server_argv("2001:2::2")[-1] == "2001:2::2,inet6"
+
+
+# -- the runner's records, expectations and tables -------------------------------------------------
+
+BOTH = """\
+name: fake-both-families
+nodes: [a, b]
+links:
+  - between: [a, b]
+    nic: e1000
+benchmarks:
+  - netperf: {test: TCP_RR, seconds: 5}
+  - netperf: {test: TCP_RR, seconds: 5, family: 6}
+expect:
+  - netperf.TCP_RR.transaction_rate > 0
+  - netperf.TCP_RR.transaction_rate[family=6] > 1000000000
+"""
+
+
+@pytest.fixture
+def backend():
+    fake = FakeBackend(Replay.load())
+    replay = fake.replay
+    netserver = replay.find(r"^netserver ", node="b", op="spawn")["events"]
+    fake.when(r"^netserver -D -p 12865 -L 2001:2::2,inet6$", node="b", op="spawn", result=netserver)
+    fake.when(r"^netperf -H 2001:2::2 -p 12865 -t TCP_RR ", node="a", result=replay.result(NETPERF_RR, node="a"))
+    yield fake
+    assert fake.misses == []
+
+
+def test_a_run_over_ipv6_is_recorded_judged_and_shown_apart_from_the_same_benchmark_over_ipv4(tmp_path, backend):
+    run = harness(tmp_path, backend, BOTH)
+    [outcome] = run.run().cells
+    v4, v6 = run.of("run")
+    assert "family" not in v4 and v6["family"] == 6 and v6["label"] == "netperf TCP_RR (IPv6)"
+    assert all("family" not in m for m in run.of("measurement", run="0.1"))
+    assert {m["family"] for m in run.of("measurement", run="1.1")} == {6}
+    summaries = [s for s in run.of("summary") if s["name"] == "netperf.TCP_RR.transaction_rate"]
+    assert [s.get("family") for s in summaries] == [None, 6]
+    # without family=, each family is judged alone; with it, only that family
+    assert [(v.expectation.text.endswith("> 0"), v.passed, v.where) for v in outcome.verdicts] == [
+        (True, True, "a->b on link 0"),
+        (True, True, "a->b on link 0 over IPv6"),
+        (False, False, "a->b on link 0 over IPv6"),
+    ]
+    list(read_results(run.run_dir.results))  # every record reads back through the models
+
+    printed = re.findall(r"^(netperf TCP_RR(?: \(IPv6\))?) +transaction_rate", cell_table("x", outcome), re.M)
+    assert printed == ["netperf TCP_RR", "netperf TCP_RR (IPv6)"]
+    table = summary_table(load_run(run.run_dir.path))
+    assert [label for label, _, _ in table.rows] == ["rr", "rr latency", "rr (IPv6)", "rr latency (IPv6)"]
+    rates = {label: cells[0].mean for label, _, cells in table.rows}
+    assert [rates["rr"], rates["rr (IPv6)"]] == [s["mean"] for s in summaries]
+
+
+def test_family_selects_runs_over_ipv4_or_ipv6_and_nothing_else():
+    assert parse("ping.rtt_avg_ms[family=6] < 1").selector == (("family", "6"),)
+    with pytest.raises(ExpectationError, match="selector 'family=5' is not understood") as caught:
+        parse("ping.rtt_avg_ms[family=5] < 1")
+    assert caught.value.hint == "family=4 or family=6"
+    v4 = SimpleNamespace(name="ping.rtt_avg_ms", mean=0.8, n=1, link=0, client="a", server="b", peer=None, family=4)
+    [verdict] = evaluate(parse("ping.rtt_avg_ms[family=4] < 1"), [v4, SimpleNamespace(**{**vars(v4), "family": 6})])
+    assert verdict.where == "a->b on link 0"

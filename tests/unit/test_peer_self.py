@@ -100,7 +100,9 @@ def test_an_expectation_on_the_link_is_refused_when_only_the_loopback_measures_i
 
 def summary(mean: float, peer: str | None = None) -> SimpleNamespace:
     client, server = ("a", "a") if peer else ("a", "b")
-    return SimpleNamespace(name="ping.rtt_avg_ms", mean=mean, n=1, link=0, client=client, server=server, peer=peer)
+    return SimpleNamespace(
+        name="ping.rtt_avg_ms", mean=mean, n=1, link=0, client=client, server=server, peer=peer, family=4
+    )
 
 
 def test_an_expectation_judges_the_link_unless_it_asks_for_peer_self():

@@ -38,8 +38,9 @@ UNITS = {
     "ms": ("time", 1e-3),
     "s": ("time", 1.0),
 }
-SELECTOR_KEYS = {"link": "link", "from": "client", "to": "server", "peer": "peer"}
+SELECTOR_KEYS = {"link": "link", "from": "client", "to": "server", "peer": "peer", "family": "family"}
 PEERS = ("self",)  # what peer= selects: runs over loopback
+FAMILIES = ("4", "6")  # what family= selects: runs over IPv4 or IPv6 (without it, both, each judged alone)
 GRAMMAR = re.compile(
     r"^\s*(?P<name>[A-Za-z0-9_.]+)(?:\[(?P<selector>[^\]]*)\])?\s*(?P<op>>=|<=|==|!=|>|<)\s*"
     # atomic value and one optional unit: linear time, where "\s*(\S+)?\s*$" backtracked quadratically
@@ -71,13 +72,16 @@ class Summary(Protocol):
     def link(self) -> int: ...
     @property
     def peer(self) -> Literal["self"] | None: ...
+    @property
+    def family(self) -> Literal[4, 6]: ...
 
 
 def where(summary: Summary) -> str:
-    """Where a summary was measured: `a->b on link 0`, or `a over loopback (beside link 0)`."""
+    """Where a summary was measured: `a->b on link 0`, `a over loopback (beside link 0)`, and ` over IPv6`."""
+    over = " over IPv6" if summary.family == 6 else ""
     if summary.peer == "self":
-        return f"{summary.client} over loopback (beside link {summary.link})"
-    return f"{summary.client}->{summary.server} on link {summary.link}"
+        return f"{summary.client} over loopback{over} (beside link {summary.link})"
+    return f"{summary.client}->{summary.server} on link {summary.link}{over}"
 
 
 @dataclass(frozen=True)
@@ -127,13 +131,16 @@ def parse(text: str) -> Expectation:
         key, sep, wanted = part.partition("=")
         if not sep or key.strip() not in SELECTOR_KEYS:
             raise ExpectationError(
-                f"selector {shown(part)} is not understood", "use link=N, from=NODE, to=NODE or peer=self"
+                f"selector {shown(part)} is not understood",
+                "use link=N, from=NODE, to=NODE, family=4 or 6, or peer=self",
             )
         if key.strip() == "peer":
             if wanted.strip() not in PEERS:
                 raise ExpectationError(f"selector {shown(part)} is not understood", "peer=self is the only peer")
             peer = "self"
             continue
+        if key.strip() == "family" and wanted.strip() not in FAMILIES:
+            raise ExpectationError(f"selector {shown(part)} is not understood", "family=4 or family=6")
         selector.append((SELECTOR_KEYS[key.strip()], wanted.strip()))
     return Expectation(text.strip(), name, tuple(selector), match["op"], value, unit, peer)
 

@@ -129,6 +129,8 @@ class RunRecord(_Record):
     peer: Literal["self"] | None = None
     """`self` when client and server ran on one node over loopback (127.0.0.1): the reference beside `link`'s
     figure; absent across a link."""
+    family: Literal[4, 6] = 4
+    """The IP version it ran over: `6` with the benchmark's `family: 6`; absent over IPv4."""
     options: dict[str, JsonValue] = Field(default_factory=dict)
     """The benchmark's options as the scenario gave them."""
     started_at: str | None = None
@@ -198,6 +200,8 @@ class MeasurementRecord(_Record):
     peer: Literal["self"] | None = None
     """`self` when client and server ran on one node over loopback (127.0.0.1): the reference beside `link`'s
     figure; absent across a link."""
+    family: Literal[4, 6] = 4
+    """The IP version it ran over: `6` with the benchmark's `family: 6`; absent over IPv4."""
     warning: str | None = None
     """Set when the tool doubted the figure."""
     extra: MeasurementExtra
@@ -276,6 +280,8 @@ class SummaryRecord(_Record):
     peer: Literal["self"] | None = None
     """`self` when client and server ran on one node over loopback (127.0.0.1): the reference beside `link`'s
     figure; absent across a link."""
+    family: Literal[4, 6] = 4
+    """The IP version it ran over: `6` with the benchmark's `family: 6`; absent over IPv4."""
     runs: list[str]
     """The run of each sample."""
     n: int

@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 from niclab.base.errors import NiclabError, describe_exception
 from niclab.base.node import NodeGone, Progress
 from niclab.model import expect
-from niclab.model.bench.base import BenchmarkError
+from niclab.model.bench.base import BenchmarkError, Endpoints
 from niclab.model.facts import Timings
 from niclab.model.scenario import BenchmarkSpec, Cell
 from niclab.plumbing.backends.base import Backend
@@ -42,6 +42,13 @@ from niclab.run.records import (
 from niclab.run.results import RunDir, utc_now
 from niclab.run.rigs import BootKeeper, shared_boots, turns
 from niclab.run.session import BenchRun, Session, describe_gone
+
+
+def where_recorded(ends: Endpoints) -> dict[str, Any]:
+    """The fields that say where a benchmark ran beyond its link, as its records keep them: `peer` over
+    loopback and `family` over IPv6, each absent otherwise (as in runs written before they were recorded)."""
+    found: dict[str, Any] = {"peer": ends.peer} if ends.peer else {}
+    return found | ({"family": 6} if ends.family == 6 else {})
 
 
 def _never() -> bool:
@@ -453,7 +460,7 @@ class Runner:
     ) -> None:
         ends = run.ends
         load: dict[str, Any] = {"host_load": run.host_load.to_dict()} if run.host_load is not None else {}
-        peer: dict[str, Any] = {"peer": ends.peer} if ends.peer else {}  # absent across a link, as ever
+        peer = where_recorded(ends)
         self.run_dir.append(
             RunRecord(
                 type="run",
@@ -553,7 +560,7 @@ class Runner:
                 by_metric.setdefault(m.name, []).append(m)
                 sources.setdefault(m.name, []).append(run_id)
         ends = runs[0][1].ends
-        peer: dict[str, Any] = {"peer": ends.peer} if ends.peer else {}
+        peer = where_recorded(ends)
         loads = [run.host_load for _, run in runs if run.host_load is not None]
         contention = contention_of(loads)
         for name, found in by_metric.items():

@@ -251,6 +251,7 @@ class ScenarioCell(pytest.Item):
             if s.headline:
                 selectors = [f"link={s.link}"] if s.link else []
                 selectors += [f"peer={s.peer}"] if s.peer else []
+                selectors += [f"family={s.family}"] if s.family != 4 else []
                 where = f"[{','.join(selectors)}]" if selectors else ""
                 self.user_properties.append((f"{s.name}{where}", f"{s.mean:.6g} {s.unit}"))
         if not outcome.ok:

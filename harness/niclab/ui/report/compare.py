@@ -137,8 +137,16 @@ def metric_info() -> dict[str, MetricInfo]:
     return {m.name: m for m in all_metrics()}
 
 
-def _key(summary: SummaryRecord) -> tuple[int, str, int, str, str, str | None]:
-    return (summary.benchmark_index, summary.name, summary.link, summary.client, summary.server, summary.peer)
+def _key(summary: SummaryRecord) -> tuple[int, str, int, str, str, str | None, int]:
+    return (
+        summary.benchmark_index,
+        summary.name,
+        summary.link,
+        summary.client,
+        summary.server,
+        summary.peer,
+        summary.family,
+    )
 
 
 def _pairs(base: RunData, new: RunData) -> Iterator[tuple[CellData, CellData]]:

@@ -53,11 +53,19 @@ class CellData:
         """What the report calls this cell in per-card plots: its NIC, else its id."""
         return str(self.params.get("nic", self.id))
 
-    def summary(self, name: str, link: int | None = None, peer: str | None = None) -> SummaryRecord | None:
-        """The first summary of metric `name` (on `link`, if given) measured across a link, or with `peer`
-        "self" the loopback reference: a plot or finding that asks for the link's figure never gets it."""
+    def summary(
+        self, name: str, link: int | None = None, peer: str | None = None, family: int | None = None
+    ) -> SummaryRecord | None:
+        """The first summary of metric `name` (on `link`, over IP `family`, if given) measured across a link,
+        or with `peer` "self" the loopback reference: a plot or finding that asks for the link's figure never
+        gets it."""
         for s in self.summaries:
-            if s.name == name and (link is None or s.link == link) and s.peer == peer:
+            if (
+                s.name == name
+                and (link is None or s.link == link)
+                and s.peer == peer
+                and (family is None or s.family == family)
+            ):
                 return s
         return None
 

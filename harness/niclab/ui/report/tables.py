@@ -69,21 +69,22 @@ def summary_table(run: RunData) -> Table:
     """The table of the run's first SHOWN_CELLS cells (a note says how many more `niclab export` has)."""
     labels = bench.table_rows()
     shown = run.cells[:SHOWN_CELLS]
-    first: dict[tuple[str, int, str | None], SummaryRecord] = {}  # (name, link, peer) -> its first summary
+    first: dict[tuple[str, int, str | None, int], SummaryRecord] = {}  # (name, link, peer, family) -> the first
     for cell in shown:
         for s in cell.summaries:
             if s.headline:
-                first.setdefault((s.name, s.link, s.peer), s)
-    links = {link for _, link, _ in first}
+                first.setdefault((s.name, s.link, s.peer, s.family), s)
+    links = {link for _, link, _, _ in first}
     rows = []
     for s in beside_their_link(list(first.values())):
-        name, link, peer = s.name, s.link, s.peer
+        name, link, peer, family = s.name, s.link, s.peer, s.family
         label = labels.get(name) or f"{s.label.split(' (')[0]} {metric_label(s)}"
         where = [f"link {link}"] if len(links) > 1 else []
         where += ["loopback"] if peer == "self" else []
+        where += ["IPv6"] if family == 6 and "(IPv6)" not in label else []
         cells = []
         for cell in shown:
-            found = cell.summary(name, link, peer)
+            found = cell.summary(name, link, peer, family)
             half = (
                 (found.ci_high - found.ci_low) / 2
                 if found and found.n > 1 and found.ci_low is not None and found.ci_high is not None
