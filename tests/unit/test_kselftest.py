@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import tarfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -181,6 +181,26 @@ def test_the_tests_run_on_the_client_with_the_server_as_their_ssh_remote(tmp_pat
     assert "KSFT_MACHINE_SLOW=yes" in test  # under TCG
     assert "cd /opt/niclab-kselftest/drivers/net" in test
     assert not any("./stats.py" in c for c in client.commands)
+
+
+@pytest.mark.parametrize(
+    ("family", "ends", "config"),
+    [
+        (4, ("198.18.0.1", "198.18.0.2"), ["LOCAL_V4=198.18.0.1", "REMOTE_V4=198.18.0.2"]),
+        (6, ("2001:2::1", "2001:2::2"), ["LOCAL_V6=2001:2::1", "REMOTE_V6=2001:2::2"]),
+    ],
+)
+def test_a_family_gives_the_selftests_that_familys_addresses_only(tmp_path, family, ends, config):
+    """Without family they get both, and their own traffic goes over IPv6 (their env's default); family: 4
+    keeps it on IPv4, and the tests that need IPv6 skip (and the other way round)."""
+    client = Guest("a")
+    rig = Rig(tmp_path, client, Guest("b"), bundle(tmp_path, TESTS))
+    ctx = rig.ctx()
+    ctx = replace(ctx, ends=replace(ctx.ends, client_address=ends[0], server_address=ends[1]))
+    PLUGIN.run(ctx, KselftestOptions(targets=["drivers/net"], tests=["ping.py"], family=family))
+    written = client.files["/opt/niclab-kselftest/drivers/net/net.config"].decode().splitlines()
+    assert [line for line in written if "_V" in line] == config
+    assert f"REMOTE_ARGS=root@{ends[1]}" in written  # ssh to the server over that family too
 
 
 def test_a_link_without_ipv6_gives_the_selftests_no_v6_addresses(tmp_path):
