@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from types import SimpleNamespace
+from unittest.mock import patch
 
 import pytest
 
@@ -20,7 +21,7 @@ from niclab.ui.report.data import load_run
 from niclab.ui.report.tables import summary_table
 from niclab.ui.table import cell_table
 from tests.fakes import FakeBackend, Replay
-from tests.helpers import NETPERF_RR, harness
+from tests.helpers import NETPERF_RR, FakeNode, answer, harness
 
 TWO_LINKS = """\
 name: s
@@ -158,3 +159,18 @@ def test_family_selects_runs_over_ipv4_or_ipv6_and_nothing_else():
     v4 = SimpleNamespace(name="ping.rtt_avg_ms", mean=0.8, n=1, link=0, client="a", server="b", peer=None, family=4)
     [verdict] = evaluate(parse("ping.rtt_avg_ms[family=4] < 1"), [v4, SimpleNamespace(**{**vars(v4), "family": 6})])
     assert verdict.where == "a->b on link 0"
+
+
+def test_the_network_check_gives_a_dual_stack_pair_the_time_of_both_waits(tmp_path):
+    """The check waits up to PING_TIMEOUT_S for IPv4 to answer, then as long for IPv6: its command's own limit
+    covers both, or a slow IPv6 answer would read as the guest not answering."""
+    net = netconf.plan(scenario(tmp_path).cells[0].scenario)
+    limits = {}
+    for link in (0, 1):  # dual-stack, then ip: 4
+        source, target = [i for i in net.ifaces if i.link == link][:2]
+        node = FakeNode(source.node, {"ping": answer(f"target {target.address}\nrtt min/avg/max/mdev = 1/2/3/0 ms\n")})
+        rig = SimpleNamespace(node=lambda name, node=node: node)
+        with patch.object(node, "run", wraps=node.run) as run:
+            netconf.probe(rig, source, target)
+        limits[link] = run.call_args.kwargs["timeout"]
+    assert limits == {0: 2 * netconf.PING_TIMEOUT_S + 5, 1: netconf.PING_TIMEOUT_S + 5}

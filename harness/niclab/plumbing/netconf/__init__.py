@@ -102,7 +102,8 @@ def rtt_summary(rtts: Mapping[str, float]) -> str:
 
 def probe(rig: Rig, source: Iface, target: Iface) -> float | None:
     """Ping `target` from `source` until it answers, then measure the idle round trip (None: no figure)."""
-    result = rig.node(source.node).run(ping_script(source, [target]), timeout=PING_TIMEOUT_S + 5, check=False)
+    waits = 2 if source.address6 and target.address6 else 1  # IPv4's wait, then IPv6's: each up to PING_TIMEOUT_S
+    result = rig.node(source.node).run(ping_script(source, [target]), timeout=waits * PING_TIMEOUT_S + 5, check=False)
     rtt = None
     for line in result.stdout.splitlines():
         if line.startswith("unreachable "):
