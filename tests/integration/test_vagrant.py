@@ -118,7 +118,9 @@ def test_node_names_cross_the_test_cable_and_netperf_runs(project):
     throughput = float(out.split()[-1])
     assert throughput > 0, out
     motd = project.ssh("a", "cat /etc/motd")
-    assert "link0: e1000 (driver e1000) 198.18.0.1/24 mtu 4000, netem delay 20ms -> b 198.18.0.2" in motd
+    assert (
+        "link0: e1000 (driver e1000) 198.18.0.1/24 2001:2::1/64 mtu 4000, netem delay 20ms -> b 198.18.0.2 2001:2::2"
+    ) in motd
 
 
 def test_the_netem_delay_shows_in_ping(project):

@@ -87,6 +87,7 @@ def test_node_names_resolve_to_addresses_on_the_test_cable():
     script = machines.vagrant_cell(c, "t.yaml", ports_for(c)).machines[0].provisioners[0].script
     assert "198.18.0.2 b # niclab" in script
     assert "127.0.1.1 a # niclab" in script
+    assert "2001:2:" not in script  # names are IPv4's, as the benchmarks' default is
 
 
 def test_the_identity_and_motd_scripts_run_in_a_posix_shell(tmp_path):
@@ -113,9 +114,10 @@ def test_the_motd_says_each_link_whole_whatever_its_netem(tmp_path):
         check=True,
         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
     )
-    assert "  link0: e1000 (driver e1000) 198.18.0.1/24 mtu 4000, netem delay 20ms loss 1% -> b 198.18.0.2\n" in (
-        motd.read_text()
-    )
+    assert (
+        "  link0: e1000 (driver e1000) 198.18.0.1/24 2001:2::1/64 mtu 4000, netem delay 20ms loss 1% "
+        "-> b 198.18.0.2 2001:2::2\n"
+    ) in motd.read_text()
 
 
 def test_several_nic_models_on_one_machine_are_refused_with_the_reason():

@@ -18,7 +18,7 @@ from niclab.model.topology import Topology
 from niclab.plumbing import netconf
 from niclab.plumbing.backends.qemu_cmd import port_macs
 from niclab.plumbing.backends.qemu_nics import qemu_nic
-from niclab.plumbing.netconf.plan import PREFIX, Iface, NetPlan
+from niclab.plumbing.netconf.plan import PREFIX, PREFIX6, Iface, NetPlan
 
 #: A full Debian guest with systemd needs more than the micro image's default.
 MIN_MEMORY_MIB = 512
@@ -112,7 +112,9 @@ def _check_wires(topology: Topology) -> None:
 
 
 def hosts_lines(node: str, net: NetPlan) -> list[str]:
-    """/etc/hosts lines: each other node by its address on the first link it shares with `node`."""
+    """/etc/hosts lines: each other node by its address on the first link it shares with `node`. IPv4 only:
+    with an IPv6 address beside it, `netperf -H b` would go over IPv6 (getaddrinfo prefers it), unlike the
+    benchmarks' default; the motd shows the IPv6 addresses."""
     lines = [f"127.0.1.1 {node}"]
     named = {node}
     for group in net.segments().values():
@@ -149,7 +151,7 @@ def netconf_script(ifaces: list[Iface], macs: dict[tuple[str, int, int], str]) -
 
 def _peers(iface: Iface, net: NetPlan) -> str:
     others = [i for i in net.segments()[iface.segment] if i is not iface]
-    return ", ".join(f"{o.node} {o.address}" for o in others)
+    return ", ".join(f"{o.node} {o.address}" + (f" {o.address6}" if o.address6 else "") for o in others)
 
 
 def motd_script(node: str, cell: Cell, net: NetPlan) -> str:
@@ -162,7 +164,8 @@ def motd_script(node: str, cell: Cell, net: NetPlan) -> str:
         what = f"{iface.bond.mode} bond of {', '.join(p.ifname for p in iface.ports)}, " if iface.bond else ""
         extra = f", netem {iface.netem.describe()}" if iface.netem else ""
         before = f"  {iface.name}: {what}{model} (driver "
-        after = f") {iface.address}/{PREFIX} mtu {iface.mtu}{extra} -> {_peers(iface, net)}"
+        v6 = f" {iface.address6}/{PREFIX6}" if iface.address6 else ""
+        after = f") {iface.address}/{PREFIX}{v6} mtu {iface.mtu}{extra} -> {_peers(iface, net)}"
         lines.append(  # the text is printf's argument, never its format: netem's "loss 1%" stays whole
             f"drv=$(ethtool -i {shlex.quote(port)} 2>/dev/null | sed -n 's/^driver: //p')\n"
             f"printf '%s\\n' {shlex.quote(before)}\"${{drv:-none}}\"{shlex.quote(after)} >> /etc/motd"
