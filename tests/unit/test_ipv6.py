@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from unittest.mock import patch
@@ -15,6 +16,7 @@ from niclab.model.bench.netperf import server_argv
 from niclab.model.expect import ExpectationError, evaluate, parse
 from niclab.model.scenario import load_scenario
 from niclab.plumbing import netconf
+from niclab.plumbing.netconf import verify
 from niclab.run.reader import read_results
 from niclab.run.session import Session
 from niclab.ui.report.data import load_run
@@ -174,3 +176,19 @@ def test_the_network_check_gives_a_dual_stack_pair_the_time_of_both_waits(tmp_pa
             netconf.probe(rig, source, target)
         limits[link] = run.call_args.kwargs["timeout"]
     assert limits == {0: 2 * netconf.PING_TIMEOUT_S + 5, 1: netconf.PING_TIMEOUT_S + 5}
+
+
+def test_the_read_back_finds_each_address_and_its_dad_state_in_ip_s_own_output(data_dir):
+    """The guest's `ip -o addr` lines (captured in a micro guest) through the read-back's own awk: each address
+    by its interface, a tentative one flagged, a VLAN's name whole."""
+    captured = [line for line in (data_dir / "ip" / "addr-global.txt").read_text().splitlines(True) if line[0] != "#"]
+    printed = subprocess.run(
+        ["awk", verify.ADDR_AWK], input="".join(captured), capture_output=True, text=True, check=True
+    ).stdout
+    state = verify.parse_state("[addresses]\n" + printed)
+    assert state["addresses"] == {
+        "addr.link0.198.18.0.1/24": "",
+        "addr.link0.2001:2:0:9::1/64": "tentative ",
+        "addr.link0.2001:2::1/64": "",
+        "addr.link0.7.198.18.7.1/24": "",
+    }
