@@ -40,6 +40,9 @@ def test_the_sent_rate_is_pktgens_and_the_received_rate_the_servers_counters():
         "rx_bytes": 90000 * 60,
         "frame_size": 64,
         "seconds": 5.0,
+        "xmit_mode": "start_xmit",
+        "queued_at_stop": 0,
+        "queued_at_end": 0,
     }
 
 
@@ -150,10 +153,34 @@ def test_a_frame_larger_than_the_links_mtu_carries_is_refused_with_the_largest_i
     assert load(tmp_path, "{between: [a, b], nic: e1000, mtu: 9000}", "{frame_size: 9018}")
 
 
-def test_netem_on_the_senders_end_is_refused_since_pktgens_frames_pass_it_by(tmp_path):
-    with pytest.raises(ScenarioError, match="past the qdisc, so the netem on a's end"):
-        load(tmp_path, "{between: [a, b], nic: e1000, netem: {a: {delay: 10ms}}}", "{}")
-    assert load(tmp_path, "{between: [a, b], nic: e1000, netem: {a: {delay: 10ms}}}", "{from: b}")
+def test_with_netem_on_its_end_the_sender_goes_through_the_qdisc_so_the_netem_applies():
+    script = setup_script("link0", PktgenOptions(), "198.18.0.2", "02:4e:4c:01:00:00", 4)
+    assert (
+        "if tc qdisc show dev link0 | grep -q ' netem '; then echo 'xmit_mode queue_xmit' > /proc/net/pktgen/link0; "
+        "echo xmit_mode=queue_xmit; else echo xmit_mode=start_xmit; fi"
+    ) in script
+    assert {m.extra["xmit_mode"] for m in parse(RESULT, BEFORE, AFTER, 64, "queue_xmit")} == {"queue_xmit"}
+
+
+def test_frames_netem_still_held_are_late_not_lost_and_those_it_let_go_after_the_stop_not_counted_as_sent_in_time():
+    """netem's rate or delay holds frames in the client's qdisc: 2000 were there at the stop, 500 still when the
+    wait for it ended. The 1500 that left in between arrived after the sending."""
+    found = {m.metric: m.value for m in parse(RESULT, BEFORE, AFTER, 64, "queue_xmit", (2000, 500))}
+    assert found["rx_pps"] == pytest.approx((90000 - 1500) / 5)
+    assert found["loss_pct"] == pytest.approx(100 * (100000 - 90000 - 500) / 100000)
+    assert pktgen.parse_queued(" backlog 3028b 2p requeues 0\nqueued=2\n") == 2
+    assert pktgen.parse_queued("") == 0  # no qdisc said anything: nothing held
+
+
+def test_pps_caps_the_rate_with_pktgens_ratep():
+    assert "echo 'ratep 2000' > /proc/net/pktgen/link0" in setup_script(
+        "link0", PktgenOptions(pps=2000), "198.18.0.2", "02:4e:4c:01:00:00", 4
+    )
+    assert "ratep" not in setup_script("link0", PktgenOptions(), "198.18.0.2", "02:4e:4c:01:00:00", 4)
+    assert pktgen.PLUGIN.describe(PktgenOptions(frame_size=1518, pps=2000)) == "pktgen 1518B at 2000 pps"
+
+
+QUEUED = "tc -s qdisc show dev link0 | sed -n 's/^ backlog [0-9]*b \\([0-9]*\\)p.*/queued=\\1/p' | head -n 1"
 
 
 def on_link0(client: FakeNode, server: FakeNode, raw: list) -> BenchContext:
@@ -167,7 +194,11 @@ COUNTERS = "rx_packets={}\nrx_bytes={}\nrx_dropped=0\nrx_missed_errors=0\n"
 def test_a_run_sets_up_the_sender_reads_the_servers_counters_around_it_then_stops_and_resets_it(monkeypatch):
     monkeypatch.setattr(pktgen.time, "sleep", lambda seconds: None)
     log: list = []
-    client = FakeNode("a", {"cat /proc/net/pktgen/link0": answer(RESULT)}, log=log)
+    client = FakeNode(
+        "a",
+        {"cat /proc/net/pktgen/link0": answer(RESULT), "modprobe pktgen": answer("xmit_mode=queue_xmit\n")},
+        log=log,
+    )
     server = FakeNode(
         "b",
         {
@@ -177,8 +208,10 @@ def test_a_run_sets_up_the_sender_reads_the_servers_counters_around_it_then_stop
         log=log,
     )
     ctx = on_link0(client, server, raw := [])
-    found = {m.metric: m.value for m in pktgen.PLUGIN.run(ctx, PktgenOptions(seconds=5))}
+    measured = pktgen.PLUGIN.run(ctx, PktgenOptions(seconds=5))
+    found = {m.metric: m.value for m in measured}
     assert found["rx_pps"] == pytest.approx(18000) and found["loss_pct"] == pytest.approx(10.0)
+    assert measured[0].extra["xmit_mode"] == "queue_xmit"  # as its set-up said: netem on its end
     steps = [(kind, node, str(command).splitlines()[-1]) for kind, node, command in log]
     assert steps == [
         ("run", "b", "cat /sys/class/net/link0/address"),
@@ -189,8 +222,9 @@ def test_a_run_sets_up_the_sender_reads_the_servers_counters_around_it_then_stop
         ),
         ("run", "b", "echo rx_missed_errors=$(cat /sys/class/net/link0/statistics/rx_missed_errors)"),
         ("spawn", "a", "echo start > /proc/net/pktgen/pgctrl"),
-        ("run", "a", "echo stop > /proc/net/pktgen/pgctrl"),
+        ("run", "a", QUEUED),  # the stop, and what netem still holds then
         ("stop", "a", "echo start > /proc/net/pktgen/pgctrl"),
+        ("run", "a", QUEUED),  # the wait until netem let them go, and what it still holds after
         ("run", "b", "echo rx_missed_errors=$(cat /sys/class/net/link0/statistics/rx_missed_errors)"),
         ("run", "a", "cat /proc/net/pktgen/link0"),
         ("run", "a", "echo stop > /proc/net/pktgen/pgctrl; echo reset > /proc/net/pktgen/pgctrl"),
