@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from niclab.model.bench import bonnie, iperf3, ktap, lmbench, netpipe, nfs, ping, pktgen
 from niclab.model.bench.base import BenchmarkError, Measurement
+from niclab.model.bench.netperf_flows import combined, split_flows
 from niclab.model.bench.netperf_parse import REQUEST_RESPONSE, STREAMS, measurements, parse_keyvals
 from niclab.model.facts import NodeFacts
 from niclab.plumbing.facts import counter_deltas, parse_counters, parse_node_facts
@@ -195,6 +196,17 @@ PING = [path.read_text() for path in sorted((DATA / "ping").glob("*.txt"))]
 @given(text=st.sampled_from(PING).flatmap(mutated) | st.text(max_size=200))
 def test_ping(text):
     total(ping.parse, text)
+
+
+NETPERF_FLOWS = sorted(path.read_text() for path in (DATA / "netperf-flows").glob("*.txt"))
+
+
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_netperf_flows(data):
+    text = data.draw(st.sampled_from(NETPERF_FLOWS).flatmap(mutated) | st.text(max_size=300))
+    test, flows = data.draw(st.sampled_from(NETPERF_TESTS)), data.draw(st.integers(1, 5))
+    total(lambda: combined(test, [measurements(test, parse_keyvals(o)) for o in split_flows(text, flows)]))
 
 
 PKTGEN = sorted(path.read_text() for path in (DATA / "pktgen").glob("*.txt"))

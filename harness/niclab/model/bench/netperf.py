@@ -16,6 +16,7 @@ from niclab.base.node import GuestCommandError
 from niclab.base.text import said
 from niclab.model.bench.base import BenchContext, BenchmarkError, BenchOptions, Measurement, MetricInfo, quote, served
 from niclab.model.bench.declare import Figure, GuestNeeds, Row, Series, Shortfall, Shows
+from niclab.model.bench.netperf_flows import combined, flows_command, slowest_metric, split_flows
 from niclab.model.bench.netperf_parse import (
     LATENCIES,
     REQUEST_RESPONSE,
@@ -73,6 +74,9 @@ class NetperfOptions(BenchOptions):
     iterations: tuple[Iterations, Iterations] | None = Field(
         None, description='[min, max] iterations for confidence (-i), or "max,min" in -i\'s own order: "10,2"'
     )
+    flows: int = Field(
+        1, ge=1, le=64, description="netperf instances at once, each its own connection: the flows' figures combined"
+    )
 
     @field_validator("confidence", mode="before")
     @classmethod
@@ -113,6 +117,10 @@ class NetperfOptions(BenchOptions):
             raise ValueError(f"request_size and response_size are for request/response tests, not {self.test}")
         if self.test in REQUEST_RESPONSE and self.message_size:
             raise ValueError(f"message_size is for stream tests, not {self.test}; use request_size")
+        if self.flows > 1 and self.cpu:
+            raise ValueError("cpu: true with flows: each netperf would measure the whole node's CPU; use flows: 1")
+        if self.flows > 1 and (self.confidence is not None or self.iterations is not None):
+            raise ValueError("confidence with flows: each netperf would iterate on its own; use flows: 1")
         if self.iterations is not None:
             if self.confidence is None:
                 self.confidence = Confidence()
@@ -171,6 +179,17 @@ def _declared() -> list[MetricInfo]:
                 pace="time" if metric in TYPICAL_LATENCIES else None,
             )
             for key, metric in LATENCIES
+        ]
+    for test in (*STREAMS, *REQUEST_RESPONSE):
+        slowest, unit = slowest_metric(test)
+        out += [
+            MetricInfo(f"netperf.{test}.{slowest}", unit, "the slowest flow's rate (flows > 1)", "higher", "rate"),
+            MetricInfo(
+                f"netperf.{test}.fairness",
+                "",
+                "Jain's fairness index of the flows' rates, 1/n to 1 (flows > 1)",
+                "higher",
+            ),
         ]
     for test in (*STREAMS, *REQUEST_RESPONSE):
         suffix, unit = ("tr", "us/Tr") if test in REQUEST_RESPONSE else ("kb", "us/KB")
@@ -286,11 +305,11 @@ class Netperf:
         return f"netperf.{options.test}."
 
     def describe(self, options: NetperfOptions) -> str:
-        return f"netperf {options.test}"
+        return f"netperf {options.test}" + (f" {options.flows} flows" if options.flows > 1 else "")
 
     def estimate_seconds(self, options: NetperfOptions) -> float:
         runs = options.iterations[1] if options.iterations else 1
-        return options.seconds * runs + 3
+        return options.seconds * runs + 3 + (options.flows - 1) * 0.5  # each more flow: a netperf to start
 
     def run(self, ctx: BenchContext, options: NetperfOptions) -> list[Measurement]:
         try:
@@ -309,12 +328,14 @@ class Netperf:
         argv = client_argv(options, ends.server_address)
         limit = self.estimate_seconds(options) + 30
         with served(ctx, server_argv(ends.server_address), PORT, label=f"netperf-{options.test}") as run:
+            command = flows_command(quote(argv), options.flows) if options.flows > 1 else argv
             try:
-                result = run.run_client(argv, timeout=limit)
+                result = run.run_client(command, timeout=limit)
             except GuestCommandError:
                 raise NetperfHung(f"netperf {options.test} did not end within {limit:.0f} s") from None
         raw = (
-            f"$ {quote(argv)}\n# exit {result.returncode} after {result.seconds:.1f} s\n"
+            f"$ {command if isinstance(command, str) else quote(argv)}\n"
+            f"# exit {result.returncode} after {result.seconds:.1f} s\n"
             f"{result.stdout}{result.stderr}\n# server: {run.server_output}{run.leftovers}"
         )
         path = run.save(raw)
@@ -324,6 +345,9 @@ class Netperf:
                 f"{said(result.stderr or result.stdout, 400)} (raw output: {path})"
             )
         try:
+            if options.flows > 1:
+                outputs = split_flows(result.stdout, options.flows)
+                return combined(options.test, [measurements(options.test, parse_keyvals(o)) for o in outputs])
             return measurements(options.test, parse_keyvals(result.stdout), cpu=options.cpu)
         except BenchmarkError as exc:
             raise BenchmarkError(f"{exc} (raw output: {path})") from None
