@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Print how faithful the emulation is: what the fidelity scenario asks against what is measured.
 
-Boots tests/integration/fidelity.yaml once (three nodes, six links) and prints,
+Boots tests/integration/fidelity.yaml once (three nodes, seven links) and prints,
 for each impairment, the asked value, the measured one and their ratio:
-netem delay (ping RTT over the unimpaired baseline), netem loss (iperf3 UDP),
-netem rate (netperf TCP), a 3-port balance-rr bond (packets per port), and a
-switched segment (ping loss between every pair).
+netem delay (ping RTT over the unimpaired baseline; each of four TCP_RR flows'
+median), netem loss (iperf3 UDP; pktgen at 2000 frames/s), netem rate (netperf
+TCP; pktgen at 1518 bytes against a 10 Mbit/s cap), pktgen at a fixed 2000
+frames/s over IPv4 and IPv6, a 3-port balance-rr bond (packets per port), and
+a switched segment (ping loss between every pair).
 
     .venv/bin/python bench/fidelity.py
 """
@@ -60,6 +62,25 @@ def main() -> None:
             if a != b
         }
         print("segment of 3 nodes    ping loss " + ", ".join(f"{k} {v:g}%" for k, v in lost.items()))
+        flows = s.bench("netperf", test="TCP_RR", link=1, seconds=3, flows=4)
+        medians = next(m.extra["per_flow"] for m in flows if m.metric == "latency_p50_us")
+        print(
+            f"delay, 4 TCP_RR flows expected p50 >= 20 ms  measured {', '.join(f'{v / 1000:.1f}' for v in medians)} ms"
+            f"   fairness {metric(flows, 'fairness'):.3f}"
+        )
+        frames = {"frame_size": 1518, "seconds": 3}
+        v4 = metric(s.bench("pktgen", link=0, pps=2000, **frames), "rx_pps")
+        v6 = metric(s.bench("pktgen", link=0, pps=2000, family=6, **frames), "rx_pps")
+        print(f"pktgen pps 2000       expected 2000 /s      measured {v4:.0f} /s (IPv4), {v6:.0f} /s (IPv6)")
+        lossy = metric(s.bench("pktgen", link=2, pps=2000, **frames), "loss_pct")
+        print(f"pktgen, loss 5%       expected  5.00 %      measured {lossy:6.2f} %    ratio {lossy / 5:.3f}")
+        capped = s.bench("pktgen", link=6, **frames)
+        cap = 10e6 / 8 / 1514
+        got = metric(capped, "rx_pps")
+        print(
+            f"pktgen, rate 10mbit   expected {cap:.0f} /s       measured {got:.0f} /s     ratio {got / cap:.3f}"
+            f"   (loss {metric(capped, 'loss_pct'):.2f} %)"
+        )
 
 
 if __name__ == "__main__":

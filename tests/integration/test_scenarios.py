@@ -8,8 +8,6 @@ The long sweeps run one representative cell each.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -237,39 +235,4 @@ def test_packet_rate_sends_with_pktgen_and_counts_at_the_receiver_over_both_fami
     runs = {r["cell"]: r for r in records if r["type"] == "run"}
     assert runs["nic=e1000,frame_size=128,family=6"]["options"]["family"] == 6
     assert runs["nic=virtio,frame_size=1518,family=6"]["options"]["frame_size"] == 1518
-    assert wait_no_qemu(tmp_path, seconds=2) == []
-
-
-def busy_host():
-    """A process beside the guests that keeps one of the host's CPUs busy, as a CI machine's other work does."""
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
-
-
-@pytest.mark.measures
-def test_pktgen_sees_netems_rate_and_loss_and_the_same_rate_over_both_families_beside_a_busy_process(image, tmp_path):
-    """The fidelity of pktgen's figures, judged within one run: netem's rate on the sender's end caps the rate
-    received (10 Mbit/s of 1514-byte frames is 826 frames/s; unshaped, TCG sends tens of thousands), its
-    loss of 10 % shows as about 10 % lost, and a fixed 2000 frames/s arrives as such over IPv4 and IPv6."""
-    hog = busy_host()
-    try:
-        proc = niclab("run", str(Path(__file__).parent / "pktgen-fidelity.yaml"), "--out", str(tmp_path), "-q")
-        _out, err = proc.communicate(timeout=600)
-    finally:
-        hog.kill()
-        hog.wait()
-    assert proc.returncode == 0, err
-    found = {
-        (r["link"], r.get("family", 4), r["name"]): r
-        for r in read_records(run_dirs(tmp_path)[0] / "results.jsonl")
-        if r["type"] == "measurement"
-    }
-    v4, v6 = found[(0, 4, "pktgen.rx_pps")]["value"], found[(0, 6, "pktgen.rx_pps")]["value"]
-    assert v4 == pytest.approx(2000, rel=0.05) and v6 == pytest.approx(2000, rel=0.05), (v4, v6)
-    assert abs(v4 - v6) <= 0.05 * 2000, (v4, v6)
-    capped = found[(1, 4, "pktgen.rx_pps")]
-    assert capped["extra"]["xmit_mode"] == "queue_xmit", capped  # through the qdisc, where netem is
-    assert capped["value"] == pytest.approx(10e6 / 8 / 1514, rel=0.10), capped
-    assert found[(1, 4, "pktgen.loss_pct")]["value"] < 2  # netem held the frames it could not send yet
-    lossy = found[(2, 4, "pktgen.loss_pct")]["value"]
-    assert 7 <= lossy <= 13, lossy
     assert wait_no_qemu(tmp_path, seconds=2) == []
