@@ -53,17 +53,21 @@ def ping_script(source: Iface, targets: list[Iface]) -> str:
     for target in targets:
         via = f"-I {shlex.quote(source.name)} {target.address}"
         lines.append(
-            f"ok=''; for i in $(seq {PING_TIMEOUT_S}); do ping -n -q -c 1 -W 1 {via} >/dev/null && "
-            f"{{ ok=1; break; }}; done; [ -n \"$ok\" ] || {{ echo 'unreachable {target.address}'; exit 1; }}; "
+            f"{_answers(via, target.address)}; "
             f"echo 'target {target.address}'; ping -n -q -c 3 -i 0.05 -W 1 {via} | tail -n 1"
         )
         if source.address6 and target.address6:  # IPv6 too, once it answers (no figure: the RTT is IPv4's)
-            via6 = f"-6 -I {shlex.quote(source.name)} {target.address6}"
-            lines.append(
-                f"ok=''; for i in $(seq {PING_TIMEOUT_S}); do ping -n -q -c 1 -W 1 {via6} >/dev/null && "
-                f"{{ ok=1; break; }}; done; [ -n \"$ok\" ] || {{ echo 'unreachable {target.address6}'; exit 1; }}"
-            )
+            lines.append(_answers(f"-6 -I {shlex.quote(source.name)} {target.address6}", target.address6))
     return "\n".join(lines) + "\n"
+
+
+def _answers(via: str, address: str) -> str:
+    """Ping (ping's arguments `via`) until `address` answers once, up to PING_TIMEOUT_S tries; else say it is
+    unreachable and end the script."""
+    return (
+        f"ok=''; for i in $(seq {PING_TIMEOUT_S}); do ping -n -q -c 1 -W 1 {via} >/dev/null && "
+        f"{{ ok=1; break; }}; done; [ -n \"$ok\" ] || {{ echo 'unreachable {address}'; exit 1; }}"
+    )
 
 
 def parallel(jobs: dict[str, Callable[[], T]]) -> dict[str, T]:
