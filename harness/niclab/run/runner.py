@@ -460,7 +460,7 @@ class Runner:
     ) -> None:
         ends = run.ends
         load: dict[str, Any] = {"host_load": run.host_load.to_dict()} if run.host_load is not None else {}
-        peer = where_recorded(ends)
+        where = where_recorded(ends)
         self.run_dir.append(
             RunRecord(
                 type="run",
@@ -474,7 +474,7 @@ class Runner:
                 client=ends.client.name,
                 server=ends.server.name,
                 link=ends.link,
-                **peer,
+                **where,
                 options=spec.options.recorded(),
                 started_at=started_at,
                 finished_at=utc_now(),
@@ -506,7 +506,7 @@ class Runner:
                     client=ends.client.name,
                     server=ends.server.name,
                     link=ends.link,
-                    **peer,
+                    **where,
                     **doubted,
                     extra=MeasurementExtra.model_validate(m.extra),
                 )
@@ -560,7 +560,7 @@ class Runner:
                 by_metric.setdefault(m.name, []).append(m)
                 sources.setdefault(m.name, []).append(run_id)
         ends = runs[0][1].ends
-        peer = where_recorded(ends)
+        where = where_recorded(ends)
         loads = [run.host_load for _, run in runs if run.host_load is not None]
         contention = contention_of(loads)
         for name, found in by_metric.items():
@@ -584,7 +584,7 @@ class Runner:
                 client=ends.client.name,
                 server=ends.server.name,
                 link=ends.link,
-                **peer,
+                **where,
                 runs=sources[name],
                 unstable=bool(reasons),
                 reasons=reasons,

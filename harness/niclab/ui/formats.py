@@ -30,12 +30,15 @@ def value_with_unit(summary: SummaryRecord) -> str:
 def beside_their_link(summaries: Sequence[SummaryRecord]) -> list[SummaryRecord]:
     """The summaries in their order, except that a loopback reference (`peer: self`) comes right after the
     figure of the same metric, link and IP version that it stands beside, when that was measured too."""
-    measured = {(s.name, s.link, s.family) for s in summaries if s.peer is None}
-    placed = [s for s in summaries if s.peer is None or (s.name, s.link, s.family) not in measured]
+
+    def beside(s: SummaryRecord) -> tuple[str, int, int]:
+        return (s.name, s.link, s.family)
+
+    measured = {beside(s) for s in summaries if s.peer is None}
+    placed = [s for s in summaries if s.peer is None or beside(s) not in measured]
     for reference in summaries:
-        key = (reference.name, reference.link, reference.family)
-        if reference.peer is not None and key in measured:
-            after = max(n for n, s in enumerate(placed) if (s.name, s.link, s.family) == key)
+        if reference.peer is not None and beside(reference) in measured:
+            after = max(n for n, s in enumerate(placed) if beside(s) == beside(reference))
             placed.insert(after + 1, reference)
     return placed
 

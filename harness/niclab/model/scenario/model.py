@@ -862,7 +862,7 @@ def benchmark_problems(spec: BenchmarkSpec, scenario: Scenario) -> list[Problem]
     client = options.from_ or link.between[0]
     if own is not None and not problems and client in scenario.nodes:
         problems += own(options, scenario.kernel_of(client))
-    # and of the link it measures (pktgen: its frames against the MTU, the client's netem it would go around)
+    # and of the link it measures (pktgen: its frames against the link's MTU)
     on_link = getattr(spec.plugin, "link_problems", None)
     if on_link is not None and not problems:
         problems += on_link(options, link, client)
