@@ -42,7 +42,7 @@ QUEUED = re.compile(r"^queued=([0-9]{1,12})$", re.MULTILINE)
 SETTLE_S = 0.5  # after the stop, for the last frames to reach the server's counters
 DRAIN_S = 10.0  # the longest the client's netem is waited for to let go of the frames it holds after the stop
 SIZE_SLACK = 2.0  # bytes by which the server's mean frame may differ from the size asked (a few other frames),
-SIZE_SLACK_PCT = 1.0  # or this much of it, if more (virtio's count of large frames under netem's rate)
+SIZE_SLACK_PCT = 1.0  # or this much of it, if more (rx_packets and rx_bytes are read apart: frames between)
 SIZE_CHECKED_FROM = 100  # frames received, below which the mean size says too little to be checked
 
 
@@ -145,9 +145,9 @@ def parse(
     """pktgen's Result line on the client, and the server's counters before and after. Both rates in Mbit/s
     are of whole frames (`frame_size`, FCS included), whether or not a driver counts the FCS in rx_bytes.
     `xmit_mode`: start_xmit (to the driver) or queue_xmit (through the qdisc: the client's netem). `queued`:
-    the frames the client's qdisc held at the stop and when the server's counters were read. Those that left
-    it in between arrived after the sending: rx_pps counts what arrived while it sent; those still held are
-    late, not lost."""
+    the frames the client's qdisc held at the stop and when the wait for it to empty ended, before the
+    server's counters were read. Those that left it in between arrived after the sending: rx_pps counts what
+    arrived while it sent; those still held are late, not lost."""
     found = RESULT.search(result)
     if found is None:
         raise BenchmarkError(f"pktgen printed no result: {said(result)}")
@@ -249,11 +249,11 @@ class Pktgen:
             raise BenchmarkError(f"pktgen could not be set up on {client.name}: {said(done.stderr or done.stdout)}")
         before = parse_counters(server.run(counters_script(ends.server_ifname), timeout=30).stdout)
         sending = client.spawn(f"echo start > {PROC}/pgctrl")  # returns once stopped
-        through_qdisc = f"{XMIT_MARK}queue_xmit" in done.stdout
+        xmit_mode = "queue_xmit" if f"{XMIT_MARK}queue_xmit" in done.stdout else "start_xmit"
         queued = (0, 0)
         try:
             time.sleep(options.seconds)
-            if through_qdisc:  # netem holds frames past the stop: how many then, and until it let them go
+            if xmit_mode == "queue_xmit":  # netem holds frames past the stop: how many then, and until it let them go
                 stopped = client.run(f"echo stop > {PROC}/pgctrl\n{queued_script(ends.client_ifname)}", timeout=30)
                 sending.wait(timeout=30)
                 drained = client.run(drain_script(ends.client_ifname), timeout=DRAIN_S + 30, check=False)
@@ -272,7 +272,6 @@ class Pktgen:
             f"$ {setup}{done.stdout}{result}\n# server counters before: {before}\n# after: {after}\n",
         )
         try:
-            xmit_mode = "queue_xmit" if through_qdisc else "start_xmit"
             return parse(result, before, after, options.frame_size, xmit_mode, queued)
         except BenchmarkError as exc:
             raise type(exc)(f"{exc} (raw output: {path})") from None
