@@ -235,8 +235,23 @@ def test_a_run_sets_up_the_sender_reads_the_servers_counters_around_it_then_stop
 def test_the_sender_is_stopped_and_reset_when_the_server_cannot_be_read(monkeypatch):
     monkeypatch.setattr(pktgen.time, "sleep", lambda seconds: None)
     client = FakeNode("a", {"cat /proc/net/pktgen/link0": answer(RESULT)})
-    server = FakeNode("b", {"statistics": [answer(COUNTERS.format(1, 60)), answer("cat: no such file\n", 1)]})
+    server = FakeNode(
+        "b",
+        {
+            "/address": answer("02:4e:4c:01:00:01\n"),
+            "statistics": [answer(COUNTERS.format(1, 60)), answer("cat: no such file\n", 1)],
+        },
+    )
     ctx = on_link0(client, server, [])
     with pytest.raises(BenchmarkError, match="counters are not readable"):
         pktgen.PLUGIN.run(ctx, PktgenOptions(seconds=5))
     assert client.commands[-1] == "echo stop > /proc/net/pktgen/pgctrl; echo reset > /proc/net/pktgen/pgctrl"
+
+
+@pytest.mark.parametrize("answer_", ["02:4e:4c:01:00:01'; reboot; echo '", "", "x" * 5000])
+def test_a_server_mac_that_is_no_mac_is_refused_before_it_reaches_the_clients_script(answer_):
+    client = FakeNode("a")
+    server = FakeNode("b", {"/address": answer(answer_ + "\n")})
+    with pytest.raises(BenchmarkError, match="b gave no MAC address for link0"):
+        pktgen.PLUGIN.run(on_link0(client, server, []), PktgenOptions(seconds=5))
+    assert client.commands == []  # nothing ran on the client

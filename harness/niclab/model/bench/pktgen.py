@@ -37,6 +37,7 @@ RESULT = re.compile(
     r"\s+([0-9]{1,15})pps ([0-9]{1,15})Mb/sec \(([0-9]{1,18})bps\) errors: ([0-9]{1,15})"
 )
 COUNTERS = re.compile(r"^(rx_packets|rx_bytes|rx_dropped|rx_missed_errors)=([0-9]{1,20})$", re.MULTILINE)
+MAC = re.compile(r"[0-9a-f]{2}(?::[0-9a-f]{2}){5}")
 XMIT_MARK = "xmit_mode="  # the set-up says which way the frames go
 QUEUED = re.compile(r"^queued=([0-9]{1,12})$", re.MULTILINE)
 SETTLE_S = 0.5  # after the stop, for the last frames to reach the server's counters
@@ -243,6 +244,8 @@ class Pktgen:
         ends = ctx.ends
         client, server = ends.client, ends.server
         mac = server.run(f"cat /sys/class/net/{ends.server_ifname}/address", timeout=30).stdout.strip()
+        if not MAC.fullmatch(mac):  # the server's answer goes into the client's set-up script
+            raise BenchmarkError(f"pktgen: {server.name} gave no MAC address for {ends.server_ifname}: {said(mac)}")
         setup = setup_script(ends.client_ifname, options, ends.server_address, mac, ends.family)
         done = client.run(setup, timeout=60, check=False)
         if not done.ok:
