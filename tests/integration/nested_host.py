@@ -61,7 +61,7 @@ from pathlib import Path
 
 from niclab.base.node import CommandResult
 from niclab.base.procs import Child, Supervisor
-from niclab.plumbing.accel import cached_host_choice, host_cache_file, qemu_binary
+from niclab.plumbing.accel import AccelChoice, cached_host_choice, host_cache_file, qemu_binary
 from niclab.plumbing.backends.qemu import tail, udp_cable
 from niclab.plumbing.contention import thread_times
 from niclab.plumbing.guest import AgentError, AgentNode, GuestAgent
@@ -412,20 +412,18 @@ class NestedLab:
         """Drop the controller's cached KVM verdicts for these L1s (a lab run's is of niclab's default image,
         whatever its nodes boot): the next run there probes again. With `only_tcg`, a verdict of KVM stays: a
         probe's guest ends itself under the emulated SVM, which is one more chance of its crash."""
-        probe = find_image()
         for name in sorted(names):
-            cached = cached_host_choice(host_uri(name), probe) if probe is not None else None
-            if probe is None or cached is None or (only_tcg and cached.accel == "kvm"):
+            cached = _cached_verdict(name)
+            if cached is None or (only_tcg and cached[1].accel == "kvm"):
                 continue
             if why:
                 print(f"\n[nested] {why} on {name}: its KVM verdict is forgotten", file=sys.stderr)
-            host_cache_file(host_uri(name), probe).unlink(missing_ok=True)
+            cached[0].unlink(missing_ok=True)
 
     def kvm_verdict(self, name: str) -> str:
         """The controller's cached KVM verdict for an L1 and why, as niclab wrote it."""
-        probe = find_image()
-        cached = cached_host_choice(host_uri(name), probe) if probe is not None else None
-        return f"{cached.accel}: {cached.reason}" if cached is not None else "no verdict cached"
+        cached = _cached_verdict(name)
+        return f"{cached[1].accel}: {cached[1].reason}" if cached is not None else "no verdict cached"
 
     def reboot(self, name: str, why: str) -> None:
         """Boot a fresh L1 (its disk is a snapshot: nothing of the dead one is left), and say why. A TCG verdict
@@ -440,6 +438,14 @@ class NestedLab:
     def kill(self, name: str) -> None:
         """Pull the plug on an L1 (its QEMU ends at once), as a lab host that goes away."""
         self.hosts[name].stack.close()
+
+
+def _cached_verdict(name: str) -> tuple[Path, AccelChoice] | None:
+    """Where the controller caches its KVM verdict for an L1 (a lab run's is of niclab's default image, whatever
+    its nodes boot), and the verdict; None if there is none."""
+    probe = find_image()
+    cached = cached_host_choice(host_uri(name), probe) if probe is not None else None
+    return (host_cache_file(host_uri(name), probe), cached) if probe is not None and cached is not None else None
 
 
 def threads_busy(pid: int, seconds: float = 3.0) -> str:

@@ -38,6 +38,7 @@ import pytest
 from niclab.plumbing.image.store import build_image
 from tests.helpers import run_dirs
 from tests.integration.nested_host import CARD, GUEST_DIED, HOSTS, NestedLab
+from tests.integration.processes import niclab
 
 HERE = Path(__file__).parent
 SCENARIOS = HERE.parent.parent / "scenarios"
@@ -89,13 +90,7 @@ def niclab_here(lab: NestedLab, args: list[str], timeout: float) -> subprocess.C
 
 def niclab_until(lab: NestedLab, args: list[str], deadline: float) -> subprocess.CompletedProcess:
     """One `niclab ARGS` on the controller; at `deadline` it is stopped as on Ctrl-C (its domains with it)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "niclab", *args],
-        env={**os.environ, **lab.env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = niclab(*args, env=lab.env)
     try:
         stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -271,14 +266,8 @@ def parallel_run_losing_l1b(nested: NestedLab, out: Path) -> tuple[int, str, str
     (a cell other than l1b's failed). Either way the caller can run it again, as niclab_here does.
     """
     last_two = ("[nic=rtl8139] starting 2 libvirt domains", "[nic=e1000e] starting 2 libvirt domains")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "niclab", "run", str(HERE / "four-cells.yaml"), "--lab", str(nested.lab),
-         "--emulated", "--parallel", "--out", str(out)],
-        env={**os.environ, **nested.env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    proc = niclab("run", str(HERE / "four-cells.yaml"), "--lab", str(nested.lab), "--emulated", "--parallel",
+                  "--out", str(out), env=nested.env)  # fmt: skip
     seen: list[str] = []
     try:
         assert proc.stderr is not None
